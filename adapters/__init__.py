@@ -1,0 +1,1 @@
+"""Engines and embeddings (Spark, asyncio). Imported as ``multilang.adapters``."""

@@ -1,0 +1,67 @@
+"""multilang-bridge: Apache Storm's multilang protocol for Python and Spark.
+
+The component library (write bolts and spouts in Python)::
+
+    from multilang import BasicBolt
+
+    class Split(BasicBolt):
+        def process(self, tup):
+            for word in tup.values[0].split():
+                self.emit([word])
+
+    Split().run()
+
+The sans-IO protocol core lives in :mod:`multilang.connection`,
+:mod:`multilang.framing`, :mod:`multilang.codec` and :mod:`multilang.messages`;
+the host runtime in :mod:`multilang.shellbolt`; engines in :mod:`multilang.adapters`.
+"""
+
+from ._state import Role, Side, State
+from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout
+from .connection import NEED_DATA, Connection
+from .errors import (
+    ComponentCrashed,
+    ComponentError,
+    ComponentReportedError,
+    FrameTooLarge,
+    HeartbeatTimeout,
+    LocalProtocolError,
+    MultilangError,
+    ProtocolError,
+    RemoteProtocolError,
+    TopologyError,
+)
+from .messages import Tick, TopologyContext, Tuple
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bolt",
+    "BasicBolt",
+    "Spout",
+    "Component",
+    "Tuple",
+    "Tick",
+    "TopologyContext",
+    "Connection",
+    "NEED_DATA",
+    "Role",
+    "Side",
+    "State",
+    "TRACE",
+    "DEBUG",
+    "INFO",
+    "WARN",
+    "ERROR",
+    "MultilangError",
+    "ProtocolError",
+    "LocalProtocolError",
+    "RemoteProtocolError",
+    "FrameTooLarge",
+    "TopologyError",
+    "ComponentError",
+    "ComponentCrashed",
+    "HeartbeatTimeout",
+    "ComponentReportedError",
+    "__version__",
+]

@@ -1,0 +1,269 @@
+"""JSON codec on orjson: messages to frames and frame bodies to messages.
+
+Decoding is direction-aware: a host decodes what a component writes
+(:func:`decode_component_frame`); a component decodes what a host writes
+(:func:`decode_host_frame`). Every malformed frame raises
+``RemoteProtocolError`` carrying the offending bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from .errors import LocalProtocolError, RemoteProtocolError
+from .framing import TERMINATOR
+from .messages import (
+    DEFAULT_STREAM,
+    HEARTBEAT_STREAM,
+    SYSTEM_COMPONENT,
+    SYSTEM_TASK,
+    TICK_STREAM,
+    Ack,
+    Activate,
+    Deactivate,
+    Emit,
+    Error,
+    Fail,
+    Handshake,
+    Heartbeat,
+    Log,
+    Message,
+    Metrics,
+    Next,
+    Pid,
+    Sync,
+    TaskIds,
+    Tick,
+    Tuple,
+    UnknownCommand,
+)
+
+__all__ = [
+    "dumps",
+    "loads",
+    "encode",
+    "encode_json",
+    "decode_component_frame",
+    "decode_host_frame",
+]
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact UTF-8 JSON. Falls back to the standard library for integers
+    beyond 64 bits, which orjson refuses."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        try:
+            return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            raise LocalProtocolError(f"value is not JSON-serialisable: {exc}", frame=repr(obj)) from None
+
+
+def loads(body: bytes) -> Any:
+    """Parse one frame body. Integers beyond 64 bits become floats (§1.4)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RemoteProtocolError(f"frame is not valid JSON: {exc}", frame=body) from None
+
+
+# --- encoding ----------------------------------------------------------------
+
+
+def encode_json(msg: Message) -> Any:
+    """The JSON value for a message, as it goes on the wire."""
+    t = type(msg)
+    if t is Emit:
+        obj: dict[str, Any] = {"command": "emit", "tuple": msg.values}
+        if msg.stream != DEFAULT_STREAM:
+            obj["stream"] = msg.stream
+        if msg.anchors:
+            obj["anchors"] = list(msg.anchors)
+        if msg.id is not None:
+            obj["id"] = msg.id
+        if msg.task is not None:
+            obj["task"] = msg.task
+        if not msg.need_task_ids:
+            obj["need_task_ids"] = False
+        return obj
+    if t is Tuple or t is Tick:
+        return {"id": msg.id, "comp": msg.component, "stream": msg.stream, "task": msg.task, "tuple": msg.values}
+    if t is Ack:
+        return {"command": "ack", "id": msg.id}
+    if t is Fail:
+        return {"command": "fail", "id": msg.id}
+    if t is TaskIds:
+        return msg.task_ids
+    if t is Sync:
+        return {"command": "sync"}
+    if t is Heartbeat:
+        return {"id": msg.id, "comp": None, "stream": HEARTBEAT_STREAM, "task": SYSTEM_TASK, "tuple": []}
+    if t is Next:
+        return {"command": "next", "id": ""}
+    if t is Activate:
+        return {"command": "activate", "id": ""}
+    if t is Deactivate:
+        return {"command": "deactivate", "id": ""}
+    if t is Log:
+        return {"command": "log", "msg": msg.msg, "level": msg.level}
+    if t is Error:
+        return {"command": "error", "msg": msg.msg}
+    if t is Metrics:
+        return {"command": "metrics", "name": msg.name, "params": msg.params}
+    if t is Handshake:
+        return {"pidDir": msg.pid_dir, "conf": msg.conf, "context": msg.context}
+    if t is Pid:
+        obj = {"pid": msg.pid}
+        if msg.extensions:
+            obj["extensions"] = list(msg.extensions)
+        return obj
+    if t is UnknownCommand:
+        return msg.frame
+    raise LocalProtocolError(f"cannot encode {t.__name__}")
+
+
+def encode(msg: Message) -> bytes:
+    """One complete frame: JSON text + ``\\nend\\n`` (§1.1)."""
+    return dumps(encode_json(msg)) + TERMINATOR
+
+
+# --- decoding: what a component wrote (host side) -----------------------------
+
+
+def _str_id(value: Any, what: str, frame: Any) -> str:
+    # §3.6: tuple ids are strings; a number is a broken component (it would
+    # lose precision on 64-bit ids), not something to coerce.
+    if type(value) is not str:
+        raise RemoteProtocolError(f"{what} id must be the string it was given, got {type(value).__name__}", frame=frame)
+    return value
+
+
+def _int(value: Any, what: str, frame: Any) -> int:
+    if type(value) is not int:
+        raise RemoteProtocolError(f"{what} must be an integer", frame=frame)
+    return value
+
+
+def _emit(obj: dict[str, Any], body: bytes) -> Emit:
+    values = obj.get("tuple")
+    if type(values) is not list:
+        raise RemoteProtocolError("emit needs 'tuple' as a JSON list", frame=body)
+    stream = obj.get("stream")
+    if stream is None:
+        stream = DEFAULT_STREAM
+    elif type(stream) is not str:
+        raise RemoteProtocolError("emit 'stream' must be a string", frame=body)
+    anchors: Any = obj.get("anchors")
+    if anchors is None:
+        anchors = ()
+    elif type(anchors) is str:  # §3.5: one anchor may be sent bare
+        anchors = (anchors,)
+    elif type(anchors) is list:
+        for a in anchors:
+            _str_id(a, "anchor", body)
+        anchors = tuple(anchors)
+    else:
+        raise RemoteProtocolError("emit 'anchors' must be a list of tuple id strings", frame=body)
+    task = obj.get("task")
+    if task is not None:
+        task = _int(task, "emit 'task'", body)
+        if task == 0:  # §3.5: absent or 0 is a normal emit
+            task = None
+    need = obj.get("need_task_ids", True)
+    if type(need) is not bool:
+        raise RemoteProtocolError("'need_task_ids' must be a JSON boolean", frame=body)
+    return Emit(values=values, stream=stream, anchors=anchors, id=obj.get("id"), task=task, need_task_ids=need)
+
+
+def decode_component_frame(body: bytes) -> Message:
+    """Decode a frame written by a component (bolt or spout)."""
+    obj = loads(body)
+    if type(obj) is not dict:
+        raise RemoteProtocolError("a component frame must be a JSON object", frame=body)
+    cmd = obj.get("command")
+    if cmd == "emit":
+        return _emit(obj, body)
+    if cmd == "ack":
+        return Ack(id=obj.get("id"))
+    if cmd == "fail":
+        return Fail(id=obj.get("id"))
+    if cmd == "sync":
+        return Sync()
+    if cmd == "log":
+        msg = obj.get("msg")
+        level = obj.get("level", 2)
+        if type(level) is not int or level not in (0, 1, 2, 3, 4):
+            level = 2  # §3.7: anything else is INFO
+        return Log(msg=msg if type(msg) is str else orjson.dumps(msg).decode(), level=level)
+    if cmd == "error":
+        msg = obj.get("msg")
+        return Error(msg=msg if type(msg) is str else orjson.dumps(msg).decode())
+    if cmd == "metrics":
+        name = obj.get("name")
+        if type(name) is not str:
+            raise RemoteProtocolError("metrics needs a string 'name'", frame=body)
+        return Metrics(name=name, params=obj.get("params"))
+    if cmd is None:
+        if "pid" in obj:
+            pid = _int(obj["pid"], "'pid'", body)
+            ext = obj.get("extensions") or ()
+            if type(ext) is not list or not all(type(e) is str for e in ext):
+                raise RemoteProtocolError("'extensions' must be a list of strings", frame=body)
+            return Pid(pid=pid, extensions=tuple(ext))
+        raise RemoteProtocolError("frame has no 'command'", frame=body)
+    if type(cmd) is not str:
+        raise RemoteProtocolError("'command' must be a string", frame=body)
+    return UnknownCommand(command=cmd, frame=obj)
+
+
+# --- decoding: what a host wrote (component side) -----------------------------
+
+_SPOUT_COMMANDS = {"next": Next, "activate": Activate, "deactivate": Deactivate}
+
+
+def decode_host_frame(body: bytes, *, spout: bool) -> Message:
+    """Decode a frame written by the host to a bolt (``spout=False``) or spout."""
+    obj = loads(body)
+    if type(obj) is list:
+        for t in obj:
+            _int(t, "task id", body)
+        return TaskIds(task_ids=obj)
+    if type(obj) is not dict:
+        raise RemoteProtocolError("a host frame must be a JSON object or a task-id list", frame=body)
+    if "pidDir" in obj:
+        pid_dir = obj["pidDir"]
+        if type(pid_dir) is not str:
+            raise RemoteProtocolError("'pidDir' must be a string", frame=body)
+        return Handshake(pid_dir=pid_dir, conf=obj.get("conf") or {}, context=obj.get("context") or {})
+    if spout:
+        cmd = obj.get("command")
+        if cmd == "ack":
+            return Ack(id=obj.get("id"))
+        if cmd == "fail":
+            return Fail(id=obj.get("id"))
+        cls = _SPOUT_COMMANDS.get(cmd)
+        if cls is not None:
+            return cls()
+        if type(cmd) is str:
+            return UnknownCommand(command=cmd, frame=obj)
+        raise RemoteProtocolError("spout frame has no 'command'", frame=body)
+    tid = obj.get("id")
+    stream = obj.get("stream")
+    if type(tid) is not str or type(stream) is not str:
+        raise RemoteProtocolError("a tuple needs string 'id' and 'stream'", frame=body)
+    if stream == HEARTBEAT_STREAM:
+        return Heartbeat(id=tid)
+    values = obj.get("tuple")
+    if type(values) is not list:
+        raise RemoteProtocolError("a tuple needs 'tuple' as a JSON list", frame=body)
+    comp = obj.get("comp")
+    task = obj.get("task")
+    if type(task) is not int:
+        raise RemoteProtocolError("a tuple needs an integer 'task'", frame=body)
+    if stream == TICK_STREAM and comp == SYSTEM_COMPONENT:
+        return Tick(id=tid, component=comp, stream=stream, task=task, values=values)
+    return Tuple(id=tid, component=comp, stream=stream, task=task, values=values)

@@ -1,0 +1,426 @@
+"""The Python component library: write a bolt or a spout in one file.
+
+    from multilang import BasicBolt
+
+    class Split(BasicBolt):
+        def process(self, tup):
+            for word in tup.values[0].split():
+                self.emit([word])
+
+    Split().run()
+
+The loop is blocking and built on the sans-IO :class:`~multilang.connection.Connection`:
+it reads stdin in large chunks, handles every frame that arrived, and writes
+everything produced in one ``write`` before it blocks again (one write per
+burst, DESIGN.md "Performance habits").
+
+stdout is the protocol channel, so :meth:`Component.run` guards it: the
+protocol gets a private duplicate of fd 1, fd 1 itself is pointed at stderr
+(so output of C code or child processes cannot corrupt the protocol), and
+``sys.stdout`` becomes a writer whose lines are sent as ``log`` frames. A
+stray ``print()`` therefore shows up in the host's log instead of killing the
+component.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import traceback
+from typing import Any, Iterable
+
+from ._state import Role, Side
+from .connection import NEED_DATA, Connection
+from .errors import RemoteProtocolError
+from .messages import (
+    DEFAULT_STREAM,
+    Ack,
+    Activate,
+    ConnectionClosed,
+    Deactivate,
+    Emit,
+    Error,
+    Fail,
+    Handshake,
+    Heartbeat,
+    Log,
+    Metrics,
+    Next,
+    Pid,
+    Sync,
+    TaskIds,
+    Tick,
+    TopologyContext,
+    Tuple,
+    UnknownCommand,
+)
+
+__all__ = ["Component", "Bolt", "BasicBolt", "Spout", "TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
+
+TRACE, DEBUG, INFO, WARN, ERROR = 0, 1, 2, 3, 4
+
+_READ_SIZE = 1 << 16
+_SYNC = Sync()
+
+
+class _Closed(Exception):
+    """stdin reached EOF: the host is gone or shutting us down (§5.4)."""
+
+
+class _LogWriter(io.TextIOBase):
+    """``sys.stdout`` while a component runs: complete lines become log frames."""
+
+    def __init__(self, component: "Component") -> None:
+        self._component = component
+        self._buf = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self._buf += s
+        if "\n" in self._buf:
+            head, _, self._buf = self._buf.rpartition("\n")
+            self._component.log(head, INFO)
+        return len(s)
+
+    def flush(self) -> None:
+        if self._buf:
+            text, self._buf = self._buf, ""
+            self._component.log(text, INFO)
+
+
+class Component:
+    """Common base: the handshake, the I/O loop, logging and metrics.
+
+    After the handshake ``self.conf`` holds the topology configuration and
+    ``self.context`` a :class:`~multilang.messages.TopologyContext`.
+    """
+
+    _role = Role.BOLT
+
+    def __init__(self) -> None:
+        self.conf: dict[str, Any] = {}
+        self.context: TopologyContext | None = None
+        self.pid_dir: str | None = None
+        self._conn = Connection(self._role, Side.COMPONENT)
+        self._out: list[bytes] = []
+        self._in_fd = 0
+        self._out_fd = 1
+
+    # -- hooks ------------------------------------------------------------
+
+    def initialize(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        """Called once after the handshake. Spouts may emit from here (§4.4)."""
+
+    # -- API common to bolts and spouts -----------------------------------
+
+    def log(self, msg: str, level: int = INFO) -> None:
+        """Send ``msg`` to the host's log at ``level`` (TRACE=0 .. ERROR=4)."""
+        self._out.append(self._conn.send(Log(msg=str(msg), level=level)))
+
+    def report_error(self, msg: str) -> None:
+        """Report an error to the host (the ``error`` command). Not fatal."""
+        self._out.append(self._conn.send(Error(msg=str(msg))))
+
+    def metrics(self, name: str, params: Any = None) -> None:
+        """Send a metric to the host."""
+        self._out.append(self._conn.send(Metrics(name=name, params=params)))
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self, stdin_fd: int | None = None, stdout_fd: int | None = None) -> None:
+        """Handshake, then serve the host until stdin closes; exit status 0."""
+        if stdin_fd is None and stdout_fd is None:
+            stdin_fd, stdout_fd = 0, self._guard_stdout()
+        self._in_fd = 0 if stdin_fd is None else stdin_fd
+        self._out_fd = 1 if stdout_fd is None else stdout_fd
+        try:
+            self._handshake()
+            self._serve()
+        except _Closed:
+            pass
+        finally:
+            if isinstance(sys.stdout, _LogWriter):
+                try:
+                    sys.stdout.flush()
+                    self._flush()
+                except OSError:
+                    pass
+
+    def _guard_stdout(self) -> int:
+        sys.stdout.flush()
+        proto = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = _LogWriter(self)
+        return proto
+
+    def _flush(self) -> None:
+        if not self._out:
+            return
+        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        self._out.clear()
+        view = memoryview(data)
+        while view:
+            n = os.write(self._out_fd, view)
+            view = view[n:]
+
+    def _read_more(self) -> None:
+        self._flush()
+        data = os.read(self._in_fd, _READ_SIZE)
+        self._conn.receive_data(data)
+
+    def _next_event(self) -> Any:
+        conn = self._conn
+        while True:
+            ev = conn.next_event()
+            if ev is not NEED_DATA:
+                if type(ev) is ConnectionClosed:
+                    raise _Closed()
+                return ev
+            self._read_more()
+
+    def _wait_task_ids(self) -> list[int]:
+        conn = self._conn
+        while True:
+            try:
+                ev = conn.next_task_ids()
+            except RemoteProtocolError:
+                if conn._reader.closed:
+                    raise _Closed() from None
+                raise
+            if ev is not NEED_DATA:
+                return ev.task_ids
+            self._read_more()
+
+    def _handshake(self) -> None:
+        ev = self._next_event()
+        if type(ev) is not Handshake:
+            raise RemoteProtocolError("expected the handshake first", frame=repr(ev))
+        self.pid_dir = ev.pid_dir
+        self.conf = ev.conf
+        self.context = ev.topology_context
+        pid = os.getpid()
+        # §2.3: an empty file named after our pid tells the host which
+        # process to signal; then the pid reply, before anything else.
+        with open(os.path.join(ev.pid_dir, str(pid)), "w"):
+            pass
+        self._out.append(self._conn.send(Pid(pid=pid)))
+        self._flush()
+        self.initialize(self.conf, self.context)
+
+    def _serve(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def _anchor_ids(anchors: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(a.id if isinstance(a, Tuple) else a for a in anchors)
+
+
+class Bolt(Component):
+    """A bolt with explicit acking: call :meth:`ack` or :meth:`fail` for every
+    input. Override :meth:`process` (and :meth:`process_tick` for ticks)."""
+
+    _role = Role.BOLT
+
+    def process(self, tup: Tuple) -> None:
+        """Handle one input tuple."""
+        raise NotImplementedError(f"{type(self).__name__} must define process(self, tup)")
+
+    def process_tick(self, tup: Tick) -> None:
+        """Handle a tick tuple (``topology.tick.tuple.freq.secs``). Never
+        passed to :meth:`process`. The default acks it."""
+        self.ack(tup)
+
+    def emit(
+        self,
+        values: list[Any],
+        stream: str | None = None,
+        anchors: Iterable[Tuple | str] | None = None,
+        direct_task: int | None = None,
+        need_task_ids: bool = False,
+    ) -> list[int] | None:
+        """Emit ``values`` anchored to ``anchors`` (tuples or their ids).
+
+        With ``need_task_ids=True`` this returns the ids of the tasks the tuple
+        went to, at the cost of a round trip to the host; the default does not
+        wait (as in pystorm).
+        """
+        emit = Emit(
+            values=values if type(values) is list else list(values),
+            stream=DEFAULT_STREAM if stream is None else stream,
+            anchors=_anchor_ids(anchors) if anchors else (),
+            task=direct_task,
+            need_task_ids=need_task_ids and direct_task is None,
+        )
+        self._out.append(self._conn.send(emit))
+        if emit.wants_task_ids:
+            return self._wait_task_ids()
+        return None
+
+    def emit_direct(
+        self, task: int, values: list[Any], stream: str | None = None, anchors: Iterable[Tuple | str] | None = None
+    ) -> None:
+        """Emit ``values`` to one task (the stream must use a direct grouping)."""
+        self.emit(values, stream=stream, anchors=anchors, direct_task=task)
+
+    def ack(self, tup: Tuple | str) -> None:
+        self._out.append(self._conn.send(Ack(id=tup.id if isinstance(tup, Tuple) else tup)))
+
+    def fail(self, tup: Tuple | str) -> None:
+        self._out.append(self._conn.send(Fail(id=tup.id if isinstance(tup, Tuple) else tup)))
+
+    def _serve(self) -> None:
+        conn = self._conn
+        out = self._out
+        sync = conn.send  # heartbeats: §5.1
+        while True:
+            ev = conn.next_event()
+            if ev is NEED_DATA:
+                self._read_more()
+                continue
+            t = type(ev)
+            if t is Tuple:
+                self._on_tuple(ev)
+            elif t is Heartbeat:
+                out.append(sync(_SYNC))
+            elif t is Tick:
+                self._on_tick(ev)
+            elif t is ConnectionClosed:
+                return
+            else:
+                raise RemoteProtocolError(f"unexpected {t.__name__} from the host", frame=repr(ev))
+
+    def _on_tuple(self, tup: Tuple) -> None:
+        try:
+            self.process(tup)
+        except Exception:
+            self.report_error(f"{type(self).__name__}.process failed:\n{traceback.format_exc()}")
+            self._flush()
+            raise
+
+    def _on_tick(self, tup: Tick) -> None:
+        self.process_tick(tup)
+
+
+class BasicBolt(Bolt):
+    """A bolt that anchors every emit to the current input, acks the input
+    after :meth:`process` returns, and on an exception reports the error,
+    fails the input and keeps running (Storm's ``BaseBasicBolt``)."""
+
+    _current: Tuple | None = None
+
+    def emit(
+        self,
+        values: list[Any],
+        stream: str | None = None,
+        anchors: Iterable[Tuple | str] | None = None,
+        direct_task: int | None = None,
+        need_task_ids: bool = False,
+    ) -> list[int] | None:
+        if anchors is None and self._current is not None:
+            anchors = (self._current.id,)
+        return super().emit(values, stream, anchors, direct_task, need_task_ids)
+
+    def process_tick(self, tup: Tick) -> None:
+        """Handle a tick tuple; it is acked afterwards. The default does nothing."""
+
+    def _on_tuple(self, tup: Tuple) -> None:
+        self._run_basic(self.process, tup)
+
+    def _on_tick(self, tup: Tick) -> None:
+        self._run_basic(self.process_tick, tup)
+
+    def _run_basic(self, hook: Any, tup: Tuple) -> None:
+        self._current = tup
+        try:
+            hook(tup)
+        except _Closed:
+            raise
+        except Exception:
+            self.report_error(f"{type(self).__name__} failed on tuple {tup.id}:\n{traceback.format_exc()}")
+            if tup.id in self._conn.pending:
+                self.fail(tup)
+        else:
+            if tup.id in self._conn.pending:  # unless the user acked or failed it
+                self.ack(tup)
+        finally:
+            self._current = None
+
+
+class Spout(Component):
+    """A spout. Override :meth:`next_tuple`, and :meth:`ack` / :meth:`fail`
+    to learn the fate of reliable emits (replay on fail is up to you)."""
+
+    _role = Role.SPOUT
+
+    def activate(self) -> None:
+        """The topology was activated (always the first command, §4.1)."""
+
+    def deactivate(self) -> None:
+        """The topology was deactivated: stop emitting until activated."""
+
+    def next_tuple(self) -> None:
+        """Emit zero or more tuples. Called only when the host wants more."""
+
+    def ack(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` completed."""
+
+    def fail(self, msg_id: Any) -> None:
+        """The tuple tree of ``msg_id`` failed or timed out; re-emit to replay."""
+
+    def emit(
+        self,
+        values: list[Any],
+        stream: str | None = None,
+        msg_id: Any = None,
+        direct_task: int | None = None,
+        need_task_ids: bool = False,
+    ) -> list[int] | None:
+        """Emit ``values``. A ``msg_id`` (any JSON value, 0 included) makes the
+        emit reliable: the spout is later told ``ack(msg_id)`` or ``fail(msg_id)``."""
+        emit = Emit(
+            values=values if type(values) is list else list(values),
+            stream=DEFAULT_STREAM if stream is None else stream,
+            id=msg_id,
+            task=direct_task,
+            need_task_ids=need_task_ids and direct_task is None,
+        )
+        self._out.append(self._conn.send(emit))
+        if emit.wants_task_ids:
+            return self._wait_task_ids()
+        return None
+
+    def emit_direct(self, task: int, values: list[Any], stream: str | None = None, msg_id: Any = None) -> None:
+        self.emit(values, stream=stream, msg_id=msg_id, direct_task=task)
+
+    def _serve(self) -> None:
+        while True:
+            ev = self._next_event()
+            t = type(ev)
+            try:
+                if t is Next:
+                    self.next_tuple()
+                elif t is Ack:
+                    self.ack(ev.id)
+                elif t is Fail:
+                    self.fail(ev.id)
+                elif t is Activate:
+                    self.activate()
+                elif t is Deactivate:
+                    self.deactivate()
+                elif t is UnknownCommand:
+                    self.log(f"ignoring unknown spout command {ev.command!r}", WARN)
+                else:
+                    raise RemoteProtocolError(f"unexpected {t.__name__} from the host", frame=repr(ev))
+            except (_Closed, RemoteProtocolError):
+                raise
+            except Exception:
+                self.report_error(f"{type(self).__name__} failed in {t.__name__.lower()}:\n{traceback.format_exc()}")
+                self._out.append(self._conn.send(_SYNC))
+                self._flush()
+                raise
+            # §4.2: exactly one sync per command.
+            self._out.append(self._conn.send(_SYNC))
+

@@ -1,0 +1,111 @@
+"""The exception hierarchy (DESIGN.md "Errors").
+
+Every error says whose fault it is: ``LocalProtocolError`` means *we* tried to
+break the protocol, ``RemoteProtocolError`` means the peer did. Errors a user
+can see from the runtime name the component and task and say what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MultilangError",
+    "ProtocolError",
+    "LocalProtocolError",
+    "RemoteProtocolError",
+    "FrameTooLarge",
+    "TopologyError",
+    "ComponentError",
+    "ComponentCrashed",
+    "HeartbeatTimeout",
+    "ComponentReportedError",
+]
+
+_EXCERPT = 200
+
+
+def excerpt(data: bytes | str | None, limit: int = _EXCERPT) -> str:
+    """A short, printable rendering of offending bytes for error messages."""
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    text = repr(bytes(data[:limit]))
+    if len(data) > limit:
+        text += f"... ({len(data)} bytes)"
+    return text
+
+
+class MultilangError(Exception):
+    """Root of every error raised by multilang-bridge."""
+
+
+class ProtocolError(MultilangError):
+    """A multilang protocol rule was broken.
+
+    ``frame`` holds the offending frame (bytes as read or written, or the
+    decoded message) when there is one.
+    """
+
+    def __init__(self, msg: str, *, frame: object = None) -> None:
+        self.frame = frame
+        if frame is not None:
+            shown = excerpt(frame) if isinstance(frame, (bytes, bytearray, str)) else repr(frame)[:_EXCERPT]
+            msg = f"{msg} (frame: {shown})"
+        super().__init__(msg)
+
+
+class LocalProtocolError(ProtocolError):
+    """We (this side of the connection) tried to break the protocol."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol."""
+
+
+class FrameTooLarge(RemoteProtocolError):
+    """The peer sent a frame (or an unterminated line) over the size limit."""
+
+
+class TopologyError(MultilangError):
+    """A topology is invalid; raised when it is built, before anything runs."""
+
+
+class ComponentError(MultilangError):
+    """A component process failed. Carries its identity for the error message."""
+
+    def __init__(
+        self,
+        msg: str,
+        *,
+        component: str | None = None,
+        task: int | None = None,
+        pid: int | None = None,
+        stderr_tail: str = "",
+        last_frames: tuple[bytes, ...] = (),
+    ) -> None:
+        self.component = component
+        self.task = task
+        self.pid = pid
+        self.stderr_tail = stderr_tail
+        self.last_frames = last_frames
+        where = f"component {component!r} task {task}" if component is not None else "component"
+        if pid is not None:
+            where += f" (pid {pid})"
+        text = f"{where}: {msg}"
+        if last_frames:
+            text += "\n  last frames from it:\n" + "\n".join(f"    {excerpt(f)}" for f in last_frames)
+        if stderr_tail:
+            text += "\n  stderr tail:\n" + "\n".join(f"    {line}" for line in stderr_tail.splitlines())
+        super().__init__(text)
+
+
+class ComponentCrashed(ComponentError):
+    """The process exited, closed its stdout, or broke the protocol."""
+
+
+class HeartbeatTimeout(ComponentError):
+    """The process sent nothing within the subprocess timeout."""
+
+
+class ComponentReportedError(ComponentError):
+    """The component sent an ``error`` command (not fatal; reported)."""

@@ -1,0 +1,276 @@
+"""Typed messages for every multilang command, both directions (spec §2-§4).
+
+Frozen, keyword-only dataclasses, one per wire command (the h11 ``_events``
+model). ``Ack`` and ``Fail`` have the same shape in both directions (a bolt acks
+a tuple id to its host; a host acks a message id to its spout), so one class
+serves both; the connection's role decides which direction is legal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Message",
+    "Handshake",
+    "TopologyContext",
+    "Pid",
+    "Tuple",
+    "Tick",
+    "Heartbeat",
+    "TaskIds",
+    "Emit",
+    "Ack",
+    "Fail",
+    "Log",
+    "Error",
+    "Metrics",
+    "Sync",
+    "Next",
+    "Activate",
+    "Deactivate",
+    "SpoutCommand",
+    "UnknownCommand",
+    "ConnectionClosed",
+    "DEFAULT_STREAM",
+    "HEARTBEAT_STREAM",
+    "TICK_STREAM",
+    "SYSTEM_COMPONENT",
+    "LOG_LEVELS",
+]
+
+DEFAULT_STREAM = "default"
+HEARTBEAT_STREAM = "__heartbeat"
+TICK_STREAM = "__tick"
+SYSTEM_COMPONENT = "__system"
+SYSTEM_TASK = -1
+
+#: §3.7 log levels; anything else is INFO.
+LOG_LEVELS = {0: "TRACE", 1: "DEBUG", 2: "INFO", 3: "WARN", 4: "ERROR"}
+
+_FROZEN = dict(frozen=True, kw_only=True, slots=True)
+
+
+class Message:
+    """Base of every message."""
+
+    __slots__ = ()
+
+
+@dataclass(**_FROZEN)
+class TopologyContext:
+    """The handshake ``context`` object (spec §2.2): 8 keys, Storm's names."""
+
+    task_id: int
+    component_id: str
+    task_to_component: dict[int, str] = field(default_factory=dict)
+    streams: list[str] = field(default_factory=list)
+    stream_to_output_fields: dict[str, list[str]] = field(default_factory=dict)
+    stream_to_target_to_grouping: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    source_to_stream_to_grouping: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    source_to_stream_to_fields: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def component_tasks(self, component: str) -> list[int]:
+        """Task ids of ``component``, ascending (Storm's ``getComponentTasks``)."""
+        return sorted(t for t, c in self.task_to_component.items() if c == component)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            # JSON object keys are strings: Storm writes task ids as strings.
+            "task->component": {str(t): c for t, c in self.task_to_component.items()},
+            "taskid": self.task_id,
+            "componentid": self.component_id,
+            "streams": list(self.streams),
+            "stream->outputfields": self.stream_to_output_fields,
+            "stream->target->grouping": self.stream_to_target_to_grouping,
+            "source->stream->grouping": self.source_to_stream_to_grouping,
+            "source->stream->fields": self.source_to_stream_to_fields,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "TopologyContext":
+        return cls(
+            task_id=int(obj.get("taskid", 0)),
+            component_id=obj.get("componentid", ""),
+            task_to_component={int(t): c for t, c in (obj.get("task->component") or {}).items()},
+            streams=list(obj.get("streams") or []),
+            stream_to_output_fields=obj.get("stream->outputfields") or {},
+            stream_to_target_to_grouping=obj.get("stream->target->grouping") or {},
+            source_to_stream_to_grouping=obj.get("source->stream->grouping") or {},
+            source_to_stream_to_fields=obj.get("source->stream->fields") or {},
+        )
+
+
+# --- host -> component -----------------------------------------------------
+
+
+@dataclass(**_FROZEN)
+class Handshake(Message):
+    """First frame from the host (§2.2). ``context`` is kept as Storm's JSON."""
+
+    pid_dir: str
+    conf: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def topology_context(self) -> TopologyContext:
+        return TopologyContext.from_json(self.context)
+
+
+@dataclass(**_FROZEN)
+class Tuple(Message):
+    """An input tuple for a bolt (§3.1). ``id`` is a string, echoed verbatim."""
+
+    id: str
+    component: str | None
+    stream: str
+    task: int
+    values: list[Any]
+
+
+@dataclass(**_FROZEN)
+class Tick(Tuple):
+    """A tick tuple (§3.3): an ordinary, ackable input on ``__system/__tick``."""
+
+
+@dataclass(**_FROZEN)
+class Heartbeat(Message):
+    """A heartbeat tuple (§5.1). Answered with ``sync``; never acked."""
+
+    id: str
+
+
+@dataclass(**_FROZEN)
+class TaskIds(Message):
+    """The reply to a non-direct emit that wanted task ids (§3.4)."""
+
+    task_ids: list[int]
+
+
+@dataclass(**_FROZEN)
+class SpoutCommand(Message):
+    """Base of the host's commands to a spout (§4.1). Exactly one ``sync`` answers each."""
+
+    @property
+    def command(self) -> str:
+        return _SPOUT_COMMAND_NAMES[type(self)]
+
+
+@dataclass(**_FROZEN)
+class Next(SpoutCommand):
+    pass
+
+
+@dataclass(**_FROZEN)
+class Activate(SpoutCommand):
+    pass
+
+
+@dataclass(**_FROZEN)
+class Deactivate(SpoutCommand):
+    pass
+
+
+# --- both directions -------------------------------------------------------
+
+
+@dataclass(**_FROZEN)
+class Ack(SpoutCommand):
+    """Bolt -> host: ack tuple ``id`` (a string). Host -> spout: ack message
+    ``id`` (any JSON, its type preserved)."""
+
+    id: Any
+
+
+@dataclass(**_FROZEN)
+class Fail(SpoutCommand):
+    """Like :class:`Ack`, for failure."""
+
+    id: Any
+
+
+# --- component -> host -----------------------------------------------------
+
+
+@dataclass(**_FROZEN)
+class Pid(Message):
+    """The handshake reply (§2.3). ``extensions`` lists accepted extensions (§9)."""
+
+    pid: int
+    extensions: tuple[str, ...] = ()
+
+
+_NO_ID = None
+
+
+@dataclass(**_FROZEN)
+class Emit(Message):
+    """``emit`` from a bolt (``anchors``) or a spout (``id``) (§3.5, §4.3).
+
+    ``task`` is ``None`` for a normal emit and the target task for a direct
+    emit, which is never answered with task ids. A spout emit with ``id`` None
+    is unreliable; any other JSON value (0 included) is a reliable message id.
+    """
+
+    values: list[Any]
+    stream: str = DEFAULT_STREAM
+    anchors: tuple[str, ...] = ()
+    id: Any = _NO_ID
+    task: int | None = None
+    need_task_ids: bool = True
+
+    @property
+    def is_direct(self) -> bool:
+        return self.task is not None
+
+    @property
+    def wants_task_ids(self) -> bool:
+        return self.need_task_ids and self.task is None
+
+
+@dataclass(**_FROZEN)
+class Log(Message):
+    msg: str
+    level: int = 2
+
+
+@dataclass(**_FROZEN)
+class Error(Message):
+    """The ``error`` command: reported, not fatal (§3.7)."""
+
+    msg: str
+
+
+@dataclass(**_FROZEN)
+class Metrics(Message):
+    name: str
+    params: Any = None
+
+
+@dataclass(**_FROZEN)
+class Sync(Message):
+    """Answers a heartbeat (bolt) or ends a command (spout)."""
+
+
+@dataclass(**_FROZEN)
+class UnknownCommand(Message):
+    """A frame with a ``command`` we do not know. Bolt hosts ignore it (Storm
+    does); spout hosts treat it as a protocol error (§3.7, §4.5)."""
+
+    command: str
+    frame: dict[str, Any]
+
+
+@dataclass(**_FROZEN)
+class ConnectionClosed(Message):
+    """The peer closed its output (EOF)."""
+
+
+_SPOUT_COMMAND_NAMES: dict[type, str] = {
+    Next: "next",
+    Activate: "activate",
+    Deactivate: "deactivate",
+    Ack: "ack",
+    Fail: "fail",
+}

@@ -1,0 +1,2 @@
+"""The host runtime (trio): supervised ShellBolt/ShellSpout processes,
+topologies, the acker. Imported as ``multilang.shellbolt``."""
