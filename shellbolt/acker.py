@@ -1,0 +1,161 @@
+"""Storm's acker, exactly (spec/PROTOCOL.md §7). Pure: no I/O, time passed in.
+
+Every tuple edge gets a random 64-bit id. A tuple instance carries, per root
+it belongs to, the XOR of the edge ids that created it (``ids``), and
+accumulates the edge ids of the tuples later anchored to it (``ack_val``).
+
+* a spout's reliable emit to n tasks registers root r with e1 ^ ... ^ en;
+* a bolt emit anchored to tuples A1..Ak, for each destination task, draws a
+  fresh edge e, XORs it into each anchor's ``ack_val`` and into the new
+  tuple's id for each of the anchor's roots (§7.1, §7.2);
+* acking a tuple XORs ``ids[r] ^ ack_val`` into each of its roots r;
+* a root whose value returns to 0 is complete (false completion ~2^-64);
+* any fail fails the root once; a root not complete within the message
+  timeout is failed; later acks and fails of it are ignored (§7.3, §7.4).
+
+Order of init and updates does not matter (XOR commutes), which is what lets
+the runtime register a root after its first edges are already on their way.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Acker", "Root", "TupleEdges", "new_edge_id"]
+
+_MASK = (1 << 64) - 1
+
+
+def new_edge_id(rand: Callable[[int], int] = random.getrandbits) -> int:
+    """A random non-zero 64-bit edge id."""
+    while True:
+        e = rand(64)
+        if e:
+            return e
+
+
+@dataclass(slots=True)
+class TupleEdges:
+    """The acker's view of one delivered tuple: its ids per root and its
+    accumulated out-edges. An unanchored tuple has no roots."""
+
+    ids: dict[int, int] = field(default_factory=dict)
+    ack_val: int = 0
+
+
+@dataclass(slots=True)
+class Root:
+    """One spout tuple tree being tracked."""
+
+    value: int
+    spout_task: int
+    msg_id: Any
+    deadline: float
+
+
+class Acker:
+    """Tracks tuple trees. Call :meth:`completed` / :meth:`failed_roots` after
+    updates to learn what to tell the spouts."""
+
+    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = random.getrandbits) -> None:
+        self.timeout = timeout
+        self._rand = rand
+        self.roots: dict[int, Root] = {}
+        #: (spout_task, msg_id) of trees completed / failed since last drained.
+        self._acked: list[tuple[int, Any]] = []
+        self._failed: list[tuple[int, Any]] = []
+        self.stats = {"completed": 0, "failed": 0, "timed_out": 0}
+
+    def new_id(self) -> int:
+        return new_edge_id(self._rand)
+
+    # -- spout side ---------------------------------------------------------
+
+    def init(self, root: int, value: int, spout_task: int, msg_id: Any, now: float) -> None:
+        """Register a spout tuple's tree (``value`` = XOR of its first edges)."""
+        self.roots[root] = Root(value, spout_task, msg_id, now + self.timeout)
+        if value == 0:  # emitted to no task: complete at once, as in Storm
+            self._complete(root)
+
+    def spout_emit(self, spout_task: int, msg_id: Any, n_targets: int, now: float) -> tuple[int, list[TupleEdges]]:
+        """A reliable spout emit to ``n_targets`` tasks: returns the root id and
+        one :class:`TupleEdges` per target."""
+        root = self.new_id()
+        edges = []
+        value = 0
+        for _ in range(n_targets):
+            e = self.new_id()
+            value ^= e
+            edges.append(TupleEdges({root: e}))
+        self.init(root, value, spout_task, msg_id, now)
+        return root, edges
+
+    # -- bolt side ----------------------------------------------------------
+
+    def anchor(self, anchors: list[TupleEdges], n_targets: int) -> list[TupleEdges]:
+        """A bolt emit anchored to ``anchors``: one new :class:`TupleEdges` per
+        target task, with the anchors' ``ack_val`` updated (§7.1, §7.2)."""
+        out = []
+        for _ in range(n_targets):
+            ids: dict[int, int] = {}
+            if anchors:
+                e = self.new_id()
+                for a in anchors:
+                    if not a.ids:
+                        continue
+                    a.ack_val ^= e
+                    for r in a.ids:
+                        ids[r] = ids.get(r, 0) ^ e
+            out.append(TupleEdges(ids))
+        return out
+
+    def ack(self, t: TupleEdges) -> None:
+        """The tuple was acked by the task it was delivered to."""
+        for r, tid in t.ids.items():
+            root = self.roots.get(r)
+            if root is None:
+                continue  # late ack of a failed or timed-out tree (§7.4)
+            root.value ^= tid ^ t.ack_val
+            if root.value == 0:
+                self._complete(r)
+
+    def fail(self, t: TupleEdges) -> None:
+        """The tuple was failed (explicitly, or its process died)."""
+        for r in t.ids:
+            self.fail_root(r)
+
+    def fail_root(self, r: int) -> None:
+        root = self.roots.pop(r, None)
+        if root is not None:
+            self.stats["failed"] += 1
+            self._failed.append((root.spout_task, root.msg_id))
+
+    def expire(self, now: float) -> int:
+        """Fail every tree past its deadline; returns how many."""
+        late = [r for r, root in self.roots.items() if root.deadline <= now]
+        for r in late:
+            self.fail_root(r)
+        self.stats["timed_out"] += len(late)
+        return len(late)
+
+    def _complete(self, r: int) -> None:
+        root = self.roots.pop(r)
+        self.stats["completed"] += 1
+        self._acked.append((root.spout_task, root.msg_id))
+
+    # -- results ----------------------------------------------------------------
+
+    def drain(self) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+        """(acked, failed) since the last call, as (spout_task, msg_id) pairs."""
+        acked, failed = self._acked, self._failed
+        self._acked, self._failed = [], []
+        return acked, failed
+
+    @property
+    def pending(self) -> int:
+        return len(self.roots)
+
+    def pending_for(self, spout_task: int) -> int:
+        return sum(1 for root in self.roots.values() if root.spout_task == spout_task)

@@ -1,0 +1,906 @@
+"""The topology executor: tasks, routing, the acker, spout driving, supervision.
+
+Every task of a topology is one trio task under the runtime's nursery. A
+shell task runs *sessions*: spawn + handshake, then reader, writer, stderr
+drain, heartbeats and a watchdog in a nursery of their own. When a session
+ends badly (crash, EOF, hang, protocol error) the task fails the tuples that
+were in flight in that process, so their spouts replay them, and starts a new
+session after a backoff, until the component's restart budget is spent
+(spec/PROTOCOL.md §8.2). Tuples still queued for the task are not lost: the
+next process gets them.
+
+Hot paths follow DESIGN.md: a reader handles every frame of a chunk before it
+awaits anything; a writer sends every ready frame in one ``send_all``;
+backpressure is awaited once per chunk, not once per tuple.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import shutil
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import trio
+
+from multilang._state import Role
+from multilang.errors import ComponentError, ComponentReportedError, HeartbeatTimeout
+from multilang.messages import (
+    LOG_LEVELS,
+    SYSTEM_COMPONENT,
+    SYSTEM_TASK,
+    TICK_STREAM,
+    Ack,
+    Activate,
+    Deactivate,
+    Emit,
+    Error,
+    Fail,
+    Heartbeat,
+    Log,
+    Metrics,
+    Next,
+    Sync,
+    TaskIds,
+    Tick,
+    Tuple,
+)
+
+from .acker import Acker, TupleEdges
+from .grouping import Grouping, Router
+from .process import ShellProcess
+from .topology import ComponentDef, PythonBolt, PythonSpout, Topology
+
+__all__ = ["Runtime", "RunResult", "ComponentStats"]
+
+log = logging.getLogger("multilang.shellbolt")
+_PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_INBOX_CAPACITY = 1024
+
+
+@dataclass
+class ComponentStats:
+    """Counters per component (all its tasks)."""
+
+    emitted: int = 0  # tuples emitted by the component
+    executed: int = 0  # tuples delivered to it (bolts)
+    acked: int = 0  # bolts: inputs acked; spouts: trees completed
+    failed: int = 0  # bolts: inputs failed (incl. by crashes); spouts: trees failed
+    restarts: int = 0
+    errors: int = 0  # `error` commands and emit errors
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """What a run did. ``ok`` is False if a component gave up or trees were
+    still incomplete when the run ended."""
+
+    stats: dict[str, ComponentStats]
+    completed: int
+    failed: int
+    timed_out: int
+    pending: int
+    gave_up: list[ComponentError]
+    outputs: list[dict[str, Any]]
+
+    @property
+    def ok(self) -> bool:
+        return not self.gave_up and self.pending == 0
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A tuple on its way to one task."""
+
+    values: list[Any]
+    source: str | None
+    stream: str
+    source_task: int
+    edges: TupleEdges
+    tick: bool = False
+
+
+def _component_error(exc: BaseException) -> ComponentError | None:
+    if isinstance(exc, ComponentError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            found = _component_error(e)
+            if found is not None:
+                return found
+    return None
+
+
+def _new_tuple_id() -> str:
+    # §3.1: the decimal string of a random signed 64-bit number.
+    return str(random.getrandbits(64) - (1 << 63))
+
+
+# --- tasks ------------------------------------------------------------------------
+
+
+class Task:
+    """One task of one component: an inbox, stats, and a run loop."""
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        self.runtime = runtime
+        self.comp = comp
+        self.name = comp.name
+        self.task_id = task_id
+        self.conf = runtime.topology.conf_for(comp.name)
+        self.stats = runtime.stats[comp.name]
+        self.inbox: deque[Delivery] = deque()
+        self.capacity = _INBOX_CAPACITY
+        self._space = trio.lowlevel.ParkingLot()
+        self._work = trio.lowlevel.ParkingLot()
+        self.in_flight: dict[str, TupleEdges] = {}
+        self.idle = True  # spouts: the last `next` emitted nothing and nothing is owed
+
+    def deliver(self, d: Delivery) -> None:
+        self.inbox.append(d)
+        self._work.unpark_all()
+
+    def full(self) -> bool:
+        return len(self.inbox) >= self.capacity
+
+    async def wait_for_space(self) -> None:
+        while len(self.inbox) >= self.capacity:
+            await self._space.park()
+
+    def kick(self) -> None:
+        self._work.unpark_all()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.inbox) or bool(self.in_flight)
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    def where(self) -> str:
+        return f"{self.name}:{self.task_id}"
+
+
+class ShellTask(Task):
+    """Supervision common to shell bolts and spouts (§8.2)."""
+
+    role = Role.BOLT
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.proc: ShellProcess | None = None
+        c = self.conf
+        self.timeout = float(c.get("topology.subprocess.timeout.secs") or c.get("supervisor.worker.timeout.secs") or 30)
+        self.handshake_timeout = float(c.get("multilang.handshake.timeout.secs") or 30)
+        self.kill_grace = float(c.get("multilang.kill.grace.secs") or 2)
+        self.budget = int(c.get("multilang.restart.budget", 5))
+        self.window = float(c.get("multilang.restart.window.secs", 60))
+        self._blocked = False  # our reader waits on downstream space: not the child's fault
+
+    async def run(self) -> None:
+        restarts: deque[float] = deque()
+        backoff = 0.1
+        while True:
+            started = trio.current_time()
+            try:
+                await self._session()
+                return
+            except BaseException as exc:
+                err = _component_error(exc)
+                if err is None or self.runtime.stopping:
+                    if err is not None:
+                        return
+                    raise
+            self._on_session_lost()
+            now = trio.current_time()
+            if now - started > 10:
+                backoff = 0.1
+            restarts.append(now)
+            while restarts and restarts[0] < now - self.window:
+                restarts.popleft()
+            if len(restarts) > self.budget:
+                log.error("%s: giving up after %d restarts in %gs: %s", self.where(), len(restarts) - 1, self.window, err)
+                self.runtime.give_up(err)
+                return
+            self.stats.restarts += 1
+            log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs): %s",
+                      self.where(), backoff, len(restarts), self.budget, self.window, err)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _on_session_lost(self) -> None:
+        """Fail what the dead process had in flight, so spouts replay (§8.2)."""
+        if self.in_flight:
+            acker = self.runtime.acker
+            for edges in self.in_flight.values():
+                acker.fail(edges)
+            self.stats.failed += len(self.in_flight)
+            self.in_flight.clear()
+            self.runtime.settle()
+
+    async def _session(self) -> None:
+        rt = self.runtime
+        argv, cwd, env = rt.topology.resolve_command(self.comp)
+        proc = ShellProcess(
+            component=self.name, task=self.task_id, role=self.role, argv=argv, cwd=cwd, env=env,
+            pid_dir=rt.pid_dir, max_frame_size=int(self.conf.get("multilang.max.frame.bytes") or 64 << 20),
+        )
+        self.proc = proc
+        try:
+            conf = {**self.conf}
+            context = rt.topology.context_for(self.name, self.task_id).to_json()
+            async with trio.open_nursery() as n:
+                n.start_soon(self._stderr, proc)
+                early = await proc.start(conf, context, self.handshake_timeout)
+                log.debug("%s started: pid %s", self.where(), proc.pid)
+                await self._handle(proc, early)
+                await self._serve(proc, n)
+        finally:
+            await proc.aclose(self.kill_grace)
+            self.proc = None
+
+    async def _stderr(self, proc: ShellProcess) -> None:
+        while proc.proc is None:
+            await trio.sleep(0.005)
+        await proc.drain_stderr()
+
+    async def _watchdog(self, proc: ShellProcess, expecting: Callable[[], float | None]) -> None:
+        """Kill a process that sends nothing for the subprocess timeout (§5.2).
+
+        ``expecting()`` returns since when a frame is due, or None when
+        nothing is (an idle spout)."""
+        period = min(1.0, self.timeout / 4)
+        while True:
+            await trio.sleep(period)
+            since = expecting()
+            if since is None or self._blocked:
+                continue
+            if trio.current_time() - max(since, proc.last_inbound) > self.timeout:
+                proc.kill()
+                raise proc.error(HeartbeatTimeout, f"sent nothing for {self.timeout:g}s (subprocess timeout, §5.2); killed")
+
+    def _common(self, ev: Any, proc: ShellProcess) -> None:
+        """log / error / metrics / sync / unknown commands (§3.7)."""
+        t = type(ev)
+        if t is Log:
+            log.log(_PY_LEVEL.get(ev.level, logging.INFO), "[%s pid %s] %s", self.where(), proc.pid, ev.msg)
+        elif t is Error:
+            self.stats.errors += 1
+            err = ComponentReportedError(ev.msg, component=self.name, task=self.task_id, pid=proc.pid)
+            self.runtime.reported_errors.append(err)
+            log.error("%s", err)
+        elif t is Metrics:
+            self.stats.metrics[ev.name] = ev.params
+        elif t is Sync:
+            pass
+        else:  # UnknownCommand on a bolt: Storm ignores it; so do we, loudly once
+            log.warning("%s (pid %s) sent unknown command %r; ignored (§3.7)", self.where(), proc.pid, getattr(ev, "command", ev))
+
+    async def _after_batch(self, touched: set["Task"]) -> None:
+        """Settle the acker, then wait (once per chunk) for downstream space."""
+        self.runtime.settle()
+        full = [t for t in touched if t.full()]
+        if full:
+            self._blocked = True
+            try:
+                for t in full:
+                    await t.wait_for_space()
+            finally:
+                self._blocked = False
+                if self.proc is not None:
+                    self.proc.last_inbound = trio.current_time()
+
+    async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
+        raise NotImplementedError
+
+    async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
+        raise NotImplementedError
+
+
+class ShellBoltTask(ShellTask):
+    """A bolt process: tuples in (bounded by max pending), emits/acks out."""
+
+    role = Role.BOLT
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.max_pending = int(self.conf.get("topology.shellbolt.max.pending") or 100)
+        self.heartbeat_interval = float(self.conf.get("multilang.heartbeat.interval.secs") or 1.0)
+        self.hold = bool(self.conf.get("multilang.hold.emits.until.ack"))
+        self._urgent: list[bytes] = []
+        # hold mode: input id -> emits waiting for it to be acked
+        self._held: dict[str, list[_Held]] = {}
+
+    async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
+        self._urgent = []
+        self._held = {}
+        nursery.start_soon(self._writer, proc)
+        nursery.start_soon(self._heartbeats, proc)
+        nursery.start_soon(self._watchdog, proc, lambda: proc.last_inbound)
+        while True:
+            await self._handle(proc, await proc.read_events())
+
+    async def _heartbeats(self, proc: ShellProcess) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            await proc.wait_if_closed()
+            self._urgent.append(proc.conn.send(Heartbeat(id=_new_tuple_id())))
+            self.kick()
+
+    async def _writer(self, proc: ShellProcess) -> None:
+        conn = proc.conn
+        inbox = self.inbox
+        in_flight = self.in_flight
+        while True:
+            while not self._urgent and not (inbox and len(in_flight) < self.max_pending):
+                await self._work.park()
+            await proc.wait_if_closed()
+            # §5.3: task-id replies and heartbeats jump the tuple queue.
+            parts, self._urgent = self._urgent, []
+            room = self.max_pending - len(in_flight)
+            took = 0
+            send = conn.send
+            while inbox and took < room:
+                d = inbox.popleft()
+                tid = _new_tuple_id()
+                while tid in in_flight:
+                    tid = _new_tuple_id()
+                cls = Tick if d.tick else Tuple
+                parts.append(send(cls(id=tid, component=d.source, stream=d.stream, task=d.source_task, values=d.values)))
+                in_flight[tid] = d.edges
+                took += 1
+            if took:
+                self.stats.executed += took
+                self._space.unpark_all()
+            await proc.write(b"".join(parts))
+
+    async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
+        rt = self.runtime
+        acker = rt.acker
+        in_flight = self.in_flight
+        touched: set[Task] = set()
+        freed = False
+        for ev in events:
+            t = type(ev)
+            if t is Emit:
+                anchors = [in_flight[a] for a in ev.anchors]  # the connection checked they are pending
+                if self.hold and ev.anchors:
+                    targets = rt.targets(self, ev)
+                    held = _Held(ev, targets, set(ev.anchors))
+                    for a in ev.anchors:
+                        self._held.setdefault(a, []).append(held)
+                    ids = targets or []
+                else:
+                    ids = rt.route(self, ev, anchors, touched)
+                if ev.wants_task_ids:
+                    self._urgent.append(proc.conn.send(TaskIds(task_ids=ids)))
+                    self.kick()
+            elif t is Ack:
+                edges = in_flight.pop(ev.id)
+                if self._held:
+                    self._release(ev.id, edges, touched)
+                acker.ack(edges)
+                self.stats.acked += 1
+                freed = True
+            elif t is Fail:
+                edges = in_flight.pop(ev.id)
+                if self._held:
+                    self._drop(ev.id)
+                acker.fail(edges)
+                self.stats.failed += 1
+                freed = True
+            else:
+                self._common(ev, proc)
+        if freed:
+            self.kick()
+        await self._after_batch(touched)
+
+    def _release(self, tid: str, edges: TupleEdges, touched: set[Task]) -> None:
+        """Hold mode: the input was acked, so the emits anchored to it go out
+        now, before the ack reaches the acker (the tree must not complete in
+        between)."""
+        for held in self._held.pop(tid, ()):
+            if held.done:
+                continue
+            held.done = True
+            anchors = [self.in_flight[a] for a in held.anchors if a in self.in_flight and a != tid]
+            anchors.append(edges)
+            self.runtime.route(self, held.emit, anchors, touched, targets=held.targets)
+
+    def _drop(self, tid: str) -> None:
+        for held in self._held.pop(tid, ()):
+            held.anchors.discard(tid)
+            if not held.anchors:
+                held.done = True
+
+
+@dataclass(slots=True)
+class _Held:
+    emit: Emit
+    targets: list[int] | None
+    anchors: set[str]
+    done: bool = False
+
+
+class ShellSpoutTask(ShellTask):
+    """A spout process: commands out, one sync back per command (§4)."""
+
+    role = Role.SPOUT
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.notices: deque[tuple[str, Any]] = deque()  # ("ack"|"fail", msg_id) to deliver
+        self.pending_roots = 0
+        self.idle = False
+        self._sync: trio.Event | None = None
+        self._command_since: float | None = None
+        self._empty_nexts = 0
+        self._deactivated = False
+
+    def notify(self, kind: str, msg_id: Any) -> None:
+        self.notices.append((kind, msg_id))
+        self.kick()
+
+    async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
+        self._sync = None
+        self._command_since = None
+        self._deactivated = False
+        nursery.start_soon(self._watchdog, proc, lambda: self._command_since)
+        nursery.start_soon(self._driver, proc)
+        while True:
+            await self._handle(proc, await proc.read_events())
+
+    async def _command(self, proc: ShellProcess, cmd: Any) -> None:
+        await proc.wait_if_closed()
+        self._sync = trio.Event()
+        self._command_since = trio.current_time()
+        await proc.write(proc.conn.send(cmd))
+        await self._sync.wait()
+        self._command_since = None
+
+    async def _driver(self, proc: ShellProcess) -> None:
+        rt = self.runtime
+        await self._command(proc, Activate())  # §4.1: always first
+        idle_sleep = 0.001
+        while True:
+            if self.notices:
+                kind, msg_id = self.notices.popleft()
+                await self._command(proc, Ack(id=msg_id) if kind == "ack" else Fail(id=msg_id))
+                continue
+            if rt.spouts_stopped:
+                if not self._deactivated:
+                    self._deactivated = True
+                    await self._command(proc, Deactivate())
+                self.idle = True
+                await self._work.park()
+                continue
+            if rt.may_emit(self):
+                before = self.stats.emitted
+                await self._command(proc, Next())
+                if self.stats.emitted == before:
+                    self._empty_nexts += 1
+                    self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
+                    # Storm's spout wait strategy: back off while there is nothing to emit.
+                    with trio.move_on_after(idle_sleep):
+                        await self._work.park()
+                    idle_sleep = min(idle_sleep * 2, 0.05)
+                else:
+                    self._empty_nexts = 0
+                    self.idle = False
+                    idle_sleep = 0.001
+            else:
+                self.idle = self.pending_roots == 0 and self._empty_nexts >= 2
+                await self._work.park()
+
+    async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
+        rt = self.runtime
+        touched: set[Task] = set()
+        replies: list[bytes] = []
+        for ev in events:
+            t = type(ev)
+            if t is Emit:
+                ids = rt.route(self, ev, None, touched)
+                if ev.wants_task_ids:
+                    # §4.3: answered before the spout's next frame is read.
+                    replies.append(proc.conn.send(TaskIds(task_ids=ids)))
+            elif t is Sync:
+                if self._sync is not None:
+                    self._sync.set()
+            else:
+                self._common(ev, proc)
+        if replies:
+            await proc.write(b"".join(replies))
+        await self._after_batch(touched)
+
+
+class PythonBoltTask(Task):
+    """An in-process bolt (``PythonBolt``): the BasicBolt contract."""
+
+    async def run(self) -> None:
+        impl = self.comp.impl
+        assert isinstance(impl, PythonBolt)
+        rt = self.runtime
+        inbox = self.inbox
+        while True:
+            while not inbox:
+                await self._work.park()
+            touched: set[Task] = set()
+            batch = 0
+            while inbox and batch < 256:
+                d = inbox.popleft()
+                batch += 1
+                self.stats.executed += 1
+                if d.tick:
+                    rt.acker.ack(d.edges)
+                    continue
+                try:
+                    outputs = list(impl.fn(d.values) or ())
+                    for values in outputs:
+                        rt.route(self, Emit(values=list(values), need_task_ids=False), [d.edges], touched)
+                except Exception as exc:
+                    self.stats.failed += 1
+                    self.stats.errors += 1
+                    log.error("%s: %s on %r: %s", self.where(), type(exc).__name__, d.values, exc)
+                    rt.acker.fail(d.edges)
+                else:
+                    self.stats.acked += 1
+                    rt.acker.ack(d.edges)
+            self._space.unpark_all()
+            rt.settle()
+            for t in touched:
+                await t.wait_for_space()
+            await trio.lowlevel.checkpoint()
+
+
+class PythonSpoutTask(Task):
+    """An in-process spout (``PythonSpout``): reliable, replays failures."""
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.notices: deque[tuple[str, Any]] = deque()
+        self.pending_roots = 0
+        self.idle = False
+        impl = comp.impl
+        assert isinstance(impl, PythonSpout)
+        src = impl.source() if callable(impl.source) else impl.source
+        self._items = iter(src)
+        self._values: dict[int, list[Any]] = {}
+        self._replay: deque[int] = deque()
+        self._seq = 0
+        self._exhausted = False
+
+    def notify(self, kind: str, msg_id: Any) -> None:
+        self.notices.append((kind, msg_id))
+        self.kick()
+
+    async def run(self) -> None:
+        rt = self.runtime
+        while True:
+            while self.notices:
+                kind, msg_id = self.notices.popleft()
+                if kind == "ack":
+                    self._values.pop(msg_id, None)
+                elif msg_id in self._values:
+                    self._replay.append(msg_id)
+            if rt.spouts_stopped or not rt.may_emit(self) or (self._exhausted and not self._replay):
+                self.idle = self._exhausted and not self._replay and self.pending_roots == 0
+                await self._work.park()
+                continue
+            self.idle = False
+            touched: set[Task] = set()
+            for _ in range(64):
+                if self._replay:
+                    msg_id = self._replay.popleft()
+                else:
+                    try:
+                        values = list(next(self._items))
+                    except StopIteration:
+                        self._exhausted = True
+                        break
+                    msg_id = self._seq
+                    self._seq += 1
+                    self._values[msg_id] = values
+                rt.route(self, Emit(values=self._values[msg_id], id=msg_id, need_task_ids=False), None, touched)
+                if self.notices or not rt.may_emit(self):
+                    break
+            rt.settle()
+            for t in touched:
+                await t.wait_for_space()
+            await trio.lowlevel.checkpoint()
+
+
+# --- the runtime ---------------------------------------------------------------------
+
+
+class Runtime:
+    """Runs a :class:`~multilang.shellbolt.topology.Topology` on trio.
+
+    ``on_output(record)`` receives each output tuple (a dict with
+    ``component``, ``stream`` and the fields) unless the topology's output has
+    a ``key``, in which case the last tuple per key is kept and returned in
+    :class:`RunResult` when the run ends."""
+
+    def __init__(self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.topology = topology
+        conf = topology.conf
+        self.acking = conf.get("topology.acker.executors") != 0
+        self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
+        self.max_spout_pending = conf.get("topology.max.spout.pending")
+        self.stats = {name: ComponentStats() for name in topology.components}
+        self.on_output = on_output
+        self.outputs_by_key: dict[Any, dict[str, Any]] = {}
+        self.router = Router()
+        self.tasks: dict[int, Task] = {}
+        self.gave_up: list[ComponentError] = []
+        self.reported_errors: list[ComponentReportedError] = []
+        self.spouts_stopped = False
+        self.stopping = False
+        self.emitted_by_spouts = 0
+        self.max_tuples: int | None = None
+        self.pid_dir = ""
+        self._stop = trio.Event() if _in_trio() else None
+        self._build()
+
+    def _build(self) -> None:
+        topo = self.topology
+        for comp in topo.components.values():
+            for t in comp.tasks:
+                if comp.kind == "spout":
+                    cls = ShellSpoutTask if comp.is_shell else PythonSpoutTask
+                else:
+                    cls = ShellBoltTask if comp.is_shell else PythonBoltTask
+                self.tasks[t] = cls(self, comp, t)
+        for comp in topo.components.values():
+            for inp in comp.inputs:
+                src_fields = topo.components[inp.source].outputs[inp.stream]
+                self.router.add(inp.source, inp.stream, Grouping(
+                    kind=inp.grouping, target=comp.name, tasks=list(comp.tasks),
+                    field_index=[src_fields.index(f) for f in inp.fields],
+                ))
+        out = topo.output
+        self._key_index: list[int] | None = None
+        if out.component and out.key:
+            fields = topo.components[out.component].outputs[out.stream or "default"]
+            self._key_index = [fields.index(k) for k in out.key]
+
+    # -- routing -----------------------------------------------------------------
+
+    def targets(self, src: Task, emit: Emit) -> list[int] | None:
+        """Destination tasks of an emit, or None if it is invalid (reported)."""
+        name = src.name
+        fields = src.comp.outputs.get(emit.stream)
+        if fields is None:
+            return self._emit_error(src, emit, f"emitted to undeclared stream {emit.stream!r}; "
+                                               f"declared: {sorted(src.comp.outputs)}")
+        if len(emit.values) != len(fields):
+            return self._emit_error(src, emit, f"emitted {len(emit.values)} values on stream {emit.stream!r}, "
+                                               f"which declares {len(fields)} fields {fields}")
+        if emit.task is not None:
+            if emit.task not in self.router.direct_targets(name, emit.stream):
+                return self._emit_error(src, emit, f"direct emit to task {emit.task}, which does not subscribe to "
+                                                   f"{name}/{emit.stream} with a direct grouping")
+            return [emit.task]
+        out: list[int] = []
+        for g in self.router.subscribers(name, emit.stream):
+            if g.kind == "direct":
+                return self._emit_error(src, emit, f"normal emit on stream {emit.stream!r}, which {g.target!r} "
+                                                   "subscribes to with a direct grouping; use emit_direct")
+            out.extend(g.choose(emit.values))
+        return out
+
+    def route(
+        self, src: Task, emit: Emit, anchors: list[TupleEdges] | None, touched: set[Task],
+        targets: list[int] | None = None,
+    ) -> list[int]:
+        """Deliver an emit: acker bookkeeping, then one Delivery per task.
+        Returns the task ids (the reply to an emit that wants them)."""
+        if targets is None:
+            targets = self.targets(src, emit)
+        stats = src.stats
+        if targets is None:  # invalid emit: already reported; fail what it belonged to
+            if anchors:
+                for a in anchors:
+                    self.acker.fail(TupleEdges(dict(a.ids)))
+            elif emit.id is not None and isinstance(src, (ShellSpoutTask, PythonSpoutTask)):
+                src.notify("fail", emit.id)
+            return []
+        stats.emitted += 1
+        n = len(targets)
+        if anchors is None:  # a spout emit
+            self.emitted_by_spouts += 1
+            if emit.id is not None and self.acking:
+                _, edges = self.acker.spout_emit(src.task_id, emit.id, n, trio.current_time())
+                src.pending_roots += 1  # type: ignore[attr-defined]
+            else:
+                if emit.id is not None:  # §4.7: acking off, acked after this command's sync
+                    src.notify("ack", emit.id)  # type: ignore[attr-defined]
+                edges = [TupleEdges() for _ in range(n)]
+        else:
+            edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
+        if not n:
+            self._output(src.name, emit.stream, emit.values)
+        tasks = self.tasks
+        for task_id, e in zip(targets, edges):
+            t = tasks[task_id]
+            t.deliver(Delivery(emit.values, src.name, emit.stream, src.task_id, e))
+            touched.add(t)
+        return targets
+
+    def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
+        src.stats.errors += 1
+        pid = getattr(getattr(src, "proc", None), "pid", None)
+        log.error("%s (pid %s): %s; the tuple %r is dropped and its tree failed", src.where(), pid, msg, emit.values)
+        return None
+
+    def _output(self, component: str, stream: str, values: list[Any]) -> None:
+        out = self.topology.output
+        if out.component is not None and (component != out.component or stream != (out.stream or "default")):
+            return
+        fields = self.topology.components[component].outputs[stream]
+        record = {"component": component, "stream": stream, **dict(zip(fields, values))}
+        if self._key_index is not None:
+            key = tuple(_hashable(values[i]) for i in self._key_index)
+            self.outputs_by_key[key] = record
+        elif self.on_output is not None:
+            self.on_output(record)
+
+    # -- acker results -------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Tell spouts about trees that completed or failed."""
+        acked, failed = self.acker.drain()
+        if not acked and not failed:
+            return
+        tasks = self.tasks
+        for task_id, msg_id in acked:
+            t = tasks[task_id]
+            t.pending_roots -= 1  # type: ignore[attr-defined]
+            t.stats.acked += 1
+            t.notify("ack", msg_id)  # type: ignore[attr-defined]
+        for task_id, msg_id in failed:
+            t = tasks[task_id]
+            t.pending_roots -= 1  # type: ignore[attr-defined]
+            t.stats.failed += 1
+            t.notify("fail", msg_id)  # type: ignore[attr-defined]
+
+    def may_emit(self, spout: Task) -> bool:
+        if self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
+            return False
+        msp = self.max_spout_pending
+        return msp is None or spout.pending_roots < msp  # type: ignore[attr-defined]
+
+    def give_up(self, err: ComponentError) -> None:
+        self.gave_up.append(err)
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    # -- running -------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """Every spout is idle and nothing is queued or in flight anywhere."""
+        for t in self.tasks.values():
+            if isinstance(t, (ShellSpoutTask, PythonSpoutTask)):
+                if not t.idle or t.notices:
+                    return False
+            elif t.busy:
+                return False
+        return self.acker.pending == 0
+
+    async def run(
+        self, *, duration: float | None = None, max_tuples: int | None = None, until_done: bool = False,
+        progress: Callable[["Runtime"], None] | None = None, progress_interval: float = 2.0,
+    ) -> RunResult:
+        """Run until ``duration`` passes, ``max_tuples`` spout tuples are
+        emitted and their trees finish, every spout is exhausted
+        (``until_done``), a component gives up, or the caller cancels."""
+        self._stop = trio.Event()
+        self.max_tuples = max_tuples
+        self.pid_dir = tempfile.mkdtemp(prefix="multilang-pids-")  # mode 0700 (§2.1)
+        try:
+            async with trio.open_nursery() as nursery:
+                for t in self.tasks.values():
+                    nursery.start_soon(t.run)
+                nursery.start_soon(self._expire_loop)
+                for comp in self.topology.components.values():
+                    freq = self.topology.conf_for(comp.name).get("topology.tick.tuple.freq.secs")
+                    if freq and comp.kind == "bolt":
+                        nursery.start_soon(self._ticks, comp, float(freq))
+                if progress is not None:
+                    nursery.start_soon(self._progress, progress, progress_interval)
+                with trio.move_on_after(math.inf if duration is None else duration):
+                    await self._wait_for_stop(until_done or max_tuples is not None)
+                await self._drain()
+                self.stopping = True
+                nursery.cancel_scope.cancel()
+        finally:
+            self.stopping = True
+            shutil.rmtree(self.pid_dir, ignore_errors=True)
+        return self.result()
+
+    async def _wait_for_stop(self, until_done: bool) -> None:
+        assert self._stop is not None
+        if not until_done:
+            await self._stop.wait()
+            return
+        while not self._stop.is_set():
+            if self.done():
+                # Confirm over a short quiet period: a spout may be between nexts.
+                await trio.sleep(0.05)
+                if self.done():
+                    return
+            with trio.move_on_after(0.05):
+                await self._stop.wait()
+
+    async def _drain(self) -> None:
+        """Deactivate spouts and let in-flight trees finish, up to the grace (§5.4)."""
+        self.spouts_stopped = True
+        for t in self.tasks.values():
+            t.kick()
+        grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
+        with trio.move_on_after(grace):
+            while self.acker.pending and not self.gave_up:
+                await trio.sleep(0.02)
+            # let deactivate commands and final acks be delivered
+            while any(getattr(t, "notices", None) for t in self.tasks.values()) and not self.gave_up:
+                await trio.sleep(0.02)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            if self.acker.expire(trio.current_time()):
+                self.settle()
+
+    async def _ticks(self, comp: ComponentDef, freq: float) -> None:
+        while True:
+            await trio.sleep(freq)
+            for task_id in comp.tasks:
+                self.tasks[task_id].deliver(Delivery([int(freq) if freq == int(freq) else freq], SYSTEM_COMPONENT,
+                                                     TICK_STREAM, SYSTEM_TASK, TupleEdges(), tick=True))
+
+    async def _progress(self, report: Callable[["Runtime"], None], interval: float) -> None:
+        while True:
+            await trio.sleep(interval)
+            report(self)
+
+    def result(self) -> RunResult:
+        outputs = list(self.outputs_by_key.values())
+        if self._key_index is not None:
+            outputs.sort(key=lambda r: [_sort_key(r[k]) for k in self.topology.output.key or []])
+        return RunResult(
+            stats=self.stats,
+            completed=self.acker.stats["completed"],
+            failed=self.acker.stats["failed"],
+            timed_out=self.acker.stats["timed_out"],
+            pending=self.acker.pending,
+            gave_up=list(self.gave_up),
+            outputs=outputs,
+        )
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def _sort_key(v: Any) -> tuple[str, str]:
+    return (type(v).__name__, repr(v)) if not isinstance(v, str) else ("str", v)
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+        return True
+    except RuntimeError:
+        return False
+
