@@ -53,7 +53,7 @@ from multilang.messages import (
 from .acker import Acker, TupleEdges
 from .grouping import Grouping, Router
 from .process import ShellProcess
-from .topology import ComponentDef, PythonBolt, PythonSpout, Topology
+from .topology import ANY_FIELDS, ComponentDef, PythonBolt, PythonSpout, Topology
 
 __all__ = ["Runtime", "RunResult", "ComponentStats"]
 
@@ -677,7 +677,7 @@ class Runtime:
         if fields is None:
             return self._emit_error(src, emit, f"emitted to undeclared stream {emit.stream!r}; "
                                                f"declared: {sorted(src.comp.outputs)}")
-        if len(emit.values) != len(fields):
+        if len(emit.values) != len(fields) and fields != ANY_FIELDS:
             return self._emit_error(src, emit, f"emitted {len(emit.values)} values on stream {emit.stream!r}, "
                                                f"which declares {len(fields)} fields {fields}")
         if emit.task is not None:
@@ -742,7 +742,12 @@ class Runtime:
         if out.component is not None and (component != out.component or stream != (out.stream or "default")):
             return
         fields = self.topology.components[component].outputs[stream]
-        record = {"component": component, "stream": stream, **dict(zip(fields, values))}
+        # Records carry their origin unless the output names it already.
+        record: dict[str, Any] = {} if out.component is not None else {"component": component, "stream": stream}
+        if fields == ANY_FIELDS:
+            record["values"] = values
+        else:
+            record.update(zip(fields, values))
         if self._key_index is not None:
             key = tuple(_hashable(values[i]) for i in self._key_index)
             self.outputs_by_key[key] = record

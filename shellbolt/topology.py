@@ -41,7 +41,11 @@ __all__ = [
     "OutputSpec",
     "load_topology",
     "DEFAULT_CONF",
+    "ANY_FIELDS",
 ]
+
+#: Declared output fields that accept tuples of any length (``multilang pipe``).
+ANY_FIELDS = ["*"]
 
 #: Storm's defaults for the keys this runtime honours, plus our own (spec §1.3, §2.4, §5, §8.2).
 DEFAULT_CONF: dict[str, Any] = {

@@ -1,0 +1,637 @@
+"""Integration tests for the Node.js multilang library (examples/node/).
+
+Real `node` subprocesses are driven by a small byte-level driver defined here
+(it only writes and reads bytes; nothing from the `multilang` package is used).
+Every read has a timeout, so a broken component fails a test instead of
+hanging it.
+"""
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_DIR = ROOT / "examples" / "node"
+LIB = NODE_DIR / "multilang.js"
+CONFORMANCE = NODE_DIR / "conformance_component.js"
+NODE = shutil.which("node")
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+TIMEOUT = 5.0
+_EOF = object()
+
+
+# ---------------------------------------------------------------------------
+# Byte-level driver
+# ---------------------------------------------------------------------------
+
+
+class Component:
+    """A component subprocess; frames from its stdout are parsed by a thread."""
+
+    def __init__(self, argv, cwd=None):
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(cwd or ROOT),
+        )
+        self.raw = bytearray()  # every byte the component wrote to stdout
+        self.frames = queue.Queue()  # raw frame bytes (JSON text), or _EOF
+        self.stderr = bytearray()
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+
+    def _pump_stdout(self):
+        fd = self.proc.stdout.fileno()
+        lines, buf = [], b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.frames.put(_EOF)
+                return
+            self.raw += chunk
+            buf += chunk
+            while True:
+                i = buf.find(b"\n")
+                if i < 0:
+                    break
+                line, buf = buf[:i], buf[i + 1 :]
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if line == b"end":
+                    self.frames.put(b"\n".join(lines))
+                    lines = []
+                else:
+                    lines.append(line)
+
+    def _pump_stderr(self):
+        fd = self.proc.stderr.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.stderr += chunk
+
+    # -- writing --------------------------------------------------------------
+
+    def write(self, data: bytes):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, obj):
+        self.write(json.dumps(obj, separators=(",", ":")).encode() + b"\nend\n")
+
+    def close_stdin(self):
+        self.proc.stdin.close()
+
+    # -- reading --------------------------------------------------------------
+
+    def read_raw(self, timeout=TIMEOUT) -> bytes:
+        try:
+            item = self.frames.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for a frame; stderr:\n{self.stderr.decode(errors='replace')}"
+            )
+        if item is _EOF:
+            self.frames.put(_EOF)
+            raise AssertionError(f"component closed stdout; stderr:\n{self.stderr.decode(errors='replace')}")
+        return item
+
+    def read(self, timeout=TIMEOUT):
+        return json.loads(self.read_raw(timeout))
+
+    def read_n(self, n, timeout=TIMEOUT):
+        return [self.read(timeout) for _ in range(n)]
+
+    def expect_silence(self, seconds=0.3):
+        try:
+            item = self.frames.get(timeout=seconds)
+        except queue.Empty:
+            return
+        raise AssertionError(f"unexpected output: {item!r}")
+
+    def handshake(self, tmp_path, conf=None, context=None):
+        pid_dir = tmp_path / "pids"
+        pid_dir.mkdir(exist_ok=True)
+        self.send({"pidDir": str(pid_dir), "conf": conf or {"topology.name": "t", "unknown.key": [1]}, "context": context or CONTEXT})
+        first = self.read()
+        assert first == {"pid": self.proc.pid}
+        assert self.raw.startswith(b'{"pid":'), bytes(self.raw[:80])
+        pid_file = pid_dir / str(self.proc.pid)
+        assert pid_file.is_file() and pid_file.stat().st_size == 0
+        return first
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=TIMEOUT)
+
+
+CONTEXT = {
+    "task->component": {"1": "spout", "2": "split", "3": "count"},
+    "taskid": 2,
+    "componentid": "split",
+    "streams": ["default"],
+    "stream->outputfields": {"default": ["word"]},
+    "stream->target->grouping": {"default": {"count": {"type": "FIELDS", "fields": ["word"]}}},
+    "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
+    "source->stream->fields": {"spout": {"default": ["sentence"]}},
+}
+
+
+def tup(tid, values, comp="spout", stream="default", task=1):
+    return {"id": tid, "comp": comp, "stream": stream, "task": task, "tuple": values}
+
+
+def heartbeat(tid="hb"):
+    return {"id": tid, "comp": None, "stream": "__heartbeat", "task": -1, "tuple": []}
+
+
+def tick(tid, freq=5):
+    return {"id": tid, "comp": "__system", "stream": "__tick", "task": -1, "tuple": [freq]}
+
+
+@pytest.fixture
+def started(tmp_path):
+    comps = []
+
+    def start(argv, handshake=True, cwd=None):
+        c = Component(argv, cwd=cwd)
+        comps.append(c)
+        if handshake:
+            c.handshake(tmp_path)
+        return c
+
+    yield start
+    for c in comps:
+        c.close()
+
+
+def conformance(started, mode="bolt"):
+    c = started([NODE, str(CONFORMANCE), mode])
+    assert c.read() == {
+        "command": "log",
+        "msg": f"multilang-conformance ready mode={mode} lang=node",
+        "level": 2,
+    }
+    return c
+
+
+def script(tmp_path, name, body):
+    """Write a throw-away component that requires the library by absolute path."""
+    path = tmp_path / name
+    path.write_text(f"const ml = require({json.dumps(str(LIB))});\n{body}\n")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Handshake, heartbeats, ids
+# ---------------------------------------------------------------------------
+
+
+def test_handshake_pid_file_and_pid_first(started, tmp_path):
+    # A component that prints at require time and in initialize: the pid reply
+    # must still come first, the prints become log frames after it.
+    path = script(
+        tmp_path,
+        "noisy.js",
+        "console.log('top level');\n"
+        "class B extends ml.Bolt { initialize(conf, ctx) {"
+        " console.log(JSON.stringify([conf['topology.name'], ctx.taskid])); } }\n"
+        "new B().run();",
+    )
+    c = started([NODE, str(path)])
+    assert c.read() == {"command": "log", "msg": "top level"}
+    assert c.read() == {"command": "log", "msg": '["t",2]'}
+
+
+def test_heartbeat_sync_never_acked(started):
+    c = conformance(started)
+    c.send(heartbeat("-1"))
+    assert c.read() == {"command": "sync"}
+    c.send(tup("5", ["ack"]))
+    assert c.read() == {"command": "ack", "id": "5"}
+    c.expect_silence(0.2)
+
+
+def test_ids_echoed_byte_for_byte(started):
+    c = conformance(started)
+    for tid in ["-9223372036854775808", "0012", "42", "9223372036854775807", "1e3"]:
+        c.send(tup(tid, ["ack"]))
+        assert c.read_raw() == b'{"command":"ack","id":"%s"}' % tid.encode()
+        c.send(tup(tid, ["fail"]))
+        assert c.read_raw() == b'{"command":"fail","id":"%s"}' % tid.encode()
+
+
+def test_heartbeats_and_tuples_queued_while_awaiting_task_ids(started):
+    c = conformance(started)
+    c.send(tup("-7", ["emit", ["x"], "s2"]))
+    emit = c.read()
+    assert emit == {"command": "emit", "tuple": ["x"], "stream": "s2", "anchors": ["-7"]}
+    # While the bolt awaits the task ids, a heartbeat and a tuple arrive first.
+    c.send(heartbeat())
+    c.send(tup("8", ["echo", "y"]))
+    c.expect_silence(0.3)
+    c.send([4, 5])
+    assert c.read_n(5) == [
+        {"command": "emit", "tuple": ["task_ids", [4, 5]], "anchors": ["-7"], "need_task_ids": False},
+        {"command": "ack", "id": "-7"},
+        {"command": "sync"},
+        {"command": "emit", "tuple": ["echo", "y"], "anchors": ["8"], "need_task_ids": False},
+        {"command": "ack", "id": "8"},
+    ]
+
+
+def test_pipelined_emits_task_ids_fifo(started, tmp_path):
+    path = script(
+        tmp_path,
+        "pipeline.js",
+        "class B extends ml.Bolt { async process(t) {\n"
+        "  const ps = [1, 2, 3].map((i) => this.emit([i], {anchors: [t], needTaskIds: true}));\n"
+        "  const ids = await Promise.all(ps);\n"
+        "  this.emit(['ids', ids], {anchors: t});\n"
+        "  this.ack(t);\n"
+        "} }\nnew B().run();",
+    )
+    c = started([NODE, str(path)])
+    c.send(tup("1", ["go"]))
+    frames = c.read_n(3)  # all three emits before any task ids
+    assert [f["tuple"] for f in frames] == [[1], [2], [3]]
+    assert all("need_task_ids" not in f or f["need_task_ids"] is True for f in frames)
+    c.send(heartbeat())
+    c.write(b"[1]\nend\n[2, 3]\nend\n[]\nend\n")
+    assert c.read_n(3) == [
+        {"command": "emit", "tuple": ["ids", [[1], [2, 3], []]], "anchors": ["1"], "need_task_ids": False},
+        {"command": "ack", "id": "1"},
+        {"command": "sync"},
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Bolt API via the conformance component
+# ---------------------------------------------------------------------------
+
+
+def test_conformance_bolt_actions(started):
+    c = conformance(started)
+    c.send(tup("1", ["echo", 1, None]))
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["echo", 1, None], "anchors": ["1"], "need_task_ids": False},
+        {"command": "ack", "id": "1"},
+    ]
+    c.send(tup("2", ["emit_unanchored", ["u"]]))
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["u"], "anchors": [], "need_task_ids": False},
+        {"command": "ack", "id": "2"},
+    ]
+    c.send(tup("3", ["emit_direct", 7, ["d"]]))
+    assert c.read() == {"command": "emit", "tuple": ["d"], "anchors": ["3"], "task": 7, "need_task_ids": False}
+    # no task ids are sent for a direct emit: the ack follows directly
+    assert c.read() == {"command": "ack", "id": "3"}
+    c.send(tup("4", ["emit", ["v"], None]))
+    assert c.read() == {"command": "emit", "tuple": ["v"], "anchors": ["4"]}
+    c.send([9])
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["task_ids", [9]], "anchors": ["4"], "need_task_ids": False},
+        {"command": "ack", "id": "4"},
+    ]
+    c.send(tup("5", ["emit_many", 3]))
+    assert [f.get("tuple") for f in c.read_n(4)] == [["n", 0], ["n", 1], ["n", 2], None]
+    c.send(tup("h1", ["hold"]))
+    c.send(tup("h2", ["hold"]))
+    c.send(tup("6", ["release", ["r"]]))
+    assert c.read_n(4) == [
+        {"command": "emit", "tuple": ["r"], "anchors": ["h1", "h2", "6"], "need_task_ids": False},
+        {"command": "ack", "id": "h1"},
+        {"command": "ack", "id": "h2"},
+        {"command": "ack", "id": "6"},
+    ]
+    c.send(tup("7", ["log", "hello", 3]))
+    assert c.read_n(2) == [{"command": "log", "msg": "hello", "level": 3}, {"command": "ack", "id": "7"}]
+    c.send(tup("8", ["error", "oops"]))
+    assert c.read_n(2) == [{"command": "error", "msg": "oops"}, {"command": "ack", "id": "8"}]
+    c.send(tup("9", ["metrics", "m", {"a": [1]}]))
+    assert c.read_n(2) == [
+        {"command": "metrics", "name": "m", "params": {"a": [1]}},
+        {"command": "ack", "id": "9"},
+    ]
+    c.send(tup("10", ["print", "printed %s"]))
+    assert c.read_n(2) == [{"command": "log", "msg": "printed %s"}, {"command": "ack", "id": "10"}]
+    c.send(tup("11", ["bogus"]))
+    assert c.read_n(2) == [{"command": "error", "msg": "unknown action: bogus"}, {"command": "fail", "id": "11"}]
+    c.send(tup("12", ["exit", 3]))
+    assert c.proc.wait(timeout=TIMEOUT) == 3
+
+
+def test_ticks_go_to_tick_hook_only(started):
+    c = conformance(started)
+    c.send(tick("-3", 10))
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["tick", 10], "anchors": ["-3"], "need_task_ids": False},
+        {"command": "ack", "id": "-3"},
+    ]
+    # BasicBolt: the tick hook's emit is auto-anchored, the library acks
+    b = conformance(started, "basic")
+    b.send(tick("t"))
+    assert b.read_n(2) == [
+        {"command": "emit", "tuple": ["tick", 5], "anchors": ["t"], "need_task_ids": False},
+        {"command": "ack", "id": "t"},
+    ]
+
+
+def test_default_tick_hook_acks(started, tmp_path):
+    path = script(
+        tmp_path,
+        "ticks.js",
+        "class B extends ml.Bolt { process(t) { this.reportError('process ' + t.id); this.ack(t); } }\n"
+        "new B().run();",
+    )
+    c = started([NODE, str(path)])
+    c.send(tick("t1"))
+    assert c.read() == {"command": "ack", "id": "t1"}
+    c.expect_silence(0.2)
+
+
+def test_basic_bolt_auto_anchor_ack_and_exception(started):
+    c = conformance(started, "basic")
+    c.send(tup("1", ["echo", "a"]))
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["echo", "a"], "anchors": ["1"], "need_task_ids": False},
+        {"command": "ack", "id": "1"},
+    ]
+    c.send(tup("2", ["raise", "kaboom-42"]))
+    err = c.read()
+    assert err["command"] == "error" and "kaboom-42" in err["msg"] and "at " in err["msg"]
+    assert c.read() == {"command": "fail", "id": "2"}
+    c.send(tup("3", ["other"]))
+    assert c.read() == {"command": "ack", "id": "3"}
+    assert c.proc.poll() is None
+
+
+# ---------------------------------------------------------------------------
+# Framing and encoding
+# ---------------------------------------------------------------------------
+
+
+def test_unicode_escapes_and_split_codepoints(started):
+    c = conformance(started)
+    text = "a/b \u00e9 \U0001F600 \u4e2d \u2028 end"
+    frame = json.dumps(tup("1", ["echo", text]), ensure_ascii=False, separators=(",", ":"))
+    frame = frame.replace("/", "\\/").encode() + b"\nend\n"
+    emoji_at = frame.index("\U0001F600".encode())
+    # split in the middle of the emoji, and mid "\nend\n", across writes
+    for part in (frame[: emoji_at + 2], frame[emoji_at + 2 : -3], frame[-3:]):
+        c.write(part)
+        time.sleep(0.05)
+    raw = c.read_raw()
+    assert raw == ('{"command":"emit","tuple":["echo","%s"],"anchors":["1"],"need_task_ids":false}' % text).encode()
+    assert c.read() == {"command": "ack", "id": "1"}
+    # ASCII-escaped input (as storm.py's writer would produce) is fine too
+    c.write(json.dumps(tup("2", ["echo", "\U0001F600"]), ensure_ascii=True).encode() + b"\nend\n")
+    assert c.read_raw() == '{"command":"emit","tuple":["echo","\U0001F600"],"anchors":["2"],"need_task_ids":false}'.encode()
+    assert c.read() == {"command": "ack", "id": "2"}
+
+
+def test_framing_variants(started):
+    c = conformance(started)
+    multi = b'{\n  "id": "1",\n  "comp": "s",\n\n  "stream": "default",\n  "task": 1,\n  "tuple": ["ack"]\n}\nend\n'
+    crlf = b'{"id":"2","comp":"s","stream":"default","task":1,"tuple":["ack"]}\r\nend\r\n'
+    blank = b'\n\n{"id":"3","comp":"s","stream":"default","task":1,"tuple":["ack"]}\nend\n\n'
+    c.write(multi + crlf + blank)  # coalesced into one write
+    assert c.read_n(3) == [{"command": "ack", "id": i} for i in ("1", "2", "3")]
+    # byte-by-byte chunks
+    data = b'{"id":"4","comp":"s","stream":"default","task":1,"tuple":["ack"]}\nend\n'
+    for i in range(0, len(data), 7):
+        c.write(data[i : i + 7])
+    assert c.read() == {"command": "ack", "id": "4"}
+    # many frames coalesced into one large write
+    c.write(b"".join(json.dumps(tup(str(i), ["ack"])).encode() + b"\nend\n" for i in range(200)))
+    assert [f["id"] for f in c.read_n(200)] == [str(i) for i in range(200)]
+
+
+def test_one_megabyte_tuple(started):
+    c = conformance(started)
+    big = "x\u00e9" * (512 * 1024)  # > 1 MB of UTF-8
+    c.send(tup("1", ["echo", big]))
+    frame = c.read(timeout=10)
+    assert frame["tuple"] == ["echo", big]
+    assert c.read() == {"command": "ack", "id": "1"}
+
+
+def test_console_log_becomes_log_frame_console_error_stays(started, tmp_path):
+    path = script(
+        tmp_path,
+        "printer.js",
+        "class B extends ml.Bolt { process(t) {\n"
+        "  console.log('x'); console.info('info', 2); process.stdout.write('raw\\n');\n"
+        "  console.error('to stderr'); this.ack(t);\n"
+        "} }\nnew B().run();",
+    )
+    c = started([NODE, str(path)])
+    c.send(tup("1", []))
+    assert c.read_n(4) == [
+        {"command": "log", "msg": "x"},
+        {"command": "log", "msg": "info 2"},
+        {"command": "log", "msg": "raw"},
+        {"command": "ack", "id": "1"},
+    ]
+    deadline = time.time() + TIMEOUT
+    while b"to stderr" not in c.stderr and time.time() < deadline:
+        time.sleep(0.02)
+    assert b"to stderr" in c.stderr
+
+
+def test_stdin_eof_exits_zero_promptly(started):
+    c = conformance(started)
+    c.send(tup("1", ["echo", "last"]))
+    c.close_stdin()
+    t0 = time.time()
+    assert c.proc.wait(timeout=2) == 0
+    assert time.time() - t0 < 2
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["echo", "last"], "anchors": ["1"], "need_task_ids": False},
+        {"command": "ack", "id": "1"},
+    ]
+
+
+def test_stdin_eof_after_burst_delivers_all_output(started):
+    c = conformance(started)
+    n = 3000
+    c.write(b"".join(json.dumps(tup(str(i), ["echo", "v" * 100])).encode() + b"\nend\n" for i in range(n)))
+    c.close_stdin()
+    assert c.proc.wait(timeout=2) == 0
+    frames = c.read_n(2 * n)
+    assert [f["id"] for f in frames[1::2]] == [str(i) for i in range(n)]
+
+
+def test_stdin_eof_while_awaiting_task_ids(started):
+    c = conformance(started)
+    c.send(tup("1", ["emit", ["v"], None]))
+    c.read()
+    c.close_stdin()
+    assert c.proc.wait(timeout=2) == 0
+
+
+# ---------------------------------------------------------------------------
+# Spouts
+# ---------------------------------------------------------------------------
+
+
+def cmd(command, mid=""):
+    return {"id": mid, "command": command}
+
+
+def test_conformance_spout(started):
+    c = conformance(started, "spout")
+    assert c.read() == {"command": "emit", "tuple": ["open"], "id": "open", "need_task_ids": False}
+    c.send(cmd("activate"))
+    assert c.read_n(2) == [
+        {"command": "emit", "tuple": ["activated"], "need_task_ids": False},
+        {"command": "sync"},
+    ]
+    ids = [0, "1", -2, "-3", 4.5, {"k": [5]}, None]
+    for k, mid in enumerate(ids):
+        c.send(cmd("next"))
+        emit = c.read()
+        assert emit["tuple"] == ["next", k]
+        assert emit.get("need_task_ids", True) is True
+        if mid is None:
+            assert emit.get("id") is None
+        else:
+            assert "id" in emit and emit["id"] == mid and type(emit["id"]) is type(mid)
+        c.send([k, 100])
+        assert c.read_n(2) == [
+            {"command": "emit", "tuple": ["task_ids", [k, 100]], "need_task_ids": False},
+            {"command": "sync"},
+        ]
+    c.send(cmd("next"))
+    assert c.read() == {"command": "sync"}
+    for mid in ids[:-1]:
+        c.send(cmd("ack", mid))
+        assert c.read_n(2) == [{"command": "emit", "tuple": ["acked", mid], "need_task_ids": False}, {"command": "sync"}]
+        c.send(cmd("fail", mid))
+        assert c.read_n(2) == [{"command": "emit", "tuple": ["failed", mid], "need_task_ids": False}, {"command": "sync"}]
+    c.write(b'{"command":"ack","id":0}\nend\n')
+    raw = c.read_raw()
+    assert raw == b'{"command":"emit","tuple":["acked",0],"need_task_ids":false}'
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("deactivate"))
+    assert c.read_n(2) == [{"command": "emit", "tuple": ["deactivated"], "need_task_ids": False}, {"command": "sync"}]
+    c.send(cmd("frobnicate"))
+    frames = c.read_n(2)
+    assert frames[0]["command"] == "log" and "frobnicate" in frames[0]["msg"]
+    assert frames[1] == {"command": "sync"}
+    c.expect_silence(0.2)
+
+
+def test_spout_defaults_one_sync_per_command(started, tmp_path):
+    path = script(tmp_path, "bare_spout.js", "new ml.Spout().run();")
+    c = started([NODE, str(path)])
+    for command, mid in [("activate", ""), ("next", ""), ("ack", 3), ("fail", "x"), ("deactivate", "")]:
+        c.send(cmd(command, mid))
+        assert c.read() == {"command": "sync"}
+    c.send(cmd("unknown"))
+    frames = c.read_n(2)
+    assert frames[0]["command"] == "log" and frames[0]["level"] == 3
+    assert frames[1] == {"command": "sync"}
+    # several commands coalesced into one write: still exactly one sync each
+    c.write(b"".join(json.dumps(cmd(x)).encode() + b"\nend\n" for x in ["next", "next", "activate", "what"]))
+    frames = c.read_n(5)
+    assert [f["command"] for f in frames].count("sync") == 4
+    c.expect_silence(0.3)
+
+
+def test_spout_hook_error_reported_then_sync(started, tmp_path):
+    path = script(
+        tmp_path,
+        "bad_spout.js",
+        "class S extends ml.Spout { async nextTuple() { throw new Error('spout-broke'); } }\nnew S().run();",
+    )
+    c = started([NODE, str(path)])
+    c.send(cmd("next"))
+    err = c.read()
+    assert err["command"] == "error" and "spout-broke" in err["msg"]
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("next"))
+    assert c.read()["command"] == "error"
+    assert c.read() == {"command": "sync"}
+
+
+# ---------------------------------------------------------------------------
+# Word-count examples
+# ---------------------------------------------------------------------------
+
+
+def test_split_bolt(started):
+    c = started([NODE, str(NODE_DIR / "split_bolt.js")])
+    c.send(tup("1", ["  Hello, World!  \u00c9t\u00e9 (don't) --- x_y\tTAB\nline\u00a0nbsp  "]))
+    words = []
+    while True:
+        f = c.read()
+        if f["command"] == "ack":
+            assert f["id"] == "1"
+            break
+        assert f["command"] == "emit" and f["anchors"] == ["1"] and f["need_task_ids"] is False
+        words.append(f["tuple"][0])
+    assert words == ["hello", "world", "\u00c9t\u00e9", "don't", "x_y", "tab", "line\u00a0nbsp"]
+    c.send(tick("t"))
+    assert c.read() == {"command": "ack", "id": "t"}
+    c.send(tup("2", [""]))
+    assert c.read() == {"command": "ack", "id": "2"}
+
+
+def test_count_bolt(started):
+    c = started([NODE, str(NODE_DIR / "count_bolt.js")])
+    out = []
+    for i, w in enumerate(["the", "cat", "the", "the", "cat"]):
+        c.send(tup(str(i), [w]))
+        emit, ack = c.read_n(2)
+        assert emit["anchors"] == [str(i)] and ack == {"command": "ack", "id": str(i)}
+        out.append(emit["tuple"])
+    assert out == [["the", 1], ["cat", 1], ["the", 2], ["the", 3], ["cat", 2]]
+    c.send(tick("t"))
+    assert c.read() == {"command": "ack", "id": "t"}
+
+
+def test_sentence_spout(started, tmp_path):
+    (tmp_path / "s.txt").write_text("  first line \n\n second\t\nthird\n   \n")
+    c = started([NODE, str(NODE_DIR / "sentence_spout.js"), "s.txt"], cwd=tmp_path)
+    c.send(cmd("activate"))
+    assert c.read() == {"command": "sync"}
+    emitted = []
+    for _ in range(3):
+        c.send(cmd("next"))
+        emit = c.read()
+        assert emit["need_task_ids"] is False
+        emitted.append((emit["tuple"], emit["id"]))
+        assert c.read() == {"command": "sync"}
+    assert emitted == [(["first line"], 0), (["second"], 2), (["third"], 3)]
+    c.send(cmd("next"))
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("fail", 2))
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("ack", 0))
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("next"))
+    emit = c.read()
+    assert (emit["tuple"], emit["id"]) == (["second"], 2)
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("next"))
+    assert c.read() == {"command": "sync"}
