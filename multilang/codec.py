@@ -210,7 +210,7 @@ def decode_component_frame(body: bytes) -> Message:
     if cmd is None:
         if "pid" in obj:
             pid = _int(obj["pid"], "'pid'", body)
-            ext = obj.get("extensions") or ()
+            ext = obj.get("extensions") or []
             if type(ext) is not list or not all(type(e) is str for e in ext):
                 raise RemoteProtocolError("'extensions' must be a list of strings", frame=body)
             return Pid(pid=pid, extensions=tuple(ext))

@@ -117,6 +117,8 @@ class Connection:
             try:
                 self._bodies.extend(self._reader.feed(data))
             except ProtocolError as exc:
+                # Frames completed before the bad one are still delivered first.
+                self._bodies.extend(getattr(exc, "frames_before", ()))
                 self._bodies.append(_Failed(exc))
         else:
             try:
@@ -241,7 +243,7 @@ class Connection:
         if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT:
             if t is Activate:
                 self._activated = True
-            elif not self._activated and t is Next and not remote:
+            elif not self._activated and not remote:
                 raise err("the first command to a spout must be activate (§4.1)", frame=frame)
 
     def _unknown_id(self, verb: str, tid: str) -> str:

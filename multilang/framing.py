@@ -35,18 +35,27 @@ _OVERLAP = 5
 class FrameReader:
     """Split a byte stream into frame bodies (bytes, not yet decoded)."""
 
-    __slots__ = ("_buf", "_scan", "max_frame_size", "closed")
+    __slots__ = ("_buf", "_scan", "max_frame_size", "closed", "_failed")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._buf = bytearray()
         self._scan = 0  # bytes of _buf already searched for a terminator
         self.max_frame_size = max_frame_size
         self.closed = False
+        self._failed = False  # after FrameTooLarge the stream cannot be resynchronised
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Add bytes; return every frame body now complete, in order."""
+        """Add bytes; return every frame body now complete, in order.
+
+        On ``FrameTooLarge`` the frames completed before the oversized one are
+        on the exception as ``frames_before`` (so a caller can still deliver
+        them); the reader then drops its buffer and refuses further data, so
+        it never holds more than ``max_frame_size`` plus one chunk.
+        """
         if not data:
             return []
+        if self._failed:
+            raise FrameTooLarge("the stream already broke the frame size limit; no further frames are read")
         buf = self._buf
         buf += data
         frames: list[bytes] = []
@@ -58,16 +67,28 @@ class FrameReader:
         if start:
             del buf[:start]
         self._scan = len(buf)
-        if len(buf) > self.max_frame_size:
-            # Blank lines between frames are not a frame; don't count them.
-            raise FrameTooLarge(
-                f"frame exceeds the {self.max_frame_size}-byte limit without an 'end' line",
-                frame=bytes(buf[:200]),
-            )
-        for body in frames:
+        for i, body in enumerate(frames):
             if len(body) > self.max_frame_size:
-                raise FrameTooLarge(f"frame of {len(body)} bytes exceeds the {self.max_frame_size}-byte limit", frame=body[:200])
+                self._fail(
+                    FrameTooLarge(f"frame of {len(body)} bytes exceeds the {self.max_frame_size}-byte limit", frame=body[:200]),
+                    frames[:i],
+                )
+        if len(buf) > self.max_frame_size:
+            self._fail(
+                FrameTooLarge(
+                    f"frame exceeds the {self.max_frame_size}-byte limit without an 'end' line",
+                    frame=bytes(buf[:200]),
+                ),
+                frames,
+            )
         return frames
+
+    def _fail(self, exc: FrameTooLarge, frames_before: list[bytes]) -> None:
+        exc.frames_before = frames_before  # type: ignore[attr-defined]
+        self._failed = True
+        self._buf.clear()
+        self._scan = 0
+        raise exc
 
     def close(self) -> None:
         """The peer closed the stream. Raises if a frame was cut off."""

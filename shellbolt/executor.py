@@ -312,13 +312,33 @@ class ShellBoltTask(ShellTask):
         self.max_pending = int(self.conf.get("topology.shellbolt.max.pending") or 100)
         self.heartbeat_interval = float(self.conf.get("multilang.heartbeat.interval.secs") or 1.0)
         self.hold = bool(self.conf.get("multilang.hold.emits.until.ack"))
+        self.max_frame = int(self.conf.get("multilang.max.frame.bytes") or 64 << 20)
+        self.message_timeout = float(self.conf.get("topology.message.timeout.secs") or 30)
         self._urgent: list[bytes] = []
         # hold mode: input id -> emits waiting for it to be acked
         self._held: dict[str, list[_Held]] = {}
+        # §5.3: a tuple in flight past the message timeout stops counting
+        # toward max pending, so a bolt that never acks (storm.rb's example
+        # split bolt) slows down instead of stalling.
+        self._sent: deque[tuple[float, str]] = deque()
+        self._expired: set[str] = set()
+
+    def _room(self) -> int:
+        sent = self._sent
+        if sent:
+            limit = trio.current_time() - self.message_timeout
+            in_flight = self.in_flight
+            while sent and sent[0][0] <= limit:
+                tid = sent.popleft()[1]
+                if tid in in_flight:
+                    self._expired.add(tid)
+        return self.max_pending - (len(self.in_flight) - len(self._expired))
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._urgent = []
         self._held = {}
+        self._sent.clear()
+        self._expired.clear()
         nursery.start_soon(self._writer, proc)
         nursery.start_soon(self._heartbeats, proc)
         nursery.start_soon(self._watchdog, proc, lambda: proc.last_inbound)
@@ -336,28 +356,41 @@ class ShellBoltTask(ShellTask):
         conn = proc.conn
         inbox = self.inbox
         in_flight = self.in_flight
+        sent = self._sent
         while True:
-            while not self._urgent and not (inbox and len(in_flight) < self.max_pending):
+            while not self._urgent and not (inbox and self._room() > 0):
                 await self._work.park()
             await proc.wait_if_closed()
             # §5.3: task-id replies and heartbeats jump the tuple queue.
             parts, self._urgent = self._urgent, []
-            room = self.max_pending - len(in_flight)
+            room = self._room()
             took = 0
             send = conn.send
+            now = trio.current_time()
             while inbox and took < room:
                 d = inbox.popleft()
                 tid = _new_tuple_id()
                 while tid in in_flight:
                     tid = _new_tuple_id()
                 cls = Tick if d.tick else Tuple
-                parts.append(send(cls(id=tid, component=d.source, stream=d.stream, task=d.source_task, values=d.values)))
+                frame = send(cls(id=tid, component=d.source, stream=d.stream, task=d.source_task, values=d.values))
                 in_flight[tid] = d.edges
+                if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
+                    log.error("%s: a %d-byte tuple from %s exceeds multilang.max.frame.bytes (%d); failed",
+                              self.where(), len(frame), d.source, self.max_frame)
+                    conn.pending.discard(tid)
+                    self.runtime.acker.fail(in_flight.pop(tid))
+                    self.stats.failed += 1
+                    self.runtime.settle()
+                    continue
+                parts.append(frame)
+                sent.append((now, tid))
                 took += 1
             if took:
                 self.stats.executed += took
                 self._space.unpark_all()
-            await proc.write(b"".join(parts))
+            if parts:
+                await proc.write(b"".join(parts))
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
         rt = self.runtime
@@ -382,6 +415,7 @@ class ShellBoltTask(ShellTask):
                     self.kick()
             elif t is Ack:
                 edges = in_flight.pop(ev.id)
+                self._expired.discard(ev.id)
                 if self._held:
                     self._release(ev.id, edges, touched)
                 acker.ack(edges)
@@ -389,6 +423,7 @@ class ShellBoltTask(ShellTask):
                 freed = True
             elif t is Fail:
                 edges = in_flight.pop(ev.id)
+                self._expired.discard(ev.id)
                 if self._held:
                     self._drop(ev.id)
                 acker.fail(edges)
@@ -862,6 +897,9 @@ class Runtime:
             await trio.sleep(1.0)
             if self.acker.expire(trio.current_time()):
                 self.settle()
+            for t in self.tasks.values():
+                if t.inbox:
+                    t.kick()  # expired in-flight tuples may have freed room (§5.3)
 
     async def _ticks(self, comp: ComponentDef, freq: float) -> None:
         while True:
