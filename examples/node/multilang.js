@@ -505,10 +505,20 @@ class Bolt extends Component {
     return settle(hook, () => this._finish(tup, null, false), (e) => this._finish(tup, e, true));
   }
 
-  /** After process/processTick settled. Plain Bolt: report errors only. */
+  /**
+   * After process/processTick settled. A plain Bolt that throws reports the
+   * error and exits with status 1, as storm.py does and as our Python and
+   * Ruby libraries do: the host fails its in-flight tuples (so they are
+   * replayed) and restarts the process.
+   */
   _finish(tup, err, failed) {
     this._current = null;
-    if (failed) this.reportError(errorText(err));
+    if (failed) {
+      this.reportError(errorText(err));
+      this._exiting = true;
+      out.drain(() => process.exit(1));
+      setTimeout(() => process.exit(1), 2000).unref();
+    }
   }
 }
 

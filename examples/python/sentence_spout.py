@@ -17,8 +17,10 @@ from multilang import Spout
 class SentenceSpout(Spout):
     def initialize(self, conf, context):
         path = sys.argv[1] if len(sys.argv) > 1 else conf.get("sentences.path", "sentences.txt")
-        with open(path, encoding="utf-8") as f:
-            self.lines = [line.strip() for line in f]
+        with open(path, encoding="utf-8", newline="") as f:
+            # Split on \n and strip ASCII whitespace only, exactly as the
+            # Ruby and Node sentence spouts do.
+            self.lines = [line.strip(" \t\n\r\f\v") for line in f.read().split("\n")]
         self.queue = deque(i for i, line in enumerate(self.lines) if line)
         self.pending = set()
 

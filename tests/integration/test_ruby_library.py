@@ -1,0 +1,775 @@
+"""Integration tests for the Ruby component library (examples/ruby/multilang.rb).
+
+Real `ruby` subprocesses are driven by a small byte-level host written here:
+it only writes and reads bytes (it deliberately imports nothing from the
+`multilang` package). Every read and write has a deadline, so a broken
+component fails a test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUBY_DIR = ROOT / "examples" / "ruby"
+LIB = RUBY_DIR / "multilang.rb"
+CONFORMANCE = RUBY_DIR / "conformance_component.rb"
+RUBY = shutil.which("ruby")
+TIMEOUT = 5.0  # per read; generous, a healthy component answers in ms
+
+pytestmark = pytest.mark.skipif(RUBY is None, reason="ruby is not installed")
+
+CONTEXT = {
+    "task->component": {"1": "spout", "2": "split", "3": "split", "4": "count"},
+    "taskid": 2,
+    "componentid": "split",
+    "streams": ["default"],
+    "stream->outputfields": {"default": ["word"]},
+    "stream->target->grouping": {"default": {"count": {"type": "FIELDS", "fields": ["word"]}}},
+    "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
+    "source->stream->fields": {"spout": {"default": ["sentence"]}},
+}
+
+HEARTBEAT = {"id": "-6437389063516893232", "comp": None, "stream": "__heartbeat", "task": -1, "tuple": []}
+
+
+def encode(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\nend\n"
+
+
+def tup(tid: str, values, comp: str = "src", stream: str = "default", task: int = 7) -> dict:
+    return {"id": tid, "comp": comp, "stream": stream, "task": task, "tuple": values}
+
+
+def tick(tid: str, secs: int = 30) -> dict:
+    return {"id": tid, "comp": "__system", "stream": "__tick", "task": -1, "tuple": [secs]}
+
+
+def same_json(a, b) -> bool:
+    """Equality that also insists on JSON types (0 != "0", 1 != 1.0, True != 1)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+class Host:
+    """A byte-level multilang host for one component process."""
+
+    def __init__(self, argv, cwd, pid_dir: Path):
+        self.pid_dir = pid_dir
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+        )
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        self.out = bytearray()  # every byte the component wrote to stdout
+        self.pos = 0  # start of the next unread frame in self.out
+        self.err = bytearray()
+        self.eof = False
+        self.cond = threading.Condition()
+        self._threads = [
+            threading.Thread(target=self._drain, args=(self.proc.stdout, self.out, True), daemon=True),
+            threading.Thread(target=self._drain, args=(self.proc.stderr, self.err, False), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _drain(self, pipe, buf, is_stdout):
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            with self.cond:
+                if not chunk:
+                    if is_stdout:
+                        self.eof = True
+                    self.cond.notify_all()
+                    return
+                buf.extend(chunk)
+                self.cond.notify_all()
+
+    # -- writing ---------------------------------------------------------
+    def write(self, data: bytes, timeout: float = TIMEOUT) -> None:
+        fd = self.proc.stdin.fileno()
+        view = memoryview(data)
+        deadline = time.monotonic() + timeout
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"component did not read its stdin; stderr: {self.stderr_text()}")
+            _, writable, _ = select.select([], [fd], [], left)
+            if writable:
+                n = os.write(fd, view[: 1 << 16])
+                view = view[n:]
+
+    def send(self, obj) -> None:
+        self.write(encode(obj))
+
+    def close_stdin(self) -> None:
+        self.proc.stdin.close()
+
+    # -- reading ---------------------------------------------------------
+    def read_raw(self, timeout: float = TIMEOUT) -> bytes:
+        """The JSON bytes of the next frame (terminator stripped)."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                idx = self.out.find(b"\nend\n", self.pos)
+                if idx >= 0:
+                    raw = bytes(self.out[self.pos : idx])
+                    self.pos = idx + 5
+                    return raw
+                left = deadline - time.monotonic()
+                if self.eof or left <= 0:
+                    why = "stdout closed" if self.eof else f"no frame within {timeout}s"
+                    raise AssertionError(
+                        f"{why}; unread stdout: {bytes(self.out[self.pos:])[:300]!r}; stderr: {self.stderr_text()}"
+                    )
+                self.cond.wait(left)
+
+    def read(self, timeout: float = TIMEOUT):
+        raw = self.read_raw(timeout)
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise AssertionError(f"bad frame {raw[:300]!r}") from exc
+
+    def read_n(self, n: int) -> list:
+        return [self.read() for _ in range(n)]
+
+    def expect_quiet(self, wait: float = 0.25) -> None:
+        time.sleep(wait)
+        with self.cond:
+            extra = bytes(self.out[self.pos :])
+        assert extra == b"", f"unexpected output: {extra[:300]!r}"
+
+    def stderr_text(self) -> str:
+        with self.cond:
+            return self.err.decode("utf-8", "replace")[-2000:]
+
+    # -- protocol helpers --------------------------------------------------
+    def handshake(self, conf=None, context=None) -> int:
+        self.send({"pidDir": str(self.pid_dir), "conf": conf or {}, "context": context or CONTEXT})
+        reply = self.read()
+        assert reply == {"pid": self.proc.pid}, reply
+        return reply["pid"]
+
+    def wait_exit(self, timeout: float = 2.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"component still running after {timeout}s; stderr: {self.stderr_text()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        # Join the readers before closing their fds: a closed fd number can be
+        # reused by the next test's pipes, and a stale reader would steal from it.
+        for t in self._threads:
+            t.join(5)
+        if any(t.is_alive() for t in self._threads):
+            return
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    hosts = []
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+
+    def _spawn(*args, cwd=None) -> Host:
+        argv = [RUBY, *[str(a) for a in args]]
+        host = Host(argv, cwd or tmp_path, pid_dir)
+        hosts.append(host)
+        return host
+
+    yield _spawn
+    for host in hosts:
+        host.kill()
+
+
+@pytest.fixture
+def script(tmp_path):
+    """Write a Ruby component script that loads the library; return its path."""
+
+    def _script(body: str, name: str = "component.rb") -> Path:
+        path = tmp_path / name
+        path.write_text(f"require {json.dumps(str(LIB))}\n{body}\n")
+        return path
+
+    return _script
+
+
+def conformance(spawn, mode: str) -> Host:
+    host = spawn(CONFORMANCE, mode)
+    host.handshake()
+    assert host.read() == {
+        "command": "log",
+        "msg": f"multilang-conformance ready mode={mode} lang=ruby",
+        "level": 2,
+    }
+    return host
+
+
+def emit_frame(values, anchors=(), stream=None, need_task_ids=False, task=None) -> dict:
+    frame = {"command": "emit", "anchors": list(anchors), "tuple": values, "need_task_ids": need_task_ids}
+    if stream is not None:
+        frame["stream"] = stream
+    if task is not None:
+        frame["task"] = task
+    return frame
+
+
+# ---------------------------------------------------------------------------
+# Handshake and the stdout guard
+# ---------------------------------------------------------------------------
+
+
+def test_handshake_pid_file_and_pid_reply_first(spawn, script):
+    path = script(
+        'puts "printed at load time"\n'
+        'class B < Multilang::Bolt\n'
+        '  def prepare(conf, context)\n'
+        '    log("conf=#{conf["topology.name"]} task=#{task_id} comp=#{component_id}")\n'
+        '  end\n'
+        '  def process(tup); ack(tup); end\n'
+        'end\n'
+        'B.run\n'
+    )
+    host = spawn(path)
+    time.sleep(0.3)  # give a broken guard time to write early
+    host.send(
+        {
+            "pidDir": str(host.pid_dir),
+            "conf": {"topology.name": "wc", "multilang.unknown.key": [1, {"x": None}]},
+            "context": CONTEXT,
+        }
+    )
+    first = host.read_raw()
+    assert host.out.startswith(b'{"pid":'), bytes(host.out[:100])
+    assert json.loads(first) == {"pid": host.proc.pid}
+    pid_file = host.pid_dir / str(host.proc.pid)
+    assert pid_file.is_file() and pid_file.stat().st_size == 0
+    assert host.read() == {"command": "log", "msg": "printed at load time"}
+    assert host.read() == {"command": "log", "msg": "conf=wc task=2 comp=split", "level": 2}
+
+
+def test_print_puts_and_fd1_become_log_frames_or_stderr(spawn, script):
+    path = script(
+        'Multilang::Bolt.run do |tup, bolt|\n'
+        '  print "partial"\n'
+        '  bolt.emit(["after print"])\n'
+        '  puts "line one\\nline two"\n'
+        '  $stdout.write("w1", "w2\\n")\n'
+        '  p [1, "x"]\n'
+        '  STDOUT.puts "to fd1"\n'
+        '  STDOUT.flush\n'
+        '  system("echo from-child")\n'
+        '  bolt.ack(tup)\n'
+        'end\n'
+    )
+    host = spawn(path)
+    host.handshake()
+    host.send(tup("1", ["go"]))
+    assert host.read_n(6) == [
+        {"command": "log", "msg": "partial"},
+        emit_frame(["after print"]),
+        {"command": "log", "msg": "line one\nline two"},
+        {"command": "log", "msg": "w1w2"},
+        {"command": "log", "msg": '[1, "x"]'},
+        {"command": "ack", "id": "1"},
+    ]
+    host.close_stdin()
+    assert host.wait_exit() == 0
+    host._threads[1].join(2)
+    err = host.stderr_text()
+    assert "to fd1" in err and "from-child" in err
+    assert b"to fd1" not in host.out and b"from-child" not in host.out
+
+
+def test_conformance_print_action(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("1", ["print", "hello"]))
+    host.send(tup("2", ["print", "two\nlines\n"]))
+    assert host.read_n(4) == [
+        {"command": "log", "msg": "hello"},
+        {"command": "ack", "id": "1"},
+        {"command": "log", "msg": "two\nlines"},
+        {"command": "ack", "id": "2"},
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Bolt protocol
+# ---------------------------------------------------------------------------
+
+
+def test_heartbeat_answered_with_sync_never_acked(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(HEARTBEAT)
+    assert host.read() == {"command": "sync"}
+    host.send(HEARTBEAT)
+    host.send(tup("5", ["ack"]))
+    assert host.read_n(2) == [{"command": "sync"}, {"command": "ack", "id": "5"}]
+    host.expect_quiet()
+
+
+def test_tuples_and_heartbeats_queued_while_waiting_for_task_ids(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("10", ["emit", ["x", 1], "words"]))
+    frame = host.read()
+    assert frame.pop("need_task_ids", True) is True
+    assert frame == {"command": "emit", "anchors": ["10"], "stream": "words", "tuple": ["x", 1]}
+    # Written before the task ids: must be queued, not answered or processed yet.
+    host.send(HEARTBEAT)
+    host.send(tup("11", ["echo", "q"]))
+    host.send(HEARTBEAT)
+    host.expect_quiet(0.2)
+    host.send([7, 8])
+    assert host.read_n(6) == [
+        emit_frame(["task_ids", [7, 8]], anchors=["10"]),
+        {"command": "ack", "id": "10"},
+        {"command": "sync"},
+        emit_frame(["echo", "q"], anchors=["11"]),
+        {"command": "ack", "id": "11"},
+        {"command": "sync"},
+    ]
+    # default stream: no "stream" key; an empty task-id list is a valid reply
+    host.send(tup("12", ["emit", ["y"], None]))
+    frame = host.read()
+    assert "stream" not in frame and frame["tuple"] == ["y"]
+    host.send([])
+    assert host.read_n(2) == [emit_frame(["task_ids", []], anchors=["12"]), {"command": "ack", "id": "12"}]
+    host.expect_quiet()
+
+
+def test_ack_fail_ids_echoed_byte_for_byte(spawn):
+    host = conformance(spawn, "bolt")
+    ids = ["-9223372036854775808", "0012", "42", "9223372036854775807"]
+    data = b"".join(
+        b'{"id":"%s","comp":"src","stream":"default","task":7,"tuple":["%s"]}\nend\n'
+        % (i.encode(), b"ack" if n % 2 == 0 else b"fail")
+        for n, i in enumerate(ids)
+    )
+    host.write(data)
+    raws = [host.read_raw() for _ in ids]
+    assert raws == [
+        b'{"command":"ack","id":"-9223372036854775808"}',
+        b'{"command":"fail","id":"0012"}',
+        b'{"command":"ack","id":"42"}',
+        b'{"command":"fail","id":"9223372036854775807"}',
+    ]
+
+
+def test_anchors_are_lists_of_id_strings_hold_release(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("1", ["hold"]))
+    host.send(tup("-2", ["hold"]))
+    host.send(tup("0003", ["release", ["r"]]))
+    assert host.read_n(4) == [
+        emit_frame(["r"], anchors=["1", "-2", "0003"]),
+        {"command": "ack", "id": "1"},
+        {"command": "ack", "id": "-2"},
+        {"command": "ack", "id": "0003"},
+    ]
+
+
+def test_need_task_ids_false_awaits_no_reply(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("1", ["echo", 1, None, {"a": [True]}]))
+    host.send(tup("2", ["emit_many", 3]))
+    host.send(tup("3", ["emit_unanchored", ["u"]]))
+    assert host.read_n(8) == [
+        emit_frame(["echo", 1, None, {"a": [True]}], anchors=["1"]),
+        {"command": "ack", "id": "1"},
+        emit_frame(["n", 0], anchors=["2"]),
+        emit_frame(["n", 1], anchors=["2"]),
+        emit_frame(["n", 2], anchors=["2"]),
+        {"command": "ack", "id": "2"},
+        emit_frame(["u"]),
+        {"command": "ack", "id": "3"},
+    ]
+    assert b'"need_task_ids":false' in host.out
+
+
+def test_direct_emit_sends_task_and_awaits_nothing(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("9", ["emit_direct", 4, ["d", 2]]))
+    frame = host.read()
+    assert frame.pop("need_task_ids", False) is False
+    assert frame == {"command": "emit", "anchors": ["9"], "task": 4, "tuple": ["d", 2]}
+    assert host.read() == {"command": "ack", "id": "9"}
+
+
+def test_log_error_metrics_and_unknown_action(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("1", ["log", "careful", 3]))
+    host.send(tup("2", ["error", "bad thing"]))
+    host.send(tup("3", ["metrics", "latency", {"p99": 1.5, "n": [1, 2]}]))
+    host.send(tup("4", ["nope"]))
+    host.send(tup("5", ["fail"]))
+    assert host.read_n(9) == [
+        {"command": "log", "msg": "careful", "level": 3},
+        {"command": "ack", "id": "1"},
+        {"command": "error", "msg": "bad thing"},
+        {"command": "ack", "id": "2"},
+        {"command": "metrics", "name": "latency", "params": {"p99": 1.5, "n": [1, 2]}},
+        {"command": "ack", "id": "3"},
+        {"command": "error", "msg": "unknown action: nope"},
+        {"command": "fail", "id": "4"},
+        {"command": "fail", "id": "5"},
+    ]
+
+
+def test_ticks_go_to_the_tick_hook_only(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tick("77", 30))
+    assert host.read_n(2) == [emit_frame(["tick", 30], anchors=["77"]), {"command": "ack", "id": "77"}]
+    basic = conformance(spawn, "basic")
+    basic.send(tick("78", 5))
+    assert basic.read_n(2) == [emit_frame(["tick", 5], anchors=["78"]), {"command": "ack", "id": "78"}]
+    basic.expect_quiet(0.1)
+    split = spawn(RUBY_DIR / "split_bolt.rb")
+    split.handshake()
+    split.send(tick("79"))
+    assert split.read() == {"command": "ack", "id": "79"}
+    split.expect_quiet()
+
+
+def test_unicode_emoji_and_escaped_slashes(spawn):
+    host = conformance(spawn, "bolt")
+    host.write(
+        '{"id":"1","comp":"src","stream":"default","task":7,'
+        '"tuple":["echo","a\\/b","\\ud83d\\ude00 \\u00e9","naïve 😀 日本","\\u2028"]}\nend\n'.encode()
+    )
+    raw = host.read_raw()
+    assert raw == '{"command":"emit","anchors":["1"],"tuple":["echo","a/b","😀 é","naïve 😀 日本","\u2028"],"need_task_ids":false}'.encode()
+    assert host.read() == {"command": "ack", "id": "1"}
+
+
+def test_framing_multiline_blank_lines_crlf_and_chunks(spawn):
+    host = conformance(spawn, "bolt")
+    pretty = json.dumps(tup("1", ["echo", "pretty"]), indent=2).encode() + b"\nend\n"
+    crlf = json.dumps(tup("2", ["echo", "crlf"])).encode() + b"\r\nend\r\n"
+    blank = b"\n\n" + encode(tup("3", ["echo", "blank"])) + b"\n\r\n"
+    host.write(pretty + crlf + blank)
+    chunked = encode(tup("4", ["echo", "chunked ünïcode"])) + encode(HEARTBEAT)
+    for i in range(0, len(chunked), 7):  # split everywhere, also inside UTF-8 sequences
+        host.write(chunked[i : i + 7])
+        time.sleep(0.001)
+    expected = []
+    for i, word in enumerate(["pretty", "crlf", "blank", "chunked ünïcode"], 1):
+        expected += [emit_frame(["echo", word], anchors=[str(i)]), {"command": "ack", "id": str(i)}]
+    assert host.read_n(9) == expected + [{"command": "sync"}]
+
+
+def test_large_tuple_one_megabyte(spawn):
+    host = conformance(spawn, "bolt")
+    big = ("x" * 1023 + "é") * 1024  # > 1 MB of UTF-8
+    host.send(tup("1", ["echo", big, list(range(1000))]))
+    assert host.read(timeout=10) == emit_frame(["echo", big, list(range(1000))], anchors=["1"])
+    assert host.read() == {"command": "ack", "id": "1"}
+
+
+def test_task_ids_returned_to_user_code_fifo(spawn, script):
+    path = script(
+        'Multilang::Bolt.run do |tup, bolt|\n'
+        '  a = bolt.emit(["a"], anchors: tup, need_task_ids: true)\n'
+        '  b = bolt.emit(["b"], stream: "s", anchors: [tup.id], need_task_ids: true)\n'
+        '  none = bolt.emit(["c"], anchors: tup)\n'
+        '  direct = bolt.emit_direct(5, ["d"], anchors: tup)\n'
+        '  bolt.emit(["got", a, b, none, direct], need_task_ids: false)\n'
+        '  bolt.ack(tup)\n'
+        'end\n'
+    )
+    host = spawn(path)
+    host.handshake()
+    host.send(tup("1", ["go"]))
+    assert host.read() == emit_frame(["a"], anchors=["1"], need_task_ids=True)
+    host.send([3])
+    assert host.read() == emit_frame(["b"], anchors=["1"], stream="s", need_task_ids=True)
+    host.send([4, 2])
+    assert host.read_n(4) == [
+        emit_frame(["c"], anchors=["1"]),
+        emit_frame(["d"], anchors=["1"], task=5),
+        emit_frame(["got", [3], [4, 2], None, None]),
+        {"command": "ack", "id": "1"},
+    ]
+
+
+def test_exit_action_exits_with_code(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("1", ["ack"]))
+    assert host.read() == {"command": "ack", "id": "1"}
+    host.send(tup("2", ["exit", 3]))
+    assert host.wait_exit() == 3
+
+
+def test_plain_bolt_exception_and_bad_frame_exit_nonzero(spawn, script):
+    path = script('Multilang::Bolt.run { |tup, bolt| raise IOError, "disk gone" }')
+    host = spawn(path)
+    host.handshake()
+    host.send(tup("1", ["x"]))
+    error = host.read()
+    assert error["command"] == "error" and "disk gone (IOError)" in error["msg"]
+    assert host.wait_exit() == 1
+    bad = conformance(spawn, "bolt")
+    bad.write(b"{not json\nend\n")
+    error = bad.read()
+    assert error["command"] == "error" and "{not json" in error["msg"]
+    assert bad.wait_exit() == 1
+
+
+# ---------------------------------------------------------------------------
+# BasicBolt
+# ---------------------------------------------------------------------------
+
+
+def test_basic_bolt_exception_sends_error_then_fail_and_keeps_running(spawn):
+    host = conformance(spawn, "basic")
+    host.send(tup("1", ["raise", "boom 💥"]))
+    error = host.read()
+    assert error["command"] == "error"
+    assert "boom 💥" in error["msg"] and "RuntimeError" in error["msg"]
+    assert "conformance_component.rb" in error["msg"]  # backtrace
+    assert host.read() == {"command": "fail", "id": "1"}
+    host.send(tup("2", ["echo", "still alive"]))
+    host.send(tup("3", ["other"]))
+    assert host.read_n(3) == [
+        emit_frame(["echo", "still alive"], anchors=["2"]),
+        {"command": "ack", "id": "2"},
+        {"command": "ack", "id": "3"},
+    ]
+    host.expect_quiet()
+
+
+def test_basic_bolt_block_style_and_explicit_finish(spawn, script):
+    path = script(
+        'Multilang::BasicBolt.run(prepare: ->(conf, ctx, bolt) { bolt.log("ready") }) do |tup, bolt|\n'
+        '  case tup.values[0]\n'
+        '  when "fail" then bolt.fail(tup)\n'
+        '  when "unanchored" then bolt.emit(["u"], anchors: [])\n'
+        '  when "raise_after_ack" then bolt.ack(tup); raise ArgumentError, "late"\n'
+        '  else bolt.emit([tup.values[0].upcase])\n'
+        '  end\n'
+        'end\n'
+    )
+    host = spawn(path)
+    host.handshake()
+    assert host.read() == {"command": "log", "msg": "ready", "level": 2}
+    host.send(tup("1", ["hi"]))
+    host.send(tup("2", ["fail"]))
+    host.send(tup("3", ["unanchored"]))
+    host.send(tup("4", ["raise_after_ack"]))
+    host.send(tup("5", ["ok"]))
+    frames = host.read_n(8)
+    assert frames[:6] == [
+        emit_frame(["HI"], anchors=["1"]),
+        {"command": "ack", "id": "1"},
+        {"command": "fail", "id": "2"},
+        emit_frame(["u"]),
+        {"command": "ack", "id": "3"},
+        {"command": "ack", "id": "4"},
+    ]
+    assert frames[6]["command"] == "error" and "late (ArgumentError)" in frames[6]["msg"]
+    assert frames[7] == emit_frame(["OK"], anchors=["5"])  # no fail for the already acked 4
+    assert host.read() == {"command": "ack", "id": "5"}
+
+
+# ---------------------------------------------------------------------------
+# Spouts
+# ---------------------------------------------------------------------------
+
+
+def test_spout_conformance_sync_per_command_and_id_types(spawn):
+    host = conformance(spawn, "spout")
+    # emitted while opening, before any command
+    assert host.read() == {"command": "emit", "id": "open", "tuple": ["open"], "need_task_ids": False}
+    host.send({"command": "activate", "id": ""})
+    assert host.read_n(2) == [{"command": "emit", "tuple": ["activated"], "need_task_ids": False}, {"command": "sync"}]
+    expected_ids = [0, "1", -2, "-3", 4.5, {"k": [5]}, None]
+    for k, msg_id in enumerate(expected_ids):
+        host.send({"command": "next", "id": ""})
+        frame = host.read()
+        assert frame.pop("need_task_ids", True) is True
+        assert same_json(frame.pop("id", None), msg_id), (k, frame)
+        assert frame == {"command": "emit", "tuple": ["next", k]}
+        host.send([k, 100])
+        assert host.read_n(2) == [
+            {"command": "emit", "tuple": ["task_ids", [k, 100]], "need_task_ids": False},
+            {"command": "sync"},
+        ]
+    host.send({"command": "next", "id": ""})
+    assert host.read() == {"command": "sync"}
+    for cmd, word in (("ack", "acked"), ("fail", "failed")):
+        for msg_id in (0, "1", -2, 4.5, {"k": [5]}):
+            host.send({"command": cmd, "id": msg_id})
+            emitted, sync = host.read_n(2)
+            assert sync == {"command": "sync"}
+            assert emitted["tuple"][0] == word and same_json(emitted["tuple"][1], msg_id), emitted
+    host.send({"command": "bogus", "id": ""})
+    warning, sync = host.read_n(2)
+    assert warning["command"] == "log" and warning["level"] == 3 and "bogus" in warning["msg"]
+    assert sync == {"command": "sync"}
+    host.send({"command": "deactivate", "id": ""})
+    assert host.read_n(2) == [{"command": "emit", "tuple": ["deactivated"], "need_task_ids": False}, {"command": "sync"}]
+    host.expect_quiet()
+    assert b'"id":4.5' in host.out and b'"id":0,' in host.out
+
+
+def test_spout_defaults_sync_once_and_queue_commands_during_task_id_wait(spawn, script):
+    path = script(
+        'class S < Multilang::Spout\n'
+        '  def open(conf, context)\n'
+        '    @ids = emit(["opening"], msg_id: 0, need_task_ids: true)\n'
+        '  end\n'
+        '  def next_tuple\n'
+        '    emit(["ids", @ids]) if @ids\n'
+        '    @ids = nil\n'
+        '  end\n'
+        'end\n'
+        'S.run\n'
+    )
+    host = spawn(path)
+    host.handshake()
+    assert host.read() == {"command": "emit", "id": 0, "tuple": ["opening"], "need_task_ids": True}
+    # A host reads open-time emits only once it has sent the first command.
+    host.send({"command": "activate", "id": ""})
+    host.send([9])
+    assert host.read() == {"command": "sync"}
+    for cmd in ({"command": "next", "id": ""}, {"command": "ack", "id": 1}, {"command": "fail", "id": "x"},
+                {"command": "deactivate", "id": ""}, {"command": "next", "id": ""}):
+        host.send(cmd)
+    frames = host.read_n(6)
+    assert frames == [
+        {"command": "emit", "tuple": ["ids", [9]], "need_task_ids": False},
+        {"command": "sync"},
+        {"command": "sync"},
+        {"command": "sync"},
+        {"command": "sync"},
+        {"command": "sync"},
+    ]
+    host.send({"command": "mystery", "id": ""})
+    assert host.read()["command"] == "log"
+    assert host.read() == {"command": "sync"}
+    host.expect_quiet()
+
+
+# ---------------------------------------------------------------------------
+# stdin EOF
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["bolt", "basic", "spout"])
+def test_stdin_eof_exits_promptly_with_status_zero(spawn, mode):
+    host = conformance(spawn, mode)
+    host.close_stdin()
+    assert host.wait_exit(2.0) == 0
+    host._threads[1].join(2)
+    assert "Error" not in host.stderr_text() and "from " not in host.stderr_text()
+
+
+def test_stdin_eof_while_waiting_for_task_ids_and_before_handshake(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tup("1", ["emit", ["x"], None]))
+    host.read()
+    host.close_stdin()
+    assert host.wait_exit(2.0) == 0
+    early = spawn(CONFORMANCE, "bolt")
+    early.close_stdin()
+    assert early.wait_exit(2.0) == 0
+    assert early.out == b""
+
+
+# ---------------------------------------------------------------------------
+# Word-count examples
+# ---------------------------------------------------------------------------
+
+
+def test_split_bolt_words(spawn):
+    host = spawn(RUBY_DIR / "split_bolt.rb")
+    host.handshake()
+    host.send(tup("1", ["  Hello, World! \"Quoted\"\tTABS\nnew-line ... (x) ÉCOLE Über_ "]))
+    words = ["hello", "world", "quoted", "tabs", "new-line", "x", "École", "Über"]  # only A-Z lowered
+    frames = host.read_n(len(words) + 1)
+    assert frames[:-1] == [emit_frame([w], anchors=["1"]) for w in words]
+    assert frames[-1] == {"command": "ack", "id": "1"}
+    host.send(tup("2", ["--- !!! ..."]))
+    assert host.read() == {"command": "ack", "id": "2"}
+    host.send(tup("3", ["It's the CAT's\x0bpajamas\x0cyes\rno"]))
+    frames = host.read_n(7)
+    assert [f["tuple"][0] for f in frames[:-1]] == ["it's", "the", "cat's", "pajamas", "yes", "no"]
+    assert frames[-1] == {"command": "ack", "id": "3"}
+
+
+def test_count_bolt_counts(spawn):
+    host = spawn(RUBY_DIR / "count_bolt.rb")
+    host.handshake()
+    words = ["the", "cat", "the", "hat", "the", "cat"]
+    for i, w in enumerate(words):
+        host.send(tup(str(i), [w]))
+    frames = host.read_n(2 * len(words))
+    assert frames[0::2] == [
+        emit_frame(["the", 1], anchors=["0"]),
+        emit_frame(["cat", 1], anchors=["1"]),
+        emit_frame(["the", 2], anchors=["2"]),
+        emit_frame(["hat", 1], anchors=["3"]),
+        emit_frame(["the", 3], anchors=["4"]),
+        emit_frame(["cat", 2], anchors=["5"]),
+    ]
+    assert frames[1::2] == [{"command": "ack", "id": str(i)} for i in range(len(words))]
+
+
+def test_sentence_spout_ids_replay_and_exhaustion(spawn, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "text.txt").write_text("  The cat  \n\n\t\nsat on\r\nthe mat.\n")
+    host = spawn(RUBY_DIR / "sentence_spout.rb", "data/text.txt")
+    host.handshake()
+    host.send({"command": "activate", "id": ""})
+    assert host.read() == {"command": "sync"}
+
+    def next_():
+        host.send({"command": "next", "id": ""})
+        frames = []
+        while True:
+            f = host.read()
+            if f == {"command": "sync"}:
+                return frames
+            frames.append(f)
+
+    emitted = [next_() for _ in range(3)]
+    assert emitted == [
+        [{"command": "emit", "id": 0, "tuple": ["The cat"], "need_task_ids": False}],
+        [{"command": "emit", "id": 3, "tuple": ["sat on"], "need_task_ids": False}],
+        [{"command": "emit", "id": 4, "tuple": ["the mat."], "need_task_ids": False}],
+    ]
+    assert next_() == []
+    host.send({"command": "ack", "id": 0})
+    host.send({"command": "fail", "id": 3})
+    assert host.read_n(2) == [{"command": "sync"}, {"command": "sync"}]
+    assert next_() == [{"command": "emit", "id": 3, "tuple": ["sat on"], "need_task_ids": False}]
+    assert next_() == []
+    host.send({"command": "ack", "id": 3})
+    host.send({"command": "ack", "id": 4})
+    assert host.read_n(2) == [{"command": "sync"}, {"command": "sync"}]
+    assert next_() == []
