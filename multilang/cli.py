@@ -28,6 +28,8 @@ import orjson
 
 from .errors import MultilangError, TopologyError
 
+__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SIGINT", "EXIT_SIGTERM"]
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 
 
@@ -96,12 +98,11 @@ def _run_trio(fn: Any) -> Any:
     terminated = False
 
     async def wrapper() -> Any:
-        nonlocal terminated
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
-                nonlocal terminated
                 with trio.open_signal_receiver(signal.SIGTERM) as signals:
                     async for _ in signals:
+                        nonlocal terminated
                         terminated = True
                         nursery.cancel_scope.cancel()
                         return
@@ -144,8 +145,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     if engine == "spark":
-        click.echo("error: --engine spark is not available in this build yet; use the default local engine", err=True)
-        raise SystemExit(EXIT_USAGE)
+        from .adapters.spark import run_cli
+
+        raise SystemExit(run_cli(topology, master=master, output=output))
     if until_done is None:
         until_done = duration is None and max_tuples is None
 
@@ -228,3 +230,5 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
         _summary(result, 0)
     raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)
 
+from .conform import conform_command
+main.add_command(conform_command, "conform")

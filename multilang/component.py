@@ -39,7 +39,6 @@ from .messages import (
     Activate,
     ConnectionClosed,
     Deactivate,
-    Emit,
     Error,
     Fail,
     Handshake,
@@ -49,7 +48,6 @@ from .messages import (
     Next,
     Pid,
     Sync,
-    TaskIds,
     Tick,
     TopologyContext,
     Tuple,
@@ -214,10 +212,6 @@ class Component:
         raise NotImplementedError
 
 
-def _anchor_ids(anchors: Iterable[Any]) -> tuple[str, ...]:
-    return tuple(a.id if isinstance(a, Tuple) else a for a in anchors)
-
-
 class Bolt(Component):
     """A bolt with explicit acking: call :meth:`ack` or :meth:`fail` for every
     input. Override :meth:`process` (and :meth:`process_tick` for ticks)."""
@@ -247,15 +241,15 @@ class Bolt(Component):
         went to, at the cost of a round trip to the host; the default does not
         wait (as in pystorm).
         """
-        emit = Emit(
-            values=values if type(values) is list else list(values),
+        wants = need_task_ids and direct_task is None
+        self._out.append(self._conn.send_emit(
+            values if type(values) is list else list(values),
             stream=DEFAULT_STREAM if stream is None else stream,
-            anchors=_anchor_ids(anchors) if anchors else (),
+            anchors=[a[0] if type(a) is not str else a for a in anchors] if anchors else (),
             task=direct_task,
-            need_task_ids=need_task_ids and direct_task is None,
-        )
-        self._out.append(self._conn.send(emit))
-        if emit.wants_task_ids:
+            need_task_ids=wants,
+        ))
+        if wants:
             return self._wait_task_ids()
         return None
 
@@ -266,10 +260,12 @@ class Bolt(Component):
         self.emit(values, stream=stream, anchors=anchors, direct_task=task)
 
     def ack(self, tup: Tuple | str) -> None:
-        self._out.append(self._conn.send(Ack(id=tup.id if isinstance(tup, Tuple) else tup)))
+        """Ack an input (a tuple or its id)."""
+        self._out.append(self._conn.send_ack(tup[0] if type(tup) is not str else tup))
 
     def fail(self, tup: Tuple | str) -> None:
-        self._out.append(self._conn.send(Fail(id=tup.id if isinstance(tup, Tuple) else tup)))
+        """Fail an input (a tuple or its id): its tree fails and the spout may replay it."""
+        self._out.append(self._conn.send_fail(tup[0] if type(tup) is not str else tup))
 
     def _serve(self) -> None:
         conn = self._conn
@@ -295,6 +291,8 @@ class Bolt(Component):
     def _on_tuple(self, tup: Tuple) -> None:
         try:
             self.process(tup)
+        except _Closed:  # stdin EOF while process() waited for task ids: not its fault
+            raise
         except Exception:
             self.report_error(f"{type(self).__name__}.process failed:\n{traceback.format_exc()}")
             self._flush()
@@ -320,7 +318,7 @@ class BasicBolt(Bolt):
         need_task_ids: bool = False,
     ) -> list[int] | None:
         if anchors is None and self._current is not None:
-            anchors = (self._current.id,)
+            anchors = [self._current.id]
         return super().emit(values, stream, anchors, direct_task, need_task_ids)
 
     def process_tick(self, tup: Tick) -> None:
@@ -380,15 +378,15 @@ class Spout(Component):
     ) -> list[int] | None:
         """Emit ``values``. A ``msg_id`` (any JSON value, 0 included) makes the
         emit reliable: the spout is later told ``ack(msg_id)`` or ``fail(msg_id)``."""
-        emit = Emit(
-            values=values if type(values) is list else list(values),
+        wants = need_task_ids and direct_task is None
+        self._out.append(self._conn.send_emit(
+            values if type(values) is list else list(values),
             stream=DEFAULT_STREAM if stream is None else stream,
             id=msg_id,
             task=direct_task,
-            need_task_ids=need_task_ids and direct_task is None,
-        )
-        self._out.append(self._conn.send(emit))
-        if emit.wants_task_ids:
+            need_task_ids=wants,
+        ))
+        if wants:
             return self._wait_task_ids()
         return None
 

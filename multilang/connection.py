@@ -24,13 +24,19 @@ order, for :meth:`next_event` (§6.2).
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
+
+import orjson
 from typing import Any, Iterable
 
 from ._state import SENDER, TRANSITIONS, Role, Side, State
-from .codec import decode_component_frame, decode_host_frame, encode
+from .codec import decode_component_frame, decode_host_frame, dumps, encode
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .framing import DEFAULT_MAX_FRAME_SIZE, FrameReader
+from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader
 from .messages import (
+    DEFAULT_STREAM,
+    HEARTBEAT_STREAM,
+    TICK_STREAM,
     Ack,
     Activate,
     ConnectionClosed,
@@ -39,7 +45,6 @@ from .messages import (
     Handshake,
     Heartbeat,
     Message,
-    Next,
     Pid,
     SpoutCommand,
     TaskIds,
@@ -49,6 +54,14 @@ from .messages import (
 )
 
 __all__ = ["Connection", "NEED_DATA", "Role", "Side", "State"]
+
+
+_BY_STATE: dict[Role, dict[State, dict[type, State]]] = {}
+for _role, _table in TRANSITIONS.items():
+    for (_state, _msg), _new in _table.items():
+        _BY_STATE.setdefault(_role, {}).setdefault(_state, {})[_msg] = _new
+_NOTHING: dict[type, State] = {}
+_new_tuple = tuple.__new__  # builds a Tuple without its generated keyword __new__
 
 
 class _NeedData:
@@ -86,16 +99,16 @@ class Connection:
     def __init__(self, role: Role, side: Side, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.role = role
         self.side = side
+        self._by_state = _BY_STATE[role]
         self.state = State.HANDSHAKE
-        self._table = TRANSITIONS[role]
         self._sender = SENDER[role]
         self._peer = Side.COMPONENT if side is Side.HOST else Side.HOST
         self._reader = FrameReader(max_frame_size)
         self._decode = (
-            decode_component_frame
-            if side is Side.HOST
-            else (lambda body: decode_host_frame(body, spout=role is Role.SPOUT))
+            decode_component_frame if side is Side.HOST else partial(decode_host_frame, spout=role is Role.SPOUT)
         )
+        self._bolt_component = role is Role.BOLT and side is Side.COMPONENT
+        self._component_side = side is Side.COMPONENT
         self._bodies: deque[bytes | _Failed | Message] = deque()
         self._stash: deque[Message] = deque()  # component side: events set aside by next_task_ids
         #: Emits that wanted task ids and have not had them (FIFO, §3.5).
@@ -108,6 +121,17 @@ class Connection:
         self.extensions: tuple[str, ...] = ()
         #: The last frames received, for error messages.
         self.last_frames: deque[bytes] = deque(maxlen=3)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, new: State) -> None:
+        self._state = new
+        # The legal transitions out of this state, keyed by message type: one
+        # dict lookup per message instead of hashing (state, type) pairs.
+        self._allowed = self._by_state.get(new, _NOTHING)
 
     # -- receiving -----------------------------------------------------------
 
@@ -131,6 +155,30 @@ class Connection:
         """The next event from the peer, or :data:`NEED_DATA`."""
         if self._stash:
             return self._stash.popleft()
+        if self._bolt_component and self._state is State.READY and self._bodies:
+            # Fast path for the per-tuple event of a bolt component: an
+            # ordinary input tuple, checked exactly as decode_host_frame and
+            # _check would check it. Anything else takes the general path.
+            item = self._bodies[0]
+            if type(item) is bytes:
+                try:
+                    obj = orjson.loads(item)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if type(obj) is dict:
+                    tid = obj.get("id")
+                    stream = obj.get("stream")
+                    values = obj.get("tuple")
+                    task = obj.get("task")
+                    if (
+                        type(tid) is str and type(stream) is str and type(values) is list and type(task) is int
+                        and stream != HEARTBEAT_STREAM and stream != TICK_STREAM and tid not in self.pending
+                        and "pidDir" not in obj
+                    ):
+                        self._bodies.popleft()
+                        self.last_frames.append(item)
+                        self.pending.add(tid)
+                        return _new_tuple(Tuple, (tid, obj.get("comp"), stream, task, values))
         return self._next_from_wire()
 
     def next_task_ids(self) -> TaskIds | _NeedData:
@@ -181,25 +229,92 @@ class Connection:
             if t is UnknownCommand and self.role is Role.SPOUT:
                 raise RemoteProtocolError(f"unknown spout command {msg.command!r}", frame=body)
             raise RemoteProtocolError(f"{self._peer.value} may not send {t.__name__} to a {self.role.value}", frame=body)
-        new = self._table.get((self.state, t))
+        new = self._allowed.get(t)
         if new is None:
-            raise RemoteProtocolError(f"{t.__name__} is not legal in state {self.state.value}", frame=body)
+            raise RemoteProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=body)
         self._check(msg, remote=True, frame=body)
-        self.state = new
+        if new is not self._state:
+            self.state = new
 
     # -- sending ---------------------------------------------------------------
 
     def send(self, msg: Message) -> bytes:
         """Check that we may send ``msg`` now, and return its bytes."""
         t = type(msg)
+        if t is Emit:
+            return self.send_emit(msg.values, stream=msg.stream, anchors=msg.anchors, id=msg.id, task=msg.task,
+                                  need_task_ids=msg.need_task_ids)
+        self._may_send(t, msg)
+        self._check(msg, remote=False, frame=msg)
+        new = self._allowed[t]
+        if new is not self._state:
+            self.state = new
+        return encode(msg)
+
+    def _may_send(self, t: type, msg: Any) -> None:
         if self._sender.get(t) is not self.side:
             raise LocalProtocolError(f"{self.side.value} may not send {t.__name__} to a {self.role.value}", frame=msg)
-        new = self._table.get((self.state, t))
-        if new is None:
-            raise LocalProtocolError(f"{t.__name__} is not legal in state {self.state.value}", frame=msg)
-        self._check(msg, remote=False, frame=msg)
-        self.state = new
-        return encode(msg)
+        if t not in self._allowed:
+            raise LocalProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=msg)
+
+    # The component's per-tuple messages get direct paths: same checks as
+    # send(), no message object, the wire dict built once (bench/).
+
+    def send_emit(
+        self,
+        values: list[Any],
+        *,
+        stream: str = DEFAULT_STREAM,
+        anchors: tuple[str, ...] | list[str] = (),
+        id: Any = None,
+        task: int | None = None,
+        need_task_ids: bool = True,
+    ) -> bytes:
+        """An ``emit`` frame (§3.5, §4.3): anchors must be pending tuples;
+        a non-direct emit that wants task ids is owed a list (§3.4)."""
+        obj: dict[str, Any] = {"command": "emit", "tuple": values}
+        if Emit not in self._allowed or not self._component_side:
+            self._may_send(Emit, obj)
+        if stream != DEFAULT_STREAM:
+            obj["stream"] = stream
+        if anchors:
+            pending = self.pending
+            for a in anchors:
+                if a not in pending:
+                    raise LocalProtocolError(self._unknown_id("anchors to", a), frame=obj)
+            obj["anchors"] = anchors if type(anchors) is list else list(anchors)
+        if id is not None:
+            obj["id"] = id
+        if task is not None:
+            obj["task"] = task
+        elif need_task_ids:
+            self.owed_task_ids += 1
+        if not need_task_ids:
+            obj["need_task_ids"] = False
+        try:
+            return orjson.dumps(obj) + TERMINATOR
+        except TypeError:
+            return dumps(obj) + TERMINATOR  # integers beyond 64 bits, or a clear error
+
+    def send_ack(self, tuple_id: Any) -> bytes:
+        """Bolt: ack a pending tuple. Spout host: ack a message id."""
+        if self._bolt_component and self._state is State.READY and type(tuple_id) is str and tuple_id in self.pending:
+            self.pending.remove(tuple_id)  # §3.6: the exact id string of a pending tuple
+            return orjson.dumps({"command": "ack", "id": tuple_id}) + TERMINATOR
+        return self._ack_or_fail(Ack, "ack", tuple_id)
+
+    def send_fail(self, tuple_id: Any) -> bytes:
+        return self._ack_or_fail(Fail, "fail", tuple_id)
+
+    def _ack_or_fail(self, cls: type, command: str, tuple_id: Any) -> bytes:
+        if self._bolt_component and self._state is State.READY:
+            # §3.6: only the exact id string of a pending tuple.
+            try:
+                self.pending.remove(tuple_id)
+            except (KeyError, TypeError):
+                raise LocalProtocolError(self._unknown_id(command + "s", tuple_id), frame=tuple_id) from None
+            return orjson.dumps({"command": command, "id": tuple_id}) + TERMINATOR
+        return self.send(cls(id=tuple_id))
 
     def send_many(self, msgs: Iterable[Message]) -> bytes:
         """Several frames as one write."""

@@ -5,9 +5,9 @@ it belongs to, the XOR of the edge ids that created it (``ids``), and
 accumulates the edge ids of the tuples later anchored to it (``ack_val``).
 
 * a spout's reliable emit to n tasks registers root r with e1 ^ ... ^ en;
-* a bolt emit anchored to tuples A1..Ak, for each destination task, draws a
-  fresh edge e, XORs it into each anchor's ``ack_val`` and into the new
-  tuple's id for each of the anchor's roots (§7.1, §7.2);
+* a bolt emit anchored to tuples A1..Ak, for each destination task and each
+  anchor, draws a fresh edge e, XORs it into that anchor's ``ack_val`` and
+  into the new tuple's id for each of the anchor's roots (§7.1, §7.2);
 * acking a tuple XORs ``ids[r] ^ ack_val`` into each of its roots r;
 * a root whose value returns to 0 is complete (false completion ~2^-64);
 * any fail fails the root once; a root not complete within the message
@@ -63,6 +63,9 @@ class Acker:
         self.timeout = timeout
         self._rand = rand
         self.roots: dict[int, Root] = {}
+        # Acks of roots not (or no longer) registered: root -> [xor, drop-after].
+        self._early: dict[int, list[Any]] = {}
+        self._now = 0.0  # the latest time seen by expire()
         #: (spout_task, msg_id) of trees completed / failed since last drained.
         self._acked: list[tuple[int, Any]] = []
         self._failed: list[tuple[int, Any]] = []
@@ -74,9 +77,15 @@ class Acker:
     # -- spout side ---------------------------------------------------------
 
     def init(self, root: int, value: int, spout_task: int, msg_id: Any, now: float) -> None:
-        """Register a spout tuple's tree (``value`` = XOR of its first edges)."""
+        """Register a spout tuple's tree (``value`` = XOR of its first edges).
+
+        Acks that arrived before the registration are folded in (§7.1)."""
+        self._now = max(self._now, now)
+        early = self._early.pop(root, None)
+        if early is not None:
+            value ^= early[0]
         self.roots[root] = Root(value, spout_task, msg_id, now + self.timeout)
-        if value == 0:  # emitted to no task: complete at once, as in Storm
+        if value == 0:  # emitted to no task, or already fully acked: complete now
             self._complete(root)
 
     def spout_emit(self, spout_task: int, msg_id: Any, n_targets: int, now: float) -> tuple[int, list[TupleEdges]]:
@@ -100,14 +109,16 @@ class Acker:
         out = []
         for _ in range(n_targets):
             ids: dict[int, int] = {}
-            if anchors:
+            for a in anchors:
+                if not a.ids:
+                    continue
+                # A fresh edge per anchor (as Storm's output collector does):
+                # one edge shared by two anchors of the same root would
+                # cancel out in the new tuple's id and complete the tree early.
                 e = self.new_id()
-                for a in anchors:
-                    if not a.ids:
-                        continue
-                    a.ack_val ^= e
-                    for r in a.ids:
-                        ids[r] = ids.get(r, 0) ^ e
+                a.ack_val ^= e
+                for r in a.ids:
+                    ids[r] = ids.get(r, 0) ^ e
             out.append(TupleEdges(ids))
         return out
 
@@ -116,7 +127,15 @@ class Acker:
         for r, tid in t.ids.items():
             root = self.roots.get(r)
             if root is None:
-                continue  # late ack of a failed or timed-out tree (§7.4)
+                # Not registered yet (XOR commutes, §7.1), or a late ack of a
+                # finished tree (§7.4): kept aside, and dropped after the
+                # message timeout if no registration claims it.
+                early = self._early.get(r)
+                if early is None:
+                    self._early[r] = [tid ^ t.ack_val, self._now + self.timeout]
+                else:
+                    early[0] ^= tid ^ t.ack_val
+                continue
             root.value ^= tid ^ t.ack_val
             if root.value == 0:
                 self._complete(r)
@@ -134,10 +153,14 @@ class Acker:
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""
+        self._now = now
         late = [r for r, root in self.roots.items() if root.deadline <= now]
         for r in late:
             self.fail_root(r)
         self.stats["timed_out"] += len(late)
+        if self._early:
+            for r in [r for r, (_, deadline) in self._early.items() if deadline <= now]:
+                del self._early[r]
         return len(late)
 
     def _complete(self, r: int) -> None:

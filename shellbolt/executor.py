@@ -23,14 +23,13 @@ import shutil
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import trio
 
 from multilang._state import Role
 from multilang.errors import ComponentError, ComponentReportedError, HeartbeatTimeout
 from multilang.messages import (
-    LOG_LEVELS,
     SYSTEM_COMPONENT,
     SYSTEM_TASK,
     TICK_STREAM,
@@ -658,10 +657,19 @@ class Runtime:
     ``on_output(record)`` receives each output tuple (a dict with
     ``component``, ``stream`` and the fields) unless the topology's output has
     a ``key``, in which case the last tuple per key is kept and returned in
-    :class:`RunResult` when the run ends."""
+    :class:`RunResult` when the run ends.
 
-    def __init__(self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None) -> None:
+    ``on_tracked_output(component, stream, values, roots)``, if given, gets
+    every output tuple instead (no record building, no ``key``), with the
+    acker root ids it belongs to (empty if unanchored): the Spark adapter
+    holds a root's outputs until its tree completes."""
+
+    def __init__(
+        self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None,
+        on_tracked_output: Callable[[str, str, list[Any], list[int]], None] | None = None,
+    ) -> None:
         self.topology = topology
+        self.on_tracked_output = on_tracked_output
         conf = topology.conf
         self.acking = conf.get("topology.acker.executors") != 0
         self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
@@ -758,7 +766,11 @@ class Runtime:
         else:
             edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
         if not n:
-            self._output(src.name, emit.stream, emit.values)
+            if self.on_tracked_output is not None:
+                roots = list({r for a in anchors or () for r in a.ids})
+                self.on_tracked_output(src.name, emit.stream, emit.values, roots)
+            else:
+                self._output(src.name, emit.stream, emit.values)
         tasks = self.tasks
         for task_id, e in zip(targets, edges):
             t = tasks[task_id]

@@ -1,0 +1,635 @@
+#!/usr/bin/env python
+"""Bolt throughput: our component library vs pystorm vs a hand-written ceiling.
+
+    python bench/bolt_throughput.py [--tuples N] [--repeat R] [--profile]
+
+One plain-bytes driver runs every component as a child process, as Storm's
+ShellBolt would: it writes the handshake, waits for the pid reply, then (clock
+starts) a thread writes N pre-encoded tuple frames in 256 KiB chunks while the
+main thread reads stdout in 1 MiB reads and counts ``\\nend\\n`` terminators and
+ack frames until it has seen N acks (clock stops; also waits for the writer).
+Then stdin is closed and the child reaped. Heartbeats are not sent.
+
+Workloads (same frames for every component of a workload):
+  echo   tuple ["<word>", <int>]          -> one anchored emit + ack   (N=150,000)
+  split  tuple ["<5-word sentence>"]      -> one anchored emit per word + ack (N/4)
+ours and pystorm run the first N tuples; hand-written and the driver ceiling,
+being ~5-60x faster, run the first N*4 tuples of the same sequence
+(--ceiling-scale) so each run lasts long enough to time (rates are per tuple).
+
+Components (bench/components/):
+  ours      multilang.Bolt  (emit(values, anchors=[tup]) then ack(tup))
+  pystorm   pystorm.Bolt    (emit(..., anchors=[tup], need_task_ids=False), auto_ack)
+  hand      hand-written orjson loop, one os.write per read burst (the ceiling)
+  driver    `cat` of a pre-encoded reply stream (while stdin goes to /dev/null):
+            what the driver itself can sustain.
+
+The warm-up run of every component is fully verified (every output frame is
+parsed: the acks are exactly the input ids in order, every emit carries the
+right values, anchors == [id] and need_task_ids == false); the timed runs check
+exact ack/emit counts. Best of R timed runs is reported; components are
+interleaved round-robin so background load hits them alike.
+
+``--profile`` then runs our echo bolt under cProfile (``BENCH_PROFILE`` env var
+read by bench/components/_bench_common.py) and prints the top functions, and
+times our library's per-tuple stages in-process (no profiler overhead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import pstats
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+COMPONENTS = HERE / "components"
+TERM = b"\nend\n"
+WRITE_CHUNK = 256 * 1024
+READ_SIZE = 1 << 20
+# pystorm (simplejson) writes '"command": "ack"', orjson '"command":"ack"'.
+# The verified warm-up run proves these counts equal a full parse.
+ACK_FORMS = (b'"command":"ack"', b'"command": "ack"')
+EMIT_FORMS = (b'"command":"emit"', b'"command": "emit"')
+ACK_RE = re.compile(rb'"command"\s*:\s*"ack"')
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# --- workload ------------------------------------------------------------------
+
+
+def _vocabulary(rng: random.Random, n: int = 2000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(n)]
+
+
+def _ids(rng: random.Random, n: int) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    while len(out) < n:
+        s = str(rng.getrandbits(64) - (1 << 63))  # random signed 64-bit (§3)
+        if s not in seen:
+            seen.add(s)
+            out.append(s)
+    return out
+
+
+class Workload:
+    """Pre-encoded handshake + N tuple frames, and what the bolt must answer."""
+
+    def __init__(self, kind: str, n: int, pid_dir: str, seed: int = 42) -> None:
+        rng = random.Random(seed)
+        vocab = _vocabulary(rng)
+        self.kind = kind
+        self.n = n
+        self.ids = _ids(rng, n)
+        if kind == "echo":
+            fields = ["word", "count"]
+            self.values = [[rng.choice(vocab), rng.randint(0, 9999)] for _ in range(n)]
+            self.emits_per_tuple = [1] * n
+        else:
+            fields = ["sentence"]
+            self.values = [[" ".join(rng.choice(vocab) for _ in range(5))] for _ in range(n)]
+            self.emits_per_tuple = [5] * n
+        self.n_emits = sum(self.emits_per_tuple)
+        context = {
+            "task->component": {"-1": "__system", "1": "__acker", "2": "spout", "3": "bolt", "4": "sink"},
+            "taskid": 3,
+            "componentid": "bolt",
+            "streams": ["default"],
+            "stream->outputfields": {"default": ["word", "count"] if kind == "echo" else ["word"]},
+            "stream->target->grouping": {"default": {"sink": {"type": "SHUFFLE"}}},
+            "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
+            "source->stream->fields": {"spout": {"default": fields}},
+        }
+        conf = {"topology.name": "bench", "topology.debug": False, "topology.message.timeout.secs": 30}
+        self.handshake = orjson.dumps({"pidDir": pid_dir, "conf": conf, "context": context}) + TERM
+        frames = [
+            orjson.dumps({"id": tid, "comp": "spout", "stream": "default", "task": 2, "tuple": vals})
+            for tid, vals in zip(self.ids, self.values)
+        ]
+        ends = []
+        pos = 0
+        for fr in frames:
+            pos += len(fr) + len(TERM)
+            ends.append(pos)
+        self._ends = ends  # byte offset just past frame i
+        frames.append(b"")
+        self.blob = TERM.join(frames)
+
+    def take(self, k: int) -> "Workload":
+        """The first ``k`` tuples of this workload (same ids, same values)."""
+        if k >= self.n:
+            return self
+        sub = copy.copy(self)
+        sub.n = k
+        sub.ids = self.ids[:k]
+        sub.values = self.values[:k]
+        sub.emits_per_tuple = self.emits_per_tuple[:k]
+        sub.n_emits = sum(sub.emits_per_tuple)
+        sub._ends = self._ends[:k]
+        sub.blob = self.blob[: self._ends[k - 1]]
+        return sub
+
+    def expected_emits(self, i: int) -> list[list]:
+        if self.kind == "echo":
+            return [self.values[i]]
+        return [[w] for w in self.values[i][0].split()]
+
+    def reply_stream(self) -> bytes:
+        """What a correct bolt writes (hand-written's format), pid frame first."""
+        out = [orjson.dumps({"pid": 1})]
+        for i, tid in enumerate(self.ids):
+            for vals in self.expected_emits(i):
+                out.append(orjson.dumps({"command": "emit", "tuple": vals, "anchors": [tid], "need_task_ids": False}))
+            out.append(orjson.dumps({"command": "ack", "id": tid}))
+        out.append(b"")
+        return TERM.join(out)
+
+    def verify(self, output: bytes) -> None:
+        """Parse every frame after the pid reply and check it exactly."""
+        bodies = output.split(TERM)
+        if bodies[-1].strip():
+            raise BenchError(f"output ends with a partial frame: {bodies[-1][:200]!r}")
+        i = 0  # input tuple index
+        pending_emits: list[list] | None = None
+        n_ack_re = len(ACK_RE.findall(output))
+        acks = 0
+        for body in bodies[:-1]:
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BenchError(f"bad frame {body[:200]!r}: {exc}") from None
+            cmd = obj.get("command") if type(obj) is dict else None
+            if cmd in ("log", "sync", "metrics"):
+                continue
+            if i >= self.n:
+                raise BenchError(f"frame after the last ack: {body[:200]!r}")
+            tid = self.ids[i]
+            if pending_emits is None:
+                pending_emits = self.expected_emits(i)
+            if cmd == "emit":
+                if not pending_emits:
+                    raise BenchError(f"tuple {i}: too many emits: {body[:200]!r}")
+                want = pending_emits.pop(0)
+                if list(obj.get("tuple", ())) != want or obj.get("anchors") != [tid] or obj.get("need_task_ids") is not False:
+                    raise BenchError(f"tuple {i}: wrong emit {body[:200]!r}, wanted {want!r} anchored to {tid}")
+            elif cmd == "ack":
+                if obj.get("id") != tid or pending_emits:
+                    raise BenchError(f"tuple {i}: wrong/early ack {body[:200]!r} (want id {tid}, {len(pending_emits)} emits missing)")
+                acks += 1
+                i += 1
+                pending_emits = None
+            else:
+                raise BenchError(f"unexpected frame {body[:200]!r}")
+        if acks != self.n or n_ack_re != self.n:
+            raise BenchError(f"{acks} acks parsed, {n_ack_re} ack frames by regex; expected {self.n}")
+
+
+# --- driver ----------------------------------------------------------------------
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _count(block: bytes) -> tuple[int, int, int]:
+    return (
+        block.count(TERM),
+        block.count(ACK_FORMS[0]) + block.count(ACK_FORMS[1]),
+        block.count(EMIT_FORMS[0]) + block.count(EMIT_FORMS[1]),
+    )
+
+
+class RunResult:
+    def __init__(self, seconds: float, n: int, frames: int, acks: int, emits: int, rc: int) -> None:
+        self.seconds = seconds
+        self.rate = n / seconds
+        self.frames = frames
+        self.acks = acks
+        self.emits = emits
+        self.rc = rc
+
+
+def drive(
+    cmd: list[str],
+    wl: Workload,
+    *,
+    verify: bool = False,
+    env: dict | None = None,
+    timeout: float = 300.0,
+    ok_codes: tuple[int, ...] = (0,),
+) -> RunResult:
+    """Run one component over the workload; return its timing and counts."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, bufsize=0, env=env)
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    wfd, rfd = proc.stdin.fileno(), proc.stdout.fileno()
+
+    def fail(why: str) -> BenchError:
+        proc.kill()
+        proc.wait()
+        err.seek(0)
+        tail = err.read()[-2000:].decode(errors="replace")
+        return BenchError(f"{' '.join(cmd)}: {why}\n--- stderr tail ---\n{tail}")
+
+    try:
+        _write_all(wfd, wl.handshake)
+        buf = b""
+        while TERM not in buf:
+            chunk = os.read(rfd, READ_SIZE)
+            if not chunk:
+                raise fail("EOF before the pid reply")
+            buf += chunk
+        first, _, data = buf.partition(TERM)
+        if b'"pid"' not in first:
+            raise fail(f"first frame is not the pid reply: {first[:200]!r}")
+
+        writer_done = [0.0]
+        writer_err: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                view = memoryview(wl.blob)
+                for off in range(0, len(view), WRITE_CHUNK):
+                    _write_all(wfd, view[off : off + WRITE_CHUNK])
+            except OSError as exc:
+                writer_err.append(exc)
+            writer_done[0] = time.perf_counter()
+
+        th = threading.Thread(target=writer, daemon=True)
+        frames = acks = emits = 0
+        kept: list[bytes] = []
+        n = wl.n
+        t0 = time.perf_counter()
+        th.start()
+        while True:
+            cut = data.rfind(TERM)
+            if cut >= 0:
+                cut += len(TERM)
+                if cut == len(data):
+                    block, data = data, b""
+                else:
+                    block, data = data[:cut], data[cut:]
+                f, a, e = _count(block)
+                frames += f
+                acks += a
+                emits += e
+                if verify:
+                    kept.append(block)
+                if acks >= n:
+                    break
+            chunk = os.read(rfd, READ_SIZE)
+            if not chunk:
+                raise fail(f"stdout closed after {acks}/{n} acks")
+            data = data + chunk if data else chunk
+        t_acks = time.perf_counter()
+        th.join()
+        if writer_err:
+            raise fail(f"writer failed: {writer_err[0]!r}")
+        seconds = max(t_acks, writer_done[0]) - t0
+
+        # Shutdown: close stdin (EOF), drain stdout, reap. Not timed.
+        proc.stdin.close()
+        while True:
+            chunk = os.read(rfd, READ_SIZE)
+            if not chunk:
+                break
+            data += chunk
+        if data:
+            f, a, e = _count(data)
+            frames += f
+            acks += a
+            emits += e
+            if verify:
+                kept.append(data)
+        rc = proc.wait()
+        if rc not in ok_codes:
+            raise fail(f"exit status {rc}")
+        if acks != n or emits != wl.n_emits:
+            raise fail(f"counted {acks} acks / {emits} emits, expected exactly {n} / {wl.n_emits}")
+        if verify:
+            wl.verify(b"".join(kept))
+        return RunResult(seconds, n, frames, acks, emits, rc)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        err.close()
+
+
+# --- the benchmark -----------------------------------------------------------
+
+
+def component_cmds(kind: str, reply_path: str) -> dict[str, tuple[list[str], tuple[int, ...]]]:
+    py = sys.executable
+    c = str(COMPONENTS)
+    return {
+        "driver (cat)": (["sh", "-c", 'exec 3<&0; cat <&3 >/dev/null 3<&- & exec cat "$0" 3<&-', reply_path], (0,)),
+        "hand-written": ([py, f"{c}/handwritten.py", kind], (0,)),
+        "ours": ([py, f"{c}/ours_{kind}.py"], (0,)),
+        # pystorm exits with status 2 when stdin closes ("Storm went away").
+        "pystorm": ([py, f"{c}/pystorm_{kind}.py"], (0, 2)),
+    }
+
+
+def bench_workload(kind: str, n: int, scale: int, repeat: int, tmp: str) -> dict[str, float]:
+    """Warm up (verified) and time every component; return best tuples/s.
+
+    ours and pystorm get the first ``n`` tuples; the much faster hand-written
+    bolt and the driver ceiling get the first ``n * scale`` tuples of the same
+    sequence, so that their runs are not too short to time reliably.
+    """
+    pid_dir = tempfile.mkdtemp(dir=tmp, prefix=f"pids-{kind}-")
+    full = Workload(kind, n * scale, pid_dir)
+    small = full.take(n)
+    reply_path = os.path.join(tmp, f"reply-{kind}.bin")
+    with open(reply_path, "wb") as f:
+        f.write(full.reply_stream())
+    cmds = component_cmds(kind, reply_path)
+    plan = {name: (cmd, ok, full if name in ("driver (cat)", "hand-written") else small) for name, (cmd, ok) in cmds.items()}
+    best: dict[str, float] = {}
+    secs: dict[str, list[float]] = {name: [] for name in plan}
+    for name, (cmd, ok, wl) in plan.items():  # warm-up, fully verified
+        drive(cmd, wl, verify=True, ok_codes=ok)
+    for _ in range(repeat):
+        for name, (cmd, ok, wl) in plan.items():
+            r = drive(cmd, wl, ok_codes=ok)
+            secs[name].append(r.seconds)
+            best[name] = max(best.get(name, 0.0), r.rate)
+    print(f"\n[{kind}] {small.n_emits // small.n} emit(s) + 1 ack per tuple; {len(small.blob) / small.n:.0f} B/tuple in; "
+          f"warm-up run of each verified frame by frame; best of {repeat}")
+    for name, (cmd, ok, wl) in plan.items():
+        runs = ", ".join(f"{x:.2f}" for x in secs[name])
+        print(f"  {name:<13} N={wl.n:>7,}  {best[name]:>11,.0f} tuples/s  {1e6 / best[name]:6.2f} us/tuple   runs (s): {runs}")
+    return best
+
+
+def print_summary(results: dict[str, dict[str, float]]) -> None:
+    print("\n== bolt throughput (tuples/s, best run) ==")
+    hdr = f"{'workload':<8} {'driver(cat)':>12} {'hand-written':>13} {'ours':>10} {'pystorm':>10}   {'ours/pystorm':>12} {'ours/hand':>9}"
+    print(hdr)
+    print("-" * len(hdr))
+    for kind, r in results.items():
+        print(
+            f"{kind:<8} {r['driver (cat)']:>12,.0f} {r['hand-written']:>13,.0f} {r['ours']:>10,.0f} {r['pystorm']:>10,.0f}"
+            f"   {r['ours'] / r['pystorm']:>11.2f}x {r['ours'] / r['hand-written']:>8.2f}x"
+        )
+    for kind, r in results.items():
+        head = r["driver (cat)"] / r["hand-written"]
+        note = "" if head >= 1.5 else "  <-- WARNING: driver may be limiting"
+        print(f"driver ceiling ({kind}): {r['driver (cat)']:,.0f} tuples/s = {head:.1f}x the hand-written bolt{note}")
+    if "echo" in results:
+        r = results["echo"]
+        vs_py, vs_hand = r["ours"] / r["pystorm"], r["ours"] / r["hand-written"]
+        print("\ntargets (echo bolt):")
+        print(f"  ours >= 4.0x pystorm      : {vs_py:5.2f}x  {'MET' if vs_py >= 4.0 else 'NOT MET'}")
+        print(f"  ours >= 0.7x hand-written : {vs_hand:5.2f}x  {'MET' if vs_hand >= 0.7 else 'NOT MET'}")
+
+
+# --- profiling our library ---------------------------------------------------------
+
+
+def profile_ours(n: int, tmp: str, top: int = 25) -> None:
+    pid_dir = tempfile.mkdtemp(dir=tmp, prefix="pids-prof-")
+    wl = Workload("echo", n, pid_dir)
+    stats_path = os.path.join(tmp, "ours_echo.prof")
+    env = dict(os.environ, BENCH_PROFILE=stats_path)
+    r = drive([sys.executable, str(COMPONENTS / "ours_echo.py")], wl, env=env)
+    print(f"\n== cProfile: ours echo bolt, N={n} ({r.rate:,.0f} tuples/s under cProfile) ==")
+    st = pstats.Stats(stats_path)
+    total = st.total_tt
+    print(f"total profiled time {total:.2f} s = {total / n * 1e6:.2f} us/tuple (profiler-inflated)")
+    rows = []
+    for (fn, line, name), (cc, nc, tt, ct, _callers) in st.stats.items():
+        rows.append((tt, ct, nc, f"{Path(fn).name}:{line}({name})" if line else name))
+    for key, title in ((0, "tottime (self)"), (1, "cumtime")):
+        print(f"\n top {top} by {title}:")
+        print(f"   {'self us/tup':>11} {'cum us/tup':>10} {'calls/tup':>9}  function")
+        for tt, ct, nc, label in sorted(rows, key=lambda x: -x[key])[:top]:
+            print(f"   {tt / n * 1e6:>11.3f} {ct / n * 1e6:>10.3f} {nc / n:>9.2f}  {label}")
+
+
+def stage_breakdown(n: int) -> None:
+    """Time our library's per-tuple stages in-process, without a profiler.
+
+    Uses multilang's public-ish pieces exactly as component.Bolt does, on the
+    same frames the benchmark sends. Read-only use of the library.
+    """
+    from multilang import Bolt
+    from multilang._state import Role, Side
+    from multilang.codec import decode_host_frame, encode
+    from multilang.connection import NEED_DATA, Connection
+    from multilang.framing import FrameReader
+    from multilang.messages import Ack, Emit, Pid
+
+    wl = Workload("echo", n, "/tmp")
+    chunks = [wl.blob[i : i + 65536] for i in range(0, len(wl.blob), 65536)]
+
+    def fresh_conn() -> Connection:
+        c = Connection(Role.BOLT, Side.COMPONENT)
+        c.receive_data(wl.handshake)
+        c.next_event()
+        c.send(Pid(pid=1))
+        return c
+
+    def best(fn, setup=lambda: None, reps=5):
+        times = []
+        for _ in range(reps):
+            arg = setup()
+            t = time.perf_counter()
+            fn(arg)
+            times.append(time.perf_counter() - t)
+        return min(times) / n * 1e6
+
+    results: list[tuple[str, float]] = []
+
+    # 1. framing only
+    def framing(_):
+        r = FrameReader()
+        for ch in chunks:
+            r.feed(ch)
+
+    results.append(("FrameReader.feed (regex split, bytes copies)", best(framing)))
+
+    bodies = []
+    r = FrameReader()
+    for ch in chunks:
+        bodies.extend(r.feed(ch))
+
+    def loads_only(_):
+        for b in bodies:
+            orjson.loads(b)
+
+    results.append(("orjson.loads alone (floor)", best(loads_only)))
+
+    def decode(_):
+        for b in bodies:
+            decode_host_frame(b, spout=False)
+
+    results.append(("decode_host_frame (loads + checks + Tuple dataclass)", best(decode)))
+
+    def receive_all(c):
+        for ch in chunks:
+            c.receive_data(ch)
+        while c.next_event() is not NEED_DATA:
+            pass
+
+    results.append(("Connection receive_data+next_event (all of input side)", best(receive_all, fresh_conn)))
+
+    # output side
+    tups = []
+    c0 = fresh_conn()
+    for ch in chunks:
+        c0.receive_data(ch)
+    while (ev := c0.next_event()) is not NEED_DATA:
+        tups.append(ev)
+
+    def make_emit(_):
+        for t in tups:
+            Emit(values=t.values, stream="default", anchors=(t.id,), task=None, need_task_ids=False)
+
+    results.append(("Emit(...) dataclass construction", best(make_emit)))
+    emits = [Emit(values=t.values, stream="default", anchors=(t.id,), task=None, need_task_ids=False) for t in tups]
+
+    def enc(_):
+        for e in emits:
+            encode(e)
+
+    results.append(("codec.encode(Emit) (encode_json + orjson + TERM concat)", best(enc)))
+
+    def dumps_floor(_):
+        d = orjson.dumps
+        for t in tups:
+            d({"command": "emit", "tuple": t.values, "anchors": [t.id], "need_task_ids": False})
+            d({"command": "ack", "id": t.id})
+
+    results.append(("orjson.dumps emit+ack dicts alone (floor)", best(dumps_floor)))
+
+    def conn_with_pending():
+        c = fresh_conn()
+        c.pending.update(t.id for t in tups)
+        return c
+
+    def send_emits(c):
+        for e in emits:
+            c.send(e)
+
+    results.append(("Connection.send(Emit) (state table + anchor check + encode)", best(send_emits, conn_with_pending)))
+    acks = [Ack(id=t.id) for t in tups]
+
+    def send_acks(c):
+        for a in acks:
+            c.send(a)
+
+    results.append(("Connection.send(Ack) (state table + pending.remove + encode)", best(send_acks, conn_with_pending)))
+
+    class Echo(Bolt):
+        def process(self, tup):
+            self.emit(tup.values, anchors=[tup])
+            self.ack(tup)
+
+    def bolt_setup():
+        b = Echo()
+        b._conn = conn_with_pending()
+        return b
+
+    def bolt_process(b):
+        for t in tups:
+            b.process(t)
+        b._out.clear()
+
+    results.append(("Bolt.process: emit()+ack() incl. send/encode (user-facing)", best(bolt_process, bolt_setup)))
+
+    def whole_setup():
+        b = Echo()
+        b._conn = fresh_conn()
+        return b
+
+    def whole(b):
+        conn = b._conn
+        out = b._out
+        for ch in chunks:
+            conn.receive_data(ch)
+            while True:
+                ev = conn.next_event()
+                if ev is NEED_DATA:
+                    break
+                b._on_tuple(ev)
+            b"".join(out)
+            out.clear()
+
+    results.append(("whole component loop, no syscalls (input+process+join)", best(whole, whole_setup)))
+
+    def hand_floor(_):
+        loads, dumps = orjson.loads, orjson.dumps
+        buf = b""
+        for ch in chunks:
+            buf += ch
+            parts = buf.split(TERM)
+            buf = parts.pop()
+            out = []
+            for body in parts:
+                t = loads(body)
+                tid = t["id"]
+                out.append(dumps({"command": "emit", "tuple": t["tuple"], "anchors": [tid], "need_task_ids": False}))
+                out.append(dumps({"command": "ack", "id": tid}))
+            out.append(b"")
+            TERM.join(out)
+
+    results.append(("hand-written loop, no syscalls (same work)", best(hand_floor)))
+
+    print(f"\n== in-process stage timings, our library, echo, N={n} (us/tuple, best of 5, no profiler) ==")
+    for label, us in results:
+        print(f"  {us:7.3f}  {label}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tuples", type=int, default=150_000, help="echo tuples per run for ours/pystorm (default 150000)")
+    ap.add_argument("--split-tuples", type=int, default=None, help="split tuples per run (default: tuples/4)")
+    ap.add_argument("--ceiling-scale", type=int, default=4, help="hand-written and driver runs use this many times more tuples (default 4)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per component; the best is reported (default 3)")
+    ap.add_argument("--only", choices=["echo", "split"], help="run one workload")
+    ap.add_argument("--profile", action="store_true", help="then profile our echo bolt (cProfile + in-process stage timings)")
+    args = ap.parse_args()
+    split_n = args.split_tuples or max(1, args.tuples // 4)
+
+    tmp = tempfile.mkdtemp(prefix="bolt-bench-")
+    try:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.2f} at start")
+        results: dict[str, dict[str, float]] = {}
+        if args.only in (None, "echo"):
+            results["echo"] = bench_workload("echo", args.tuples, args.ceiling_scale, args.repeat, tmp)
+        if args.only in (None, "split"):
+            results["split"] = bench_workload("split", split_n, args.ceiling_scale, args.repeat, tmp)
+        print_summary(results)
+        print(f"load avg at end {os.getloadavg()[0]:.2f}")
+        if args.profile:
+            profile_ours(args.tuples, tmp)
+            stage_breakdown(min(args.tuples, 100_000))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

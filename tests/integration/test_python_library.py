@@ -1,0 +1,747 @@
+"""Integration tests for the Python component library (multilang.component).
+
+Real `python` subprocesses (examples/python/*.py and small scripts written to
+tmp_path) are driven by a test host defined here that only writes and reads
+bytes: nothing from `multilang` is used on the host side. Every read has a
+timeout (a reader thread feeds a queue), so a broken component fails a test
+instead of hanging it.
+"""
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PY_DIR = ROOT / "examples" / "python"
+CONFORMANCE = PY_DIR / "conformance_component.py"
+PY = sys.executable
+
+TIMEOUT = 5.0
+_EOF = object()
+
+
+# ---------------------------------------------------------------------------
+# Byte-level test host
+# ---------------------------------------------------------------------------
+
+
+class Component:
+    """A component subprocess; a thread splits its stdout into frames."""
+
+    def __init__(self, argv, cwd=None):
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(cwd or ROOT),
+        )
+        self.raw = bytearray()  # every byte the component wrote to stdout
+        self.frames = queue.Queue()  # frame bodies (JSON text), or _EOF
+        self.stderr = bytearray()
+        self._threads = [
+            threading.Thread(target=self._pump_stdout, daemon=True),
+            threading.Thread(target=self._pump_stderr, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _pump_stdout(self):
+        fd = self.proc.stdout.fileno()
+        lines, buf = [], b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.frames.put(_EOF)
+                return
+            self.raw += chunk
+            buf += chunk
+            while True:
+                i = buf.find(b"\n")
+                if i < 0:
+                    break
+                line, buf = buf[:i], buf[i + 1 :]
+                if line == b"end":
+                    self.frames.put(b"\n".join(lines))
+                    lines = []
+                else:
+                    lines.append(line)
+
+    def _pump_stderr(self):
+        fd = self.proc.stderr.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.stderr += chunk
+
+    def _stderr_text(self):
+        return self.stderr.decode(errors="replace")
+
+    # -- writing --------------------------------------------------------------
+
+    def write(self, data: bytes):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, obj):
+        self.write(json.dumps(obj, separators=(",", ":")).encode() + b"\nend\n")
+
+    def close_stdin(self):
+        self.proc.stdin.close()
+
+    # -- reading --------------------------------------------------------------
+
+    def read_raw(self, timeout=TIMEOUT) -> bytes:
+        try:
+            item = self.frames.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"timed out after {timeout}s waiting for a frame; stderr:\n{self._stderr_text()}")
+        if item is _EOF:
+            self.frames.put(_EOF)
+            raise AssertionError(f"component closed stdout; stderr:\n{self._stderr_text()}")
+        return item
+
+    def read(self, timeout=TIMEOUT):
+        return json.loads(self.read_raw(timeout))
+
+    def read_n(self, n, timeout=TIMEOUT):
+        return [self.read(timeout) for _ in range(n)]
+
+    def read_eof(self, timeout=TIMEOUT):
+        try:
+            item = self.frames.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("component did not close stdout")
+        assert item is _EOF, f"unexpected frame {item!r}"
+
+    def expect_silence(self, seconds=0.2):
+        try:
+            item = self.frames.get(timeout=seconds)
+        except queue.Empty:
+            return
+        raise AssertionError(f"unexpected output: {item!r}")
+
+    def wait(self, timeout=TIMEOUT):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"process still running after {timeout}s; stderr:\n{self._stderr_text()}")
+
+    def wait_stderr(self, needle: bytes, timeout=TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while needle not in self.stderr and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert needle in self.stderr, self._stderr_text()
+
+    def handshake(self, pid_dir, conf=None, context=None):
+        pid_dir.mkdir(exist_ok=True)
+        self.send({"pidDir": str(pid_dir), "conf": conf or {"topology.name": "t", "odd.key": [1]}, "context": context or CONTEXT})
+        first = self.read_raw()
+        # the pid reply is the very first thing on stdout
+        assert bytes(self.raw).startswith(first + b"\nend\n"), bytes(self.raw[:80])
+        assert json.loads(first) == {"pid": self.proc.pid}
+        pid_file = pid_dir / str(self.proc.pid)
+        assert pid_file.is_file() and pid_file.stat().st_size == 0
+        return first
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=TIMEOUT)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+CONTEXT = {
+    "task->component": {"1": "spout", "2": "split", "3": "count"},
+    "taskid": 2,
+    "componentid": "split",
+    "streams": ["default"],
+    "stream->outputfields": {"default": ["word"]},
+    "stream->target->grouping": {"default": {"count": {"type": "FIELDS", "fields": ["word"]}}},
+    "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
+    "source->stream->fields": {"spout": {"default": ["sentence"]}},
+}
+
+
+def tup(tid, values, comp="spout", stream="default", task=1):
+    return {"id": tid, "comp": comp, "stream": stream, "task": task, "tuple": values}
+
+
+def heartbeat(tid="hb"):
+    return {"id": tid, "comp": None, "stream": "__heartbeat", "task": -1, "tuple": []}
+
+
+def tick(tid, freq=5):
+    return {"id": tid, "comp": "__system", "stream": "__tick", "task": -1, "tuple": [freq]}
+
+
+def cmd(command, mid=""):
+    return {"id": mid, "command": command}
+
+
+def emit(values, anchors=None, **extra):
+    f = {"command": "emit", "tuple": values}
+    if anchors:
+        f["anchors"] = anchors
+    f.update(extra)
+    f.setdefault("need_task_ids", False)
+    if f["need_task_ids"] is None:
+        del f["need_task_ids"]
+    return f
+
+
+@pytest.fixture
+def started(tmp_path):
+    comps = []
+
+    def start(argv, handshake=True, cwd=None):
+        c = Component(argv, cwd=cwd)
+        comps.append(c)
+        if handshake:
+            c.handshake(tmp_path / "pids")
+        return c
+
+    yield start
+    for c in comps:
+        c.close()
+
+
+def conformance(started, mode="bolt"):
+    c = started([PY, str(CONFORMANCE), mode])
+    assert c.read() == {"command": "log", "msg": f"multilang-conformance ready mode={mode} lang=python", "level": 2}
+    return c
+
+
+def script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Handshake, heartbeats, ids
+# ---------------------------------------------------------------------------
+
+
+def test_handshake_pid_file_pid_first_then_initialize(started, tmp_path):
+    path = script(
+        tmp_path,
+        "init.py",
+        """
+        from multilang import Bolt
+
+        class B(Bolt):
+            def initialize(self, conf, context):
+                print("init", conf["topology.name"], context.task_id, context.component_id)
+                self.log(repr(context.component_tasks("count")), 3)
+
+            def process(self, tup):
+                self.ack(tup)
+
+        B().run()
+        """,
+    )
+    c = started([PY, str(path)])
+    assert c.read_n(2) == [
+        {"command": "log", "msg": "init t 2 split", "level": 2},
+        {"command": "log", "msg": "[3]", "level": 3},
+    ]
+
+
+def test_heartbeat_answered_with_sync_never_acked(started):
+    c = conformance(started)
+    c.send(heartbeat("-1"))
+    assert c.read_raw() == b'{"command":"sync"}'
+    c.send(tup("5", ["ack"]))
+    assert c.read() == {"command": "ack", "id": "5"}
+    c.expect_silence()
+
+
+def test_ack_ids_echoed_byte_for_byte(started):
+    c = conformance(started)
+    for tid in ["-9223372036854775808", "0012", "9223372036854775807", "1e3", "-0"]:
+        c.send(tup(tid, ["ack"]))
+        assert c.read_raw() == b'{"command":"ack","id":"%s"}' % tid.encode()
+        c.send(tup(tid, ["fail"]))
+        assert c.read_raw() == b'{"command":"fail","id":"%s"}' % tid.encode()
+
+
+def test_task_ids_returned_and_earlier_input_processed_after_in_order(started):
+    c = conformance(started)
+    c.send(tup("-7", ["emit", ["x"], "s2"]))
+    assert c.read() == emit(["x"], ["-7"], stream="s2", need_task_ids=None)
+    # While the bolt waits for its task ids, a heartbeat, a tuple and a tick arrive first.
+    c.send(heartbeat())
+    c.send(tup("8", ["echo", "y"]))
+    c.send(tick("9", 30))
+    c.expect_silence()
+    c.send([4, 5])
+    assert c.read_n(7) == [
+        emit(["task_ids", [4, 5]], ["-7"]),
+        {"command": "ack", "id": "-7"},
+        {"command": "sync"},
+        emit(["echo", "y"], ["8"]),
+        {"command": "ack", "id": "8"},
+        emit(["tick", 30], ["9"]),
+        {"command": "ack", "id": "9"},
+    ]
+    c.expect_silence()
+
+
+def test_conformance_bolt_actions(started):
+    c = conformance(started)
+    c.send(tup("1", ["echo", 1, None, {"a": [True]}]))
+    assert c.read_n(2) == [emit(["echo", 1, None, {"a": [True]}], ["1"]), {"command": "ack", "id": "1"}]
+    c.send(tup("2", ["emit_unanchored", ["u"]]))
+    assert c.read_n(2) == [emit(["u"]), {"command": "ack", "id": "2"}]
+    c.send(tup("3", ["emit_direct", 7, ["d"]]))
+    # a direct emit is never answered with task ids: the ack follows at once
+    assert c.read_n(2) == [emit(["d"], ["3"], task=7), {"command": "ack", "id": "3"}]
+    c.send(tup("4", ["emit", ["v"], None]))
+    assert c.read() == emit(["v"], ["4"], need_task_ids=None)
+    c.send([])
+    assert c.read_n(2) == [emit(["task_ids", []], ["4"]), {"command": "ack", "id": "4"}]
+    c.send(tup("5", ["emit_many", 3]))
+    assert c.read_n(4) == [emit(["n", i], ["5"]) for i in range(3)] + [{"command": "ack", "id": "5"}]
+    c.send(tup("h1", ["hold"]))
+    c.send(tup("h2", ["hold"]))
+    c.send(tup("6", ["release", ["r"]]))
+    assert c.read_n(4) == [
+        emit(["r"], ["h1", "h2", "6"]),
+        {"command": "ack", "id": "h1"},
+        {"command": "ack", "id": "h2"},
+        {"command": "ack", "id": "6"},
+    ]
+    c.send(tup("7", ["log", "hello", 3]))
+    assert c.read_n(2) == [{"command": "log", "msg": "hello", "level": 3}, {"command": "ack", "id": "7"}]
+    c.send(tup("8", ["error", "oops"]))
+    assert c.read_n(2) == [{"command": "error", "msg": "oops"}, {"command": "ack", "id": "8"}]
+    c.send(tup("9", ["metrics", "m", {"a": [1]}]))
+    assert c.read_n(2) == [{"command": "metrics", "name": "m", "params": {"a": [1]}}, {"command": "ack", "id": "9"}]
+    c.send(tup("10", ["print", "printed %s"]))
+    assert c.read_n(2) == [{"command": "log", "msg": "printed %s", "level": 2}, {"command": "ack", "id": "10"}]
+    c.send(tup("11", ["bogus"]))
+    assert c.read_n(2) == [{"command": "error", "msg": "unknown action: bogus"}, {"command": "fail", "id": "11"}]
+    c.send(tup("12", ["exit", 3]))
+    assert c.wait() == 3
+
+
+# ---------------------------------------------------------------------------
+# Ticks
+# ---------------------------------------------------------------------------
+
+
+def test_ticks_go_to_process_tick_not_process(started):
+    c = conformance(started)
+    c.send(tick("-3", 10))
+    assert c.read_n(2) == [emit(["tick", 10], ["-3"]), {"command": "ack", "id": "-3"}]
+    b = conformance(started, "basic")
+    b.send(tick("t"))
+    assert b.read_n(2) == [emit(["tick", 5], ["t"]), {"command": "ack", "id": "t"}]
+
+
+def test_default_tick_hooks_ack(started, tmp_path):
+    path = script(
+        tmp_path,
+        "ticks.py",
+        """
+        import sys
+        from multilang import BasicBolt, Bolt
+
+        class B(Bolt):
+            def process(self, tup):
+                self.report_error("process " + tup.id)
+                self.ack(tup)
+
+        class BB(BasicBolt):
+            def process(self, tup):
+                self.report_error("process " + tup.id)
+
+        (B if sys.argv[1] == "bolt" else BB)().run()
+        """,
+    )
+    for mode in ("bolt", "basic"):
+        c = started([PY, str(path), mode])
+        c.send(tick("t1"))
+        assert c.read() == {"command": "ack", "id": "t1"}
+        # a tuple on __tick from another component is an ordinary tuple
+        c.send(tup("t2", [1], comp="other", stream="__tick"))
+        assert c.read_n(2) == [{"command": "error", "msg": "process t2"}, {"command": "ack", "id": "t2"}]
+
+
+# ---------------------------------------------------------------------------
+# Framing and encoding
+# ---------------------------------------------------------------------------
+
+
+def test_unicode_emoji_and_escaped_slash(started):
+    c = conformance(started)
+    text = "a/b \u00e9 \U0001F600 \u4e2d \u2028 \\ \" end"
+    frame = json.dumps(tup("1", ["echo", text]), ensure_ascii=False, separators=(",", ":"))
+    frame = frame.replace("/", "\\/").encode() + b"\nend\n"
+    emoji_at = frame.index("\U0001F600".encode())
+    # split in the middle of the emoji and of "\nend\n", across writes
+    for part in (frame[: emoji_at + 2], frame[emoji_at + 2 : -3], frame[-3:]):
+        c.write(part)
+        time.sleep(0.02)
+    raw = c.read_raw()
+    assert json.loads(raw) == emit(["echo", text], ["1"])
+    assert "\U0001F600".encode() in raw  # raw UTF-8 out, compact
+    assert c.read() == {"command": "ack", "id": "1"}
+    # ASCII-escaped input, storm.py style (", " separators, \u escapes, \/)
+    c.write(json.dumps(tup("2", ["echo", "\U0001F600/\u00fc"]), ensure_ascii=True).replace("/", "\\/").encode() + b"\nend\n")
+    assert c.read_raw() == '{"command":"emit","tuple":["echo","\U0001F600/\u00fc"],"anchors":["2"],"need_task_ids":false}'.encode()
+    assert c.read() == {"command": "ack", "id": "2"}
+
+
+def test_crlf_multiline_and_blank_lines(started):
+    c = conformance(started)
+    multi = b'{\n  "id": "1",\n  "comp": "s",\n\n  "stream": "default",\n  "task": 1,\n  "tuple": ["ack"]\n}\nend\n'
+    crlf = b'{"id":"2","comp":"s",\r\n"stream":"default","task":1,"tuple":["ack"]}\r\nend\r\n'
+    cr = b'\r\r{"id":"3","comp":"s","stream":"default","task":1,"tuple":["ack"]}\rend\r'
+    blank = b'\n\r\n{"id":"4","comp":"s","stream":"default","task":1,"tuple":["ack"]}\nend\n\n'
+    c.write(multi + crlf + cr + blank)
+    assert c.read_n(4) == [{"command": "ack", "id": i} for i in ("1", "2", "3", "4")]
+    data = b'{"id":"5","comp":"s","stream":"default","task":1,"tuple":["ack"]}\r\nend\r\n'
+    for i in range(0, len(data), 5):
+        c.write(data[i : i + 5])
+    assert c.read() == {"command": "ack", "id": "5"}
+    # many frames in one write: one write back, every frame handled
+    c.write(b"".join(json.dumps(tup(str(i), ["ack"])).encode() + b"\nend\n" for i in range(300)))
+    assert [f["id"] for f in c.read_n(300)] == [str(i) for i in range(300)]
+
+
+def test_near_terminator_is_not_a_terminator(started):
+    c = conformance(started)
+    # "end " (trailing space) is JSON whitespace + garbage, not a terminator:
+    # the frame does not end there, so nothing happens until the real "end".
+    c.write(b'{"id":"1","comp":"s","stream":"default","task":1,"tuple":["ack"]}\nend \n')
+    c.expect_silence()
+    c.write(b"end\n")
+    # the frame "{...}\nend \n" is not JSON: a protocol error, not an ack
+    c.read_eof()
+    assert c.wait() != 0
+    assert b"RemoteProtocolError" in c.stderr and b"end " in c.stderr
+
+
+# ---------------------------------------------------------------------------
+# stdout guard
+# ---------------------------------------------------------------------------
+
+
+def test_print_becomes_log_and_fd1_goes_to_stderr(started, tmp_path):
+    path = script(
+        tmp_path,
+        "printer.py",
+        """
+        import os, subprocess, sys
+        from multilang import Bolt
+
+        class B(Bolt):
+            def process(self, tup):
+                print("x")
+                print("a", "b\\nc")
+                print("partial", end="")
+                sys.stdout.flush()
+                os.write(1, b"raw fd1 write\\n")
+                subprocess.run([sys.executable, "-c", "print('child process output')"], check=True)
+                print("to stderr", file=sys.stderr)
+                self.ack(tup)
+
+        B().run()
+        """,
+    )
+    c = started([PY, str(path)])
+    c.send(tup("1", []))
+    assert c.read_n(5) == [
+        {"command": "log", "msg": "x", "level": 2},
+        # each complete line printed becomes one log frame
+        {"command": "log", "msg": "a b", "level": 2},
+        {"command": "log", "msg": "c", "level": 2},
+        {"command": "log", "msg": "partial", "level": 2},
+        {"command": "ack", "id": "1"},
+    ]
+    c.expect_silence()
+    for text in (b"raw fd1 write", b"child process output", b"to stderr"):
+        c.wait_stderr(text)
+    assert b"raw fd1" not in c.raw and b"child" not in c.raw
+
+
+def test_stdin_eof_exits_zero_promptly(started):
+    for mode in ("bolt", "basic", "spout"):
+        c = conformance(started, mode)
+        if mode == "spout":
+            c.read()  # the open emit
+            c.send(cmd("activate"))
+            c.read_n(2)
+        else:
+            c.send(tup("1", ["echo", "last"]))
+            assert c.read_n(2) == [emit(["echo", "last"], ["1"]), {"command": "ack", "id": "1"}]
+        t0 = time.monotonic()
+        c.close_stdin()
+        assert c.wait(timeout=2) == 0
+        assert time.monotonic() - t0 < 2
+        c.read_eof()
+
+
+def test_stdin_eof_before_handshake_and_while_awaiting_task_ids(started):
+    c = started([PY, str(CONFORMANCE), "bolt"], handshake=False)
+    c.close_stdin()
+    assert c.wait(timeout=2) == 0
+    assert c.raw == b""
+    c = conformance(started)
+    c.send(tup("1", ["emit", ["v"], None]))
+    c.read()
+    c.close_stdin()
+    assert c.wait(timeout=2) == 0
+
+
+def test_stdin_eof_after_burst_delivers_all_output(started):
+    c = conformance(started)
+    n = 2000
+    c.write(b"".join(json.dumps(tup(str(i), ["echo", "v" * 50])).encode() + b"\nend\n" for i in range(n)))
+    c.close_stdin()
+    assert c.wait(timeout=5) == 0
+    frames = c.read_n(2 * n)
+    assert [f["id"] for f in frames[1::2]] == [str(i) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------
+# Exceptions
+# ---------------------------------------------------------------------------
+
+
+def test_basic_bolt_exception_error_fail_and_keeps_running(started):
+    c = conformance(started, "basic")
+    c.send(tup("1", ["echo", "a"]))
+    assert c.read_n(2) == [emit(["echo", "a"], ["1"]), {"command": "ack", "id": "1"}]
+    c.send(tup("2", ["raise", "kaboom-42"]))
+    err = c.read()
+    assert err["command"] == "error" and "kaboom-42" in err["msg"] and "Traceback" in err["msg"]
+    assert c.read() == {"command": "fail", "id": "2"}
+    c.send(tup("3", ["other"]))
+    assert c.read() == {"command": "ack", "id": "3"}
+    assert c.proc.poll() is None
+
+
+def test_plain_bolt_exception_error_then_nonzero_exit(started, tmp_path):
+    path = script(
+        tmp_path,
+        "crash.py",
+        """
+        from multilang import Bolt
+
+        class B(Bolt):
+            def process(self, tup):
+                self.emit(["before"], anchors=[tup])
+                raise ValueError("boom-7")
+
+        B().run()
+        """,
+    )
+    c = started([PY, str(path)])
+    c.send(tup("1", []))
+    assert c.read() == emit(["before"], ["1"])
+    err = c.read()
+    assert err["command"] == "error" and "boom-7" in err["msg"] and "ValueError" in err["msg"]
+    c.read_eof()
+    assert c.wait() != 0
+    assert b"boom-7" in c.stderr
+
+
+# ---------------------------------------------------------------------------
+# Spouts
+# ---------------------------------------------------------------------------
+
+SPOUT_IDS = [0, "1", -2, "-3", 4.5, {"k": [5]}, None]
+
+
+def test_conformance_spout(started):
+    c = conformance(started, "spout")
+    # emitted during open, before any command
+    assert c.read_raw() == b'{"command":"emit","tuple":["open"],"id":"open","need_task_ids":false}'
+    c.send(cmd("activate"))
+    assert c.read_n(2) == [emit(["activated"]), {"command": "sync"}]
+    for k, mid in enumerate(SPOUT_IDS):
+        c.send(cmd("next"))
+        e = c.read()
+        assert e["tuple"] == ["next", k]
+        assert e.get("need_task_ids", True) is True
+        if mid is None:
+            assert e.get("id") is None
+        else:
+            assert e["id"] == mid and type(e["id"]) is type(mid)
+        c.send([k, 100])
+        assert c.read_n(2) == [emit(["task_ids", [k, 100]]), {"command": "sync"}]
+    c.send(cmd("next"))
+    assert c.read() == {"command": "sync"}
+    for mid in SPOUT_IDS[:-1]:
+        for command, word in (("ack", "acked"), ("fail", "failed")):
+            c.send(cmd(command, mid))
+            e = c.read()
+            assert e == emit([word, mid]) and type(e["tuple"][1]) is type(mid)
+            assert c.read() == {"command": "sync"}
+    # integer, float and string ids keep their exact JSON spelling
+    c.write(b'{"command":"ack","id":0}\nend\n{"command":"fail","id":"0"}\nend\n{"command":"ack","id":4.5}\nend\n')
+    assert [c.read_raw() for _ in range(6)] == [
+        b'{"command":"emit","tuple":["acked",0],"need_task_ids":false}',
+        b'{"command":"sync"}',
+        b'{"command":"emit","tuple":["failed","0"],"need_task_ids":false}',
+        b'{"command":"sync"}',
+        b'{"command":"emit","tuple":["acked",4.5],"need_task_ids":false}',
+        b'{"command":"sync"}',
+    ]
+    c.send(cmd("deactivate"))
+    assert c.read_n(2) == [emit(["deactivated"]), {"command": "sync"}]
+    c.send(cmd("frobnicate"))
+    log = c.read()
+    assert log["command"] == "log" and "frobnicate" in log["msg"]
+    assert c.read() == {"command": "sync"}
+    c.expect_silence()
+
+
+def test_spout_defaults_one_sync_per_command(started, tmp_path):
+    path = script(tmp_path, "bare_spout.py", "from multilang import Spout\nSpout().run()\n")
+    c = started([PY, str(path)])
+    for command, mid in [("activate", ""), ("next", ""), ("ack", 3), ("fail", "x"), ("deactivate", ""), ("rewind", "")]:
+        c.send(cmd(command, mid))
+        frames = [c.read()]
+        while frames[-1] != {"command": "sync"}:
+            frames.append(c.read())
+        assert frames.count({"command": "sync"}) == 1
+        assert all(f["command"] == "log" for f in frames[:-1])
+    # commands coalesced into one write: still exactly one sync each
+    c.write(b"".join(json.dumps(cmd(x)).encode() + b"\nend\n" for x in ["next", "next", "what", "next"]))
+    frames = c.read_n(5)
+    assert [f["command"] for f in frames].count("sync") == 4
+    c.expect_silence()
+
+
+def test_spout_hook_exception_error_sync_then_exit(started, tmp_path):
+    path = script(
+        tmp_path,
+        "bad_spout.py",
+        """
+        from multilang import Spout
+
+        class S(Spout):
+            def next_tuple(self):
+                raise RuntimeError("spout-broke")
+
+        S().run()
+        """,
+    )
+    c = started([PY, str(path)])
+    c.send(cmd("activate"))
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("next"))
+    err = c.read()
+    assert err["command"] == "error" and "spout-broke" in err["msg"]
+    assert c.read() == {"command": "sync"}
+    c.read_eof()
+    assert c.wait() != 0
+
+
+# ---------------------------------------------------------------------------
+# Word-count examples
+# ---------------------------------------------------------------------------
+
+
+def test_sentence_spout_replays_failed_ids(started, tmp_path):
+    (tmp_path / "sentences.txt").write_text("the cow\n\n  over the moon  \n\u00fcber \U0001F600\n", encoding="utf-8")
+    c = started([PY, str(PY_DIR / "sentence_spout.py"), "sentences.txt"], cwd=tmp_path)
+    c.send(cmd("activate"))
+    assert c.read() == {"command": "sync"}
+
+    def next_():
+        c.send(cmd("next"))
+        frames = c.read_n(1)
+        while frames[-1] != {"command": "sync"}:
+            frames.append(c.read())
+        return frames[:-1]
+
+    assert next_() == [emit(["the cow"], id=0)]
+    assert next_() == [emit(["over the moon"], id=2)]  # blank line 1 skipped
+    assert next_() == [emit(["\u00fcber \U0001F600"], id=3)]
+    assert next_() == []
+    c.send(cmd("fail", 0))
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("fail", 99))  # unknown: ignored
+    assert c.read() == {"command": "sync"}
+    assert next_() == [emit(["the cow"], id=0)]  # replayed
+    for mid in (2, 3, 0):
+        c.send(cmd("ack", mid))
+        assert c.read() == {"command": "sync"}
+    c.send(cmd("fail", 2))  # already acked: not replayed
+    assert c.read() == {"command": "sync"}
+    assert next_() == []
+
+
+def read_until_ack(c, tid):
+    frames = []
+    while True:
+        f = c.read()
+        if f == {"command": "ack", "id": tid}:
+            return frames
+        frames.append(f)
+
+
+def test_split_bolt_exact_rule(started):
+    # split on ASCII whitespace only; strip ASCII punctuation from both ends;
+    # lowercase A-Z only; drop empty tokens.
+    c = started([PY, str(PY_DIR / "split_bolt.py")])
+    sentence = "Hello, WORLD!  it's--\u00fcber  'quoted' \u00dcBER\u00a0Stra\u00dfe --- \t(x)\n\u00c9t\u00c9 x_y "
+    c.send(tup("1", [sentence]))
+    frames = read_until_ack(c, "1")
+    assert all(f == emit(f["tuple"], ["1"]) for f in frames)
+    assert [f["tuple"] for f in frames] == [
+        ["hello"],
+        ["world"],
+        ["it's--\u00fcber"],
+        ["quoted"],
+        ["\u00dcber\u00a0stra\u00dfe"],
+        ["x"],
+        ["\u00c9t\u00c9"],
+        ["x_y"],
+    ]
+    c.send(tup("2", [" ... !? "]))
+    assert read_until_ack(c, "2") == []
+    c.send(tick("t"))
+    assert c.read() == {"command": "ack", "id": "t"}
+
+
+def test_count_bolt(started):
+    c = started([PY, str(PY_DIR / "count_bolt.py")])
+    for i, word in enumerate(["a", "b", "a", "\u00fcber", "a"]):
+        c.send(tup(str(i), [word], comp="split"))
+    assert c.read_n(10) == [
+        emit(["a", 1], ["0"]),
+        {"command": "ack", "id": "0"},
+        emit(["b", 1], ["1"]),
+        {"command": "ack", "id": "1"},
+        emit(["a", 2], ["2"]),
+        {"command": "ack", "id": "2"},
+        emit(["\u00fcber", 1], ["3"]),
+        {"command": "ack", "id": "3"},
+        emit(["a", 3], ["4"]),
+        {"command": "ack", "id": "4"},
+    ]
