@@ -91,6 +91,13 @@ def _summary(result: Any, elapsed: float) -> None:
         click.echo(f"[summary] gave up: {err}", err=True)
 
 
+def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in eg.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
+
+
 def _run_trio(fn: Any) -> Any:
     """Run ``fn`` under trio; SIGTERM cancels it like Ctrl-C does (exit 143)."""
     import trio
@@ -112,7 +119,16 @@ def _run_trio(fn: Any) -> Any:
             nursery.cancel_scope.cancel()
             return result
 
-    result = trio.run(wrapper)
+    try:
+        result = trio.run(wrapper)
+    except BaseExceptionGroup as eg:
+        # trio wraps a Ctrl-C, or one error, in exception groups: unwrap.
+        if eg.subgroup(KeyboardInterrupt) is not None:
+            raise KeyboardInterrupt from None
+        leaves = _leaves(eg)
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            raise leaves[0] from None
+        raise
     if terminated:
         raise SystemExit(EXIT_SIGTERM)
     return result
@@ -132,15 +148,30 @@ def _run_trio(fn: Any) -> Any:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Live progress on stderr.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL (--engine spark).")
+@click.option("--filter", "filter_file", type=click.Path(dir_okay=False), metavar="PROPERTIES_FILE",
+              help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
+@click.option("--env-filter", "-e", is_flag=True,
+              help="Flux YAML: substitute ${ENV-NAME} with environment variables (like flux -e).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
-        output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, master: str) -> None:
-    """Run the topology in TOPOLOGY_FILE (TOML)."""
+        output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, master: str,
+        filter_file: str | None, env_filter: bool) -> None:
+    """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
+    import os
+
     from .shellbolt.executor import Runtime
     from .shellbolt.topology import load_topology
 
     _setup_logging(log_level)
     try:
-        topology = load_topology(topology_file, _parse_conf(conf))
+        if topology_file.endswith((".yaml", ".yml")):
+            from .shellbolt.flux import load_flux
+
+            topology = load_flux(topology_file, filter_file, os.environ if env_filter else None,
+                                 overrides=_parse_conf(conf))
+        elif filter_file is not None or env_filter:
+            raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
+        else:
+            topology = load_topology(topology_file, _parse_conf(conf))
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
@@ -154,7 +185,11 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     def emit(record: dict[str, Any]) -> None:
         output.write(orjson.dumps(record).decode() + "\n")
 
-    runtime = Runtime(topology, on_output=emit)
+    try:
+        runtime = Runtime(topology, on_output=emit)
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
     start = time.monotonic()
     try:
         result = _run_trio(lambda: runtime.run(
@@ -217,7 +252,11 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
         values = record["values"] if out_fields == ["*"] else [record[f] for f in out_fields]
         sys.stdout.write(orjson.dumps(values).decode() + "\n")
 
-    runtime = Runtime(topology, on_output=emit)
+    try:
+        runtime = Runtime(topology, on_output=emit)
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
     try:
         result = _run_trio(lambda: runtime.run(until_done=True))
     except KeyboardInterrupt:

@@ -28,6 +28,7 @@ import io
 import os
 import sys
 import traceback
+from time import monotonic
 from typing import Any, Iterable
 
 from ._state import Role, Side
@@ -59,6 +60,8 @@ __all__ = ["Component", "Bolt", "BasicBolt", "Spout", "TRACE", "DEBUG", "INFO", 
 TRACE, DEBUG, INFO, WARN, ERROR = 0, 1, 2, 3, 4
 
 _READ_SIZE = 1 << 16
+_LOG_BUFFER = 1 << 16
+_FLUSH_INTERVAL = 0.1  # stdout text held while waiting for the end of a line
 _SYNC = Sync()
 
 
@@ -77,10 +80,12 @@ class _LogWriter(io.TextIOBase):
         return True
 
     def write(self, s: str) -> int:
+        # print("a", "b\nc") writes "a", " ", "b\nc", "\n": one log frame
+        # per write that ends a line, so a print's text stays one message.
         self._buf += s
-        if "\n" in self._buf:
-            head, _, self._buf = self._buf.rpartition("\n")
-            self._component.log(head, INFO)
+        if s.endswith("\n") or len(self._buf) > _LOG_BUFFER:
+            text, self._buf = self._buf, ""
+            self._component.log(text[:-1] if text.endswith("\n") else text, INFO)
         return len(s)
 
     def flush(self) -> None:
@@ -104,6 +109,7 @@ class Component:
         self.pid_dir: str | None = None
         self._conn = Connection(self._role, Side.COMPONENT)
         self._out: list[bytes] = []
+        self._flushed = 0.0
         self._in_fd = 0
         self._out_fd = 1
 
@@ -155,6 +161,7 @@ class Component:
         return proto
 
     def _flush(self) -> None:
+        self._flushed = monotonic()
         if not self._out:
             return
         data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
@@ -279,6 +286,12 @@ class Bolt(Component):
             t = type(ev)
             if t is Tuple:
                 self._on_tuple(ev)
+                # A backlog already read is handled without blocking, and
+                # output is otherwise flushed only before a read: flush at
+                # least every 100 ms so acks and heartbeat syncs of a slow
+                # bolt reach the host before its subprocess timeout (§5.2).
+                if monotonic() - self._flushed > _FLUSH_INTERVAL:
+                    self._flush()
             elif t is Heartbeat:
                 out.append(sync(_SYNC))
             elif t is Tick:

@@ -146,7 +146,7 @@ class Connection:
                 self._bodies.append(_Failed(exc))
         else:
             try:
-                self._reader.close()
+                self._bodies.extend(self._reader.close())
             except ProtocolError as exc:
                 self._bodies.append(_Failed(exc))
             self._bodies.append(ConnectionClosed())

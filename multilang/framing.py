@@ -28,6 +28,7 @@ DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 # the \n that follows is then whitespace at the start of the next frame.
 _TERM = re.compile(rb"(?:\A|(?<=[\r\n]))end(?:\r\n|\n|\r)")
 _BLANK = re.compile(rb"[ \t\r\n]*\Z")
+_END_AT_EOF = re.compile(rb"(?:\A|(?<=[\r\n]))end\Z")
 # How far back to rescan after new data: "\nend\r" is 5 bytes.
 _OVERLAP = 5
 # Partial frames larger than this are scanned incrementally, not re-split.
@@ -106,13 +107,20 @@ class FrameReader:
         self._scan = 0
         raise exc
 
-    def close(self) -> None:
-        """The peer closed the stream. Raises if a frame was cut off."""
+    def close(self) -> list[bytes]:
+        """The peer closed the stream: returns a last frame whose ``end`` line
+        had no line break before EOF (Storm's ``readLine`` accepts one).
+        Raises if a frame was cut off."""
         self.closed = True
-        if self._buf and not _BLANK.match(self._buf):
-            rest = bytes(self._buf)
-            self._buf.clear()
-            raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest)
+        buf = self._buf
+        if not buf or _BLANK.match(buf):
+            return []
+        m = _END_AT_EOF.search(buf)
+        rest = bytes(buf)
+        buf.clear()
+        if m is not None:
+            return [rest[: m.start()]]
+        raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest)
 
     @property
     def buffered(self) -> int:

@@ -683,7 +683,7 @@ class Runtime:
         self.reported_errors: list[ComponentReportedError] = []
         self.spouts_stopped = False
         self.stopping = False
-        self.emitted_by_spouts = 0
+        self.emitted_by_spouts = 0  # tuples emitted by spouts, any stream (what max_tuples counts)
         self.max_tuples: int | None = None
         self.pid_dir = ""
         self._stop = trio.Event() if _in_trio() else None
@@ -691,6 +691,9 @@ class Runtime:
 
     def _build(self) -> None:
         topo = self.topology
+        for comp in topo.components.values():
+            if comp.is_shell:
+                topo.resolve_command(comp)  # a missing program is a TopologyError now, not a crash loop
         for comp in topo.components.values():
             for t in comp.tasks:
                 if comp.kind == "spout":
@@ -837,10 +840,12 @@ class Runtime:
     # -- running -------------------------------------------------------------------
 
     def done(self) -> bool:
-        """Every spout is idle and nothing is queued or in flight anywhere."""
+        """Every spout is idle (exhausted, or stopped by ``max_tuples``) and
+        nothing is queued or in flight anywhere."""
+        limit_reached = self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples
         for t in self.tasks.values():
             if isinstance(t, (ShellSpoutTask, PythonSpoutTask)):
-                if not t.idle or t.notices:
+                if t.notices or not (t.idle or (limit_reached and t.pending_roots == 0)):
                     return False
             elif t.busy:
                 return False

@@ -280,15 +280,22 @@ class Component {
     let partial = '';
     const input = process.stdin;
 
+    // Lines end with \n, \r\n or a lone \r (spec §1.2). A \r that ends a
+    // chunk ends its line; a \n starting the next chunk is then its tail.
+    const lineBreak = /\r\n|\r|\n/g;
+    let skipLF = false;
     const feed = (text) => {
       if (!text) return;
       let data = partial + text;
       let start = 0;
-      let nl;
-      while ((nl = data.indexOf('\n', start)) !== -1) {
-        let line = data.slice(start, nl);
-        start = nl + 1;
-        if (line.endsWith('\r')) line = line.slice(0, -1);
+      if (skipLF && data[0] === '\n') start = 1;
+      skipLF = false;
+      lineBreak.lastIndex = start;
+      let m;
+      while ((m = lineBreak.exec(data)) !== null) {
+        const line = data.slice(start, m.index);
+        start = m.index + m[0].length;
+        if (m[0] === '\r' && start === data.length) skipLF = true;
         if (line === 'end') {
           const frame = lines.join('\n');
           lines.length = 0;

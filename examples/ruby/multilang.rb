@@ -224,17 +224,57 @@ module Multilang
 
       # Read lines until a line that is exactly "end"; parse the lines before
       # it as one JSON text. Returns nil at EOF.
+      LINE_BREAK = /\r\n|\r|\n/n.freeze
+      READ_SIZE = 65_536
+
+      # The next line without its line break (\n, \r\n or a lone \r, spec
+      # §1.2), or nil at EOF. A \r that ends a chunk ends its line; a \n
+      # starting the next chunk is then its tail.
+      def read_line
+        @rbuf ||= String.new(encoding: Encoding::BINARY)
+        @rpos ||= 0
+        loop do
+          # Binary string: character offsets are byte offsets.
+          i = @rbuf.index(LINE_BREAK, @rpos)
+          if i
+            len = @rbuf.getbyte(i) == 13 && @rbuf.getbyte(i + 1) == 10 ? 2 : 1
+            line = @rbuf.byteslice(@rpos, i - @rpos)
+            @rpos = i + len
+            @skip_lf = len == 1 && @rbuf.getbyte(i) == 13 && @rpos == @rbuf.bytesize
+            return line
+          end
+          @rbuf = @rbuf.byteslice(@rpos..) if @rpos.positive?
+          @rpos = 0
+          flush_before_read
+          @reading = true
+          chunk = begin
+            @in.readpartial(READ_SIZE)
+          rescue EOFError
+            nil
+          end
+          @reading = false
+          if chunk.nil?
+            return nil if @rbuf.empty?
+
+            line = @rbuf
+            @rbuf = String.new(encoding: Encoding::BINARY)
+            @rpos = 0
+            return line
+          end
+          chunk = chunk.b
+          chunk = chunk.byteslice(1..) if @skip_lf && chunk.start_with?("\n")
+          @skip_lf = false
+          @rbuf << chunk
+        end
+      end
+
       def read_frame
         first = nil
         more = nil
         loop do
-          flush_before_read
-          @reading = true
-          line = @in.gets
-          @reading = false
+          line = read_line
           break if line.nil?
 
-          line.chomp! # \n, \r\n or \r
           if line == 'end'
             text = more ? more.join("\n") : first
             first = more = nil

@@ -1,0 +1,644 @@
+"""Apache Storm Flux YAML topologies on the embedded runtime.
+
+    topology = load_flux("examples/flux/wordcount.yaml")
+    topology = load_flux("topo.yaml", properties="dev.properties")   # like flux --filter
+    topology = load_flux("topo.yaml", env=None)                       # no ${ENV-NAME} substitution
+
+A Flux file (``name``, ``includes``, ``config``, ``spouts``, ``bolts``,
+``streams``) becomes the same :class:`~multilang.shellbolt.topology.Topology`
+a :class:`~multilang.shellbolt.topology.TopologyBuilder` makes. What is
+supported, and what each Java class becomes, is listed in docs/MIGRATION.md;
+in short:
+
+* **Shell components**: ``org.apache.storm.flux.wrappers.spouts.FluxShellSpout``
+  and ``org.apache.storm.flux.wrappers.bolts.FluxShellBolt`` with
+  ``constructorArgs: [[command...], [fields...]]`` (or just ``[[command...]]``)
+  and the config methods ``addComponentConfig``, ``setDefaultStream`` and
+  ``setNamedStream``. Any other class whose ``constructorArgs`` are exactly
+  ``[[command...], [fields...]]`` is taken to be a ``ShellSpout``/``ShellBolt``
+  subclass with that constructor (Storm's own ``ShellSpout``/``ShellBolt``
+  included) and runs as a shell component.
+* **Built-in Java classes** that Storm's examples wire next to shell
+  components run in-process with the same fields: ``LogInfoBolt`` (logs each
+  tuple at INFO, no output), ``TestWordSpout`` (random words from Storm's
+  list, field ``word``; *finite*, see below) and ``TestWordCounter`` (fields
+  ``word``, ``count``). Any other Java class is a ``TopologyError`` that names
+  it and says to replace it with a shell component.
+* **Groupings**: ``SHUFFLE``, ``FIELDS`` (``args`` = the fields), ``ALL``,
+  ``GLOBAL``, ``NONE``, ``LOCAL_OR_SHUFFLE``, ``DIRECT``; ``streamId`` picks a
+  named stream. ``CUSTOM`` needs a Java class: ``TopologyError``.
+* **Substitution** happens on the text before it is parsed, as Flux does:
+  ``${name}`` from ``properties`` (a mapping, or the path of a Java
+  ``.properties`` file, ``flux --filter``), ``${name[i]}`` for the i-th item
+  of a list-valued property, ``${ENV-NAME}`` from ``env`` (``flux
+  --env-filter``; pass ``env=None`` to turn it off). Unlike Flux, which warns
+  and leaves the text alone, a placeholder that cannot be resolved is a
+  ``TopologyError`` naming file, line and what to pass. Comment lines are
+  left alone.
+* **Where commands run** (Storm runs them in the topology jar's
+  ``resources/`` directory): conf ``multilang.resource.dir`` (relative to the
+  YAML file) if set; else the ``resources/`` directory next to the YAML file
+  if there is one; else the YAML file's directory.
+* **What ``multilang run`` prints**: by default every tuple on a stream no
+  component subscribes to (a file ending in ``LogInfoBolt`` prints nothing,
+  its tuples are logged). Conf ``multilang.output.component`` (and optional
+  ``multilang.output.stream``, ``multilang.output.key``) selects one stream,
+  as the TOML ``[output]`` table does; if other components subscribe to that
+  stream an in-process tap named ``multilang-output`` is added to read it.
+  Storm ignores unknown conf keys, so such a file still runs under Flux.
+
+``TestWordSpout`` emits ``multilang.testwordspout.count`` words per task
+(default 1000) and then nothing: Storm's emits one word every 100 ms forever,
+which an in-process spout cannot do without stalling the runtime, and a
+finite spout lets ``multilang run`` end on its own. Its emits are reliable
+(Storm's are not), so they are tracked by the acker; set
+``multilang.testwordspout.seed`` for a repeatable sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import yaml
+
+from multilang.errors import TopologyError
+from multilang.messages import DEFAULT_STREAM
+
+from .topology import (
+    OutputSpec,
+    PythonBolt,
+    PythonSpout,
+    ShellBolt,
+    ShellSpout,
+    Topology,
+    TopologyBuilder,
+)
+
+__all__ = [
+    "load_flux",
+    "parse_properties",
+    "substitute",
+    "TEST_WORDS",
+    "OUTPUT_TAP",
+]
+
+log = logging.getLogger("multilang.flux")
+
+#: The words of Storm's ``org.apache.storm.testing.TestWordSpout``.
+TEST_WORDS = ("nathan", "mike", "jackson", "golda", "bertels")
+
+#: Name of the in-process component added to read a subscribed output stream.
+OUTPUT_TAP = "multilang-output"
+
+_FLUX_SHELL_SPOUT = "org.apache.storm.flux.wrappers.spouts.FluxShellSpout"
+_FLUX_SHELL_BOLT = "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"
+_STORM_SHELL_SPOUT = "org.apache.storm.spout.ShellSpout"
+_STORM_SHELL_BOLT = "org.apache.storm.task.ShellBolt"
+_LOG_INFO_BOLT = "org.apache.storm.flux.wrappers.bolts.LogInfoBolt"
+_TEST_WORD_SPOUT = "org.apache.storm.testing.TestWordSpout"
+_TEST_WORD_COUNTER = "org.apache.storm.testing.TestWordCounter"
+
+_GROUPINGS = {
+    "SHUFFLE": "shuffle",
+    "FIELDS": "fields",
+    "ALL": "all",
+    "GLOBAL": "global",
+    "NONE": "none",
+    "LOCAL_OR_SHUFFLE": "local_or_shuffle",
+    "DIRECT": "direct",
+}
+
+_TOP_LEVEL = {"name", "includes", "config", "components", "spouts", "bolts", "streams", "topologySource",
+              "workerHooks"}
+_VERTEX_KEYS = {"id", "className", "constructorArgs", "configMethods", "properties", "parallelism", "numTasks",
+                "config", "onHeapMemoryLoad", "offHeapMemoryLoad", "cpuLoad", "factory", "factoryArgs"}
+# Storm resource hints: meaningless here, accepted so that files run unchanged.
+_IGNORED_VERTEX_KEYS = {"onHeapMemoryLoad", "offHeapMemoryLoad", "cpuLoad"}
+
+
+# --- substitution ---------------------------------------------------------------------------
+
+
+def parse_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a Java ``.properties`` file (what ``flux --filter`` takes).
+
+    ``key=value``, ``key: value`` and ``key value``; ``#`` and ``!`` comments;
+    a trailing backslash continues a line; ``\\t``, ``\\n``, ``\\r``, ``\\f``,
+    ``\\uXXXX`` and escaped separators are unescaped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyError(f"properties file {str(path)!r} not found") from None
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        # An odd number of trailing backslashes continues the logical line.
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key, value = _split_property(line)
+        props[_unescape(key)] = _unescape(value)
+    return props
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    # The key ends at the first unescaped '=', ':' or blank; then blanks, one
+    # optional separator and blanks again.
+    i = 0
+    while i < len(line) and line[i] not in "=: \t\f":
+        i += 2 if line[i] == "\\" else 1
+    key, j = line[:i], i
+    while j < len(line) and line[j] in " \t\f":
+        j += 1
+    if j < len(line) and line[j] in "=:":
+        j += 1
+    while j < len(line) and line[j] in " \t\f":
+        j += 1
+    return key, line[j:]
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\" or i + 1 >= len(s):
+            out.append(c)
+            i += 1
+            continue
+        n = s[i + 1]
+        if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2:i + 6] or ""):
+            out.append(chr(int(s[i + 2:i + 6], 16)))
+            i += 6
+            continue
+        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(n, n))
+        i += 2
+    return "".join(out)
+
+
+_PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
+_LIST_ITEM = re.compile(r"(.+)\[(\d+)\]")
+
+
+def substitute(
+    text: str, properties: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None, *,
+    source: str = "<yaml>",
+) -> str:
+    """Replace ``${name}``, ``${name[i]}`` and ``${ENV-NAME}`` in ``text``, as
+    Flux does before it parses the YAML. An unresolved placeholder raises
+    :class:`TopologyError`; comment lines are left alone."""
+    props = dict(properties or {})
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, 1):
+        if "${" not in line or line.lstrip().startswith("#"):
+            continue
+
+        def repl(m: re.Match[str], lineno: int = lineno) -> str:
+            name = m.group(1).strip()
+            where = f"{source}:{lineno}"
+            if name.startswith("ENV-"):
+                var = name[4:]
+                if env is None:
+                    raise TopologyError(f"{where}: ${{{name}}} needs environment substitution; "
+                                        f"run with -e/--env-filter (as with flux)")
+                if var not in env:
+                    raise TopologyError(f"{where}: ${{{name}}}: environment variable {var!r} is not set")
+                return str(env[var])
+            if name in props:
+                return str(props[name])
+            item = _LIST_ITEM.fullmatch(name)
+            if item and item.group(1) in props:
+                return _list_item(props[item.group(1)], int(item.group(2)), where, name)
+            hint = "pass --filter PROPERTIES_FILE defining it" if not props else "the properties do not define it"
+            raise TopologyError(f"{where}: cannot substitute ${{{name}}}: {hint}")
+
+        lines[lineno - 1] = _PLACEHOLDER.sub(repl, line)
+    return "\n".join(lines)
+
+
+def _list_item(value: str, index: int, where: str, name: str) -> str:
+    """``${prop[i]}``: Flux reads the property as ``["a", "b"]`` and takes an item."""
+    try:
+        items = yaml.safe_load(value)
+    except yaml.YAMLError:
+        items = None
+    if not isinstance(items, list):
+        raise TopologyError(f"{where}: ${{{name}}}: property value {value!r} is not a list like [\"a\", \"b\"]")
+    if index >= len(items):
+        raise TopologyError(f"{where}: ${{{name}}}: the list has only {len(items)} items")
+    return str(items[index])
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load_flux(
+    path: str | os.PathLike[str],
+    properties: Mapping[str, str] | str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = os.environ,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+) -> Topology:
+    """Load a Storm Flux YAML topology (see the module docstring).
+
+    ``properties``: a mapping or the path of a ``.properties`` file for
+    ``${name}``. ``env``: the environment for ``${ENV-NAME}``, or None to
+    refuse such placeholders (``multilang run`` passes None unless
+    ``-e/--env-filter`` is given, as Flux does). ``overrides``: conf that
+    replaces the file's ``config`` (``multilang run -c``)."""
+    path = Path(path)
+    if properties is not None and not isinstance(properties, Mapping):
+        properties = parse_properties(properties)
+    doc = _read(path, properties, env)
+    doc = _includes(doc, path, properties, env)
+    return _build(doc, path, dict(overrides or {}))
+
+
+def _read(path: Path, properties: Mapping[str, str] | None, env: Mapping[str, str] | None) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyError(f"topology file {str(path)!r} not found") from None
+    except IsADirectoryError:
+        raise TopologyError(f"{path} is a directory, not a Flux YAML file") from None
+    text = substitute(text, properties, env, source=str(path))
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path}: not valid YAML: {exc}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise TopologyError(f"{path}: a Flux file is a mapping with name, config, spouts, bolts and streams")
+    unknown = set(doc) - _TOP_LEVEL
+    if unknown:
+        raise TopologyError(f"{path}: unknown top-level key(s) {sorted(unknown)}; Flux knows {sorted(_TOP_LEVEL)}")
+    return doc
+
+
+def _includes(doc: dict[str, Any], path: Path, properties: Mapping[str, str] | None,
+              env: Mapping[str, str] | None) -> dict[str, Any]:
+    """Flux ``includes``: merge other files; ``override`` decides who wins.
+    Includes in included files are ignored, as in Flux."""
+    includes = doc.get("includes") or []
+    if not isinstance(includes, list):
+        raise TopologyError(f"{path}: includes must be a list of {{file: ..., override: ...}}")
+    for inc in includes:
+        if not isinstance(inc, dict) or not inc.get("file"):
+            raise TopologyError(f"{path}: each include needs a 'file'")
+        override = bool(inc.get("override", False))
+        target = _include_path(path, str(inc["file"]), bool(inc.get("resource", False)))
+        other = _read(target, properties, env)
+        if other.get("includes"):
+            log.warning("%s: includes inside an included file are ignored (as in Flux)", target)
+        if other.get("name") is not None and (doc.get("name") is None or override):
+            doc["name"] = other["name"]
+        if other.get("config"):
+            conf = dict(doc.get("config") or {})
+            for k, v in other["config"].items():
+                if override or k not in conf:
+                    conf[k] = v
+            doc["config"] = conf
+        for section in ("components", "spouts", "bolts"):
+            mine = list(doc.get(section) or [])
+            ids = {d.get("id"): i for i, d in enumerate(mine) if isinstance(d, dict)}
+            for d in other.get(section) or []:
+                key = d.get("id") if isinstance(d, dict) else None
+                if key in ids:
+                    if override:
+                        mine[ids[key]] = d
+                else:
+                    ids[key] = len(mine)
+                    mine.append(d)
+            if mine:
+                doc[section] = mine
+        if other.get("streams"):
+            doc["streams"] = list(doc.get("streams") or []) + list(other["streams"])
+    return doc
+
+
+def _include_path(path: Path, file: str, resource: bool) -> Path:
+    # No classpath here: a "resource" include is a file under the including
+    # file's directory; a plain relative path is tried there, then in the cwd.
+    if resource:
+        candidates = [path.parent / file.lstrip("/")]
+    elif os.path.isabs(file):
+        candidates = [Path(file)]
+    else:
+        candidates = [path.parent / file, Path(file)]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise TopologyError(f"{path}: included file {file!r} not found (looked at {[str(c) for c in candidates]})")
+
+
+def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topology:
+    if doc.get("topologySource"):
+        cls = (doc["topologySource"] or {}).get("className", "?")
+        raise TopologyError(f"{path}: topologySource {cls} builds the topology in Java, which multilang-bridge "
+                            f"cannot run; describe it with spouts, bolts and streams instead")
+    for section in ("components", "workerHooks"):
+        for d in doc.get(section) or []:
+            cls = d.get("className", "?") if isinstance(d, dict) else "?"
+            ident = d.get("id", "?") if isinstance(d, dict) else "?"
+            raise TopologyError(f"{path}: {section[:-1]} {ident!r} is the Java class {cls}; multilang-bridge runs "
+                                f"no JVM. Remove it, and give shell components their settings with "
+                                f"configMethods addComponentConfig or the component's config")
+    conf = dict(doc.get("config") or {})
+    if not isinstance(doc.get("config") or {}, dict):
+        raise TopologyError(f"{path}: config must be a mapping of topology conf keys")
+    conf.update(overrides)
+
+    builder = TopologyBuilder()
+    kinds: dict[str, str] = {}
+    impls: dict[str, Any] = {}
+    declarers: dict[str, Any] = {}
+    for section, kind in (("spouts", "spout"), ("bolts", "bolt")):
+        defs = doc.get(section) or []
+        if not isinstance(defs, list):
+            raise TopologyError(f"{path}: {section} must be a list of definitions with id and className")
+        for d in defs:
+            name, impl, parallelism, comp_conf = _vertex(d, kind, path, conf)
+            if name in kinds:
+                raise TopologyError(f"{path}: id {name!r} is defined twice")
+            kinds[name] = kind
+            impls[name] = impl
+            setter = builder.set_spout if kind == "spout" else builder.set_bolt
+            declarers[name] = setter(name, impl, parallelism, comp_conf)
+
+    streams = doc.get("streams") or []
+    if not isinstance(streams, list):
+        raise TopologyError(f"{path}: streams must be a list of {{from, to, grouping}}")
+    subscribed: set[tuple[str, str]] = set()
+    for i, s in enumerate(streams):
+        subscribed.add(_stream(s, i, path, kinds, declarers))
+
+    output = _output(conf, path, builder, impls, subscribed)
+    return builder.create_topology(conf, name=str(doc.get("name") or path.stem), output=output,
+                                   resource_dir=_resource_dir(path, conf))
+
+
+def _resource_dir(path: Path, conf: Mapping[str, Any]) -> Path:
+    base = path.parent.resolve()
+    configured = conf.get("multilang.resource.dir")
+    if configured:
+        d = (base / str(configured)).resolve()
+        if not d.is_dir():
+            raise TopologyError(f"{path}: multilang.resource.dir {configured!r} is not a directory ({d})")
+        return d
+    if (base / "resources").is_dir():
+        return base / "resources"
+    return base
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str, Any, int, dict[str, Any]]:
+    if not isinstance(d, dict) or not d.get("id"):
+        raise TopologyError(f"{path}: each {kind} needs an 'id' and a 'className'")
+    name = str(d["id"])
+    where = f"{path}: {kind} {name!r}"
+    cls = d.get("className")
+    if not cls:
+        raise TopologyError(f"{where}: needs a 'className'")
+    extra = set(d) - _VERTEX_KEYS
+    if extra:
+        raise TopologyError(f"{where}: unknown key(s) {sorted(extra)}")
+    if d.get("factory"):
+        raise TopologyError(f"{where}: a static factory ({cls}.{d['factory']}) is Java; use a shell component")
+    args = d.get("constructorArgs") or []
+    if not isinstance(args, list):
+        raise TopologyError(f"{where}: constructorArgs must be a list")
+    if any(isinstance(a, dict) and ("ref" in a or "reflist" in a) for a in args):
+        raise TopologyError(f"{where}: constructorArgs refer to components (ref/reflist), which are Java objects; "
+                            f"not supported")
+    comp_conf = dict(d.get("config") or {})
+    parallelism = d.get("parallelism", 1)
+    num_tasks = d.get("numTasks")
+    # Storm gives every task of a ShellBolt its own process; here a task is
+    # a process too, so numTasks (when set) is the number of tasks.
+    if isinstance(num_tasks, int) and num_tasks > 0:
+        parallelism = num_tasks
+    if type(parallelism) is not int or parallelism < 1:
+        raise TopologyError(f"{where}: parallelism must be a positive integer, got {parallelism!r}")
+    methods = d.get("configMethods") or []
+    if not isinstance(methods, list):
+        raise TopologyError(f"{where}: configMethods must be a list of {{name, args}}")
+
+    builtin = _BUILTINS.get(cls)
+    if builtin is not None:
+        want, make = builtin
+        if want != kind:
+            raise TopologyError(f"{where}: {cls} is a {want}, not a {kind}; move it under {want}s")
+        if methods or d.get("properties"):
+            raise TopologyError(f"{where}: {cls} takes no configMethods or properties here")
+        impl, parallelism = make(name, args, parallelism, {**conf, **comp_conf}, where)
+        return name, impl, parallelism, comp_conf
+
+    shell_classes = {_FLUX_SHELL_SPOUT: "spout", _FLUX_SHELL_BOLT: "bolt",
+                     _STORM_SHELL_SPOUT: "spout", _STORM_SHELL_BOLT: "bolt"}
+    is_flux = cls in (_FLUX_SHELL_SPOUT, _FLUX_SHELL_BOLT)
+    shaped = len(args) == 2 and _str_list(args[0]) and _str_list(args[1]) and bool(args[0])
+    if cls in shell_classes or shaped:
+        if cls in shell_classes and shell_classes[cls] != kind:
+            raise TopologyError(f"{where}: {cls} is a {shell_classes[cls]}, not a {kind}; "
+                                f"use {_FLUX_SHELL_SPOUT if kind == 'spout' else _FLUX_SHELL_BOLT}")
+        if not (len(args) in (1, 2) and _str_list(args[0]) and args[0] and (len(args) == 1 or _str_list(args[1]))):
+            raise TopologyError(f"{where}: {cls} takes constructorArgs [[command, args...], [output fields...]], "
+                                f"got {args!r}")
+        if d.get("properties"):
+            raise TopologyError(f"{where}: properties are not supported on shell components; "
+                                f"use configMethods addComponentConfig")
+        if cls not in shell_classes:
+            log.info("%s: %s taken as a ShellBolt/ShellSpout subclass (constructorArgs [command], [fields])",
+                     where, cls)
+        streams: dict[str, list[str]] = {}
+        if len(args) == 2:
+            streams[DEFAULT_STREAM] = list(args[1])
+        for m in methods:
+            _shell_method(m, where, cls, is_flux, streams, comp_conf)
+        fields = streams.pop(DEFAULT_STREAM, None)
+        impl_cls = ShellSpout if kind == "spout" else ShellBolt
+        return name, impl_cls(list(args[0]), fields, streams or None), parallelism, comp_conf
+
+    shell = _FLUX_SHELL_SPOUT if kind == "spout" else _FLUX_SHELL_BOLT
+    raise TopologyError(
+        f"{where}: {cls} is a Java class, and multilang-bridge runs no JVM. Write it as a multilang component "
+        f"(Python, Ruby, Node, ...) and declare it as className: {shell} with constructorArgs: "
+        f"[[command, args...], [output fields...]]. The Java classes provided in-process are "
+        f"{', '.join(sorted(_BUILTINS))}."
+    )
+
+
+def _shell_method(m: Any, where: str, cls: str, is_flux: bool, streams: dict[str, list[str]],
+                  comp_conf: dict[str, Any]) -> None:
+    if not isinstance(m, dict) or not m.get("name"):
+        raise TopologyError(f"{where}: each configMethod needs a 'name'")
+    mname = m["name"]
+    margs = m.get("args") or []
+    if not isinstance(margs, list):
+        margs = [margs]
+    if is_flux and mname == "addComponentConfig" and len(margs) == 2 and isinstance(margs[0], str):
+        comp_conf[margs[0]] = margs[1]
+    elif is_flux and mname == "setDefaultStream" and len(margs) == 1 and _str_list(margs[0]):
+        streams[DEFAULT_STREAM] = list(margs[0])
+    elif is_flux and mname == "setNamedStream" and len(margs) == 2 and isinstance(margs[0], str) \
+            and _str_list(margs[1]):
+        streams[margs[0]] = list(margs[1])
+    else:
+        raise TopologyError(
+            f"{where}: configMethod {mname}({', '.join(json.dumps(a) for a in margs)}) is not supported on {cls}; "
+            f"FluxShellSpout/FluxShellBolt support addComponentConfig(key, value), setDefaultStream([fields]) "
+            f"and setNamedStream(name, [fields])"
+        )
+
+
+def _stream(s: Any, i: int, path: Path, kinds: Mapping[str, str],
+            declarers: Mapping[str, Any]) -> tuple[str, str]:
+    if not isinstance(s, dict):
+        raise TopologyError(f"{path}: stream #{i + 1} must be a mapping with from, to and grouping")
+    label = f"stream {s.get('name')!r}" if s.get("name") else f"stream #{i + 1}"
+    where = f"{path}: {label}"
+    src, dst = s.get("from"), s.get("to")
+    for role, ident in (("from", src), ("to", dst)):
+        if ident is None:
+            raise TopologyError(f"{where}: needs '{role}'")
+        if ident not in kinds:
+            raise TopologyError(f"{where}: '{role}: {ident}' is not the id of a spout or bolt in the file "
+                                f"(ids: {sorted(kinds)})")
+    if kinds[dst] == "spout":
+        raise TopologyError(f"{where}: 'to: {dst}' is a spout; spouts take no input")
+    g = s.get("grouping")
+    if not isinstance(g, dict) or not g.get("type"):
+        raise TopologyError(f"{where}: needs a grouping with a type ({', '.join(_GROUPINGS)})")
+    gtype = str(g["type"]).upper()
+    if gtype == "CUSTOM":
+        cc = g.get("customClass") or {}
+        raise TopologyError(f"{where}: CUSTOM grouping {cc.get('className', '?')} is a Java class; use one of "
+                            f"{', '.join(_GROUPINGS)}")
+    if gtype not in _GROUPINGS:
+        raise TopologyError(f"{where}: unknown grouping type {g['type']!r}; use one of {', '.join(_GROUPINGS)}")
+    fields: list[str] = []
+    if gtype == "FIELDS":
+        fields = g.get("args") or []
+        if not _str_list(fields) or not fields:
+            raise TopologyError(f"{where}: FIELDS grouping needs args: [field, ...]")
+    stream = str(g.get("streamId") or DEFAULT_STREAM)
+    declarers[dst].grouping(src, _GROUPINGS[gtype], stream, fields)
+    return src, stream
+
+
+def _output(conf: Mapping[str, Any], path: Path, builder: TopologyBuilder, impls: Mapping[str, Any],
+            subscribed: set[tuple[str, str]]) -> OutputSpec:
+    comp = conf.get("multilang.output.component")
+    stream = conf.get("multilang.output.stream")
+    key = conf.get("multilang.output.key")
+    if comp is None:
+        if stream is not None or key is not None:
+            raise TopologyError(f"{path}: multilang.output.stream/key need multilang.output.component")
+        return OutputSpec()
+    comp = str(comp)
+    if comp not in impls:
+        raise TopologyError(f"{path}: multilang.output.component {comp!r} is not a spout or bolt in the file")
+    if key is not None and not _str_list(key):
+        raise TopologyError(f"{path}: multilang.output.key must be a list of field names")
+    stream = str(stream or DEFAULT_STREAM)
+    if (comp, stream) not in subscribed:
+        return OutputSpec(comp, stream, key)
+    # Runtime prints only streams nobody subscribes to; read this one through
+    # an in-process tap that re-emits every tuple on an unsubscribed stream.
+    fields = impls[comp].outputs.get(stream)
+    if fields is None:
+        raise TopologyError(f"{path}: multilang.output.component {comp!r} declares no stream {stream!r}")
+    if OUTPUT_TAP in impls:
+        raise TopologyError(f"{path}: the id {OUTPUT_TAP!r} is reserved for the output tap; rename that component")
+    tap = PythonBolt(lambda values: (values,), fields=list(fields))
+    builder.set_bolt(OUTPUT_TAP, tap).global_grouping(comp, stream)
+    return OutputSpec(OUTPUT_TAP, DEFAULT_STREAM, key)
+
+
+# --- in-process equivalents of Storm's built-in Java components ----------------------------------
+
+
+def _log_info_bolt(name: str, args: list[Any], parallelism: int, conf: Mapping[str, Any],
+                   where: str) -> tuple[PythonBolt, int]:
+    """``LogInfoBolt``: logs every tuple at INFO (logger named after the Java
+    class), declares no output."""
+    if args:
+        raise TopologyError(f"{where}: LogInfoBolt takes no constructorArgs")
+    logger = logging.getLogger(_LOG_INFO_BOLT)
+
+    def fn(values: list[Any]) -> None:
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s: %s", name, json.dumps(values, default=repr))
+        return None
+
+    return PythonBolt(fn, fields=None), parallelism
+
+
+def _test_word_spout(name: str, args: list[Any], parallelism: int, conf: Mapping[str, Any],
+                     where: str) -> tuple[PythonSpout, int]:
+    """``TestWordSpout([isDistributed])``: random words from :data:`TEST_WORDS`,
+    field ``word``; finite (``multilang.testwordspout.count`` per task)."""
+    if len(args) > 1 or (args and not isinstance(args[0], bool)):
+        raise TopologyError(f"{where}: TestWordSpout takes constructorArgs [] or [isDistributed (true/false)]")
+    if args and args[0] is False:
+        parallelism = 1  # Storm: topology.max.task.parallelism = 1
+    count = conf.get("multilang.testwordspout.count", 1000)
+    if type(count) is not int or count < 0:
+        raise TopologyError(f"{where}: multilang.testwordspout.count must be a non-negative integer")
+    seed = conf.get("multilang.testwordspout.seed")
+    counter = iter(range(1 << 30))
+
+    def source() -> Iterator[list[str]]:
+        # One iterator per task; with a seed, task k uses seed + k.
+        rng = random.Random(None if seed is None else f"{seed}:{next(counter)}")
+        return ([rng.choice(TEST_WORDS)] for _ in range(count))
+
+    return PythonSpout(source, fields=["word"]), parallelism
+
+
+def _test_word_counter(name: str, args: list[Any], parallelism: int, conf: Mapping[str, Any],
+                       where: str) -> tuple[PythonBolt, int]:
+    """``TestWordCounter``: running count of field 0, emits [word, count]."""
+    if args:
+        raise TopologyError(f"{where}: TestWordCounter takes no constructorArgs")
+    # The tasks of an in-process bolt share this function, so the count is
+    # per component (Storm's is per task; the same under a FIELDS grouping).
+    counts: Counter[Any] = Counter()
+
+    def fn(values: list[Any]) -> list[list[Any]]:
+        word = values[0]
+        counts[word] += 1
+        return [[word, counts[word]]]
+
+    return PythonBolt(fn, fields=["word", "count"]), parallelism
+
+
+_Maker = Callable[[str, list[Any], int, Mapping[str, Any], str], tuple[Any, int]]
+_BUILTINS: dict[str, tuple[str, _Maker]] = {
+    _LOG_INFO_BOLT: ("bolt", _log_info_bolt),
+    _TEST_WORD_SPOUT: ("spout", _test_word_spout),
+    _TEST_WORD_COUNTER: ("bolt", _test_word_counter),
+}

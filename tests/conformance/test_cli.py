@@ -1,0 +1,135 @@
+"""`multilang conform`: exit codes, the last line, --format json and junit."""
+
+import json
+import shutil
+import subprocess
+from xml.etree import ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from conform_support import BROKEN, PY, ROOT
+from multilang.cli import main
+
+BOLT = [PY, str(ROOT / "examples/python/conformance_component.py"), "bolt"]
+NUMERIC = [PY, str(BROKEN / "broken_numeric_ack_ids.py")]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["conform", *args], catch_exceptions=False)
+
+
+def test_pass_exit_0_and_last_line():
+    res = invoke("-k", "handshake.pid", "--", *BOLT)
+    assert res.exit_code == 0, res.output
+    lines = res.output.rstrip("\n").splitlines()
+    assert lines[-1] == "2 passed, 0 failed"
+    assert any(line.startswith("PASS handshake.pid-file") for line in lines)
+    assert "mode bolt, lang python" in res.output
+
+
+def test_fail_exit_1_names_check_and_rule():
+    res = invoke("--timeout", "1", "-k", "bolt.ack-id", "--", *NUMERIC)
+    assert res.exit_code == 1, res.output
+    assert res.output.rstrip("\n").splitlines()[-1] == "0 passed, 4 failed"
+    assert "FAIL bolt.ack-id.small" in res.output
+    assert "rule ids.string-echo" in res.output
+    assert '<- {"command": "ack", "id": 42}' in res.output  # the frame involved
+
+
+def test_not_applicable_reported_but_not_counted():
+    res = invoke("-k", "tick", "--", PY, str(ROOT / "examples/python/split_bolt.py"))
+    assert res.exit_code == 0, res.output
+    lines = res.output.rstrip("\n").splitlines()
+    assert lines[-1] == "0 passed, 0 failed"
+    assert lines[-2] == "2 not applicable"
+    assert any(line.startswith("N/A  bolt-api.tick") for line in lines)
+
+
+def test_format_json():
+    res = invoke("--format", "json", "--timeout", "1", "-k", "ack-id.small", "--", *NUMERIC)
+    assert res.exit_code == 1
+    doc = json.loads(res.output)
+    assert (doc["passed"], doc["failed"]) == (0, 1)
+    (r,) = doc["results"]
+    assert r["id"] == "bolt.ack-id.small" and r["status"] == "failed" and r["rule"] == "ids.string-echo"
+    assert r["spec"] == ["3.1", "3.6"] and r["frames"] and r["step"] == "step 2"
+
+
+def test_format_junit():
+    res = invoke("--format", "junit", "--timeout", "1", "-k", "handshake.pid", "--", *NUMERIC)
+    assert res.exit_code == 0, res.output
+    root = ET.fromstring(res.output.encode())
+    (suite,) = root.findall("testsuite")
+    cases = suite.findall("testcase")
+    assert {c.get("name") for c in cases} == {"handshake.pid-reply", "handshake.pid-file"}
+    assert suite.get("failures") == "0" and suite.get("tests") == "2"
+
+    res = invoke("--format", "junit", "--timeout", "1", "-k", "bolt.ack-id", "--", *NUMERIC)
+    assert res.exit_code == 1
+    suite = ET.fromstring(res.output.encode()).find("testsuite")
+    assert suite.get("failures") == "4"
+    fails = [c.find("failure") for c in suite.findall("testcase")]
+    assert all(f is not None and f.get("type") == "ids.string-echo" for f in fails)
+
+
+def test_junit_skipped_for_not_applicable():
+    res = invoke("--format", "junit", "-k", "spout.activate", "--", *BOLT)
+    assert res.exit_code == 0
+    suite = ET.fromstring(res.output.encode()).find("testsuite")
+    assert all(c.find("skipped") is not None for c in suite.findall("testcase"))
+    assert suite.get("skipped") == str(len(suite.findall("testcase")))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # no command
+        ["--role", "sprout", "--", PY, "x.py"],
+        ["--format", "xml", "--", PY, "x.py"],
+        ["--timeout", "-1", "--", PY, "x.py"],
+        ["-k", "no-such-vector-id", "--", *BOLT],
+        ["--", "/nonexistent/command/for/conform"],
+        ["--vectors", "/nonexistent/vectors/dir", "--", *BOLT],
+    ],
+)
+def test_usage_errors_exit_2(args):
+    res = CliRunner().invoke(main, ["conform", *args])
+    assert res.exit_code == 2, res.output
+
+
+def test_bad_vector_file_is_a_usage_error(tmp_path):
+    (tmp_path / "bad.json").write_text('{"vectors": [{"id": "x.y"}]}')
+    res = CliRunner().invoke(main, ["conform", "--vectors", str(tmp_path), "--", *BOLT])
+    assert res.exit_code == 2
+    assert "missing 'title'" in res.output
+
+
+def test_custom_vector_directory(tmp_path):
+    vec = {
+        "vectors": [
+            {"id": "custom.echo", "title": "t", "spec": ["3.5"], "role": "bolt", "requires": "bolt",
+             "steps": [{"send": {"id": "1", "comp": "c", "stream": "default", "task": 1, "tuple": ["echo", "x/y"]},
+                        "escape_slashes": True},
+                       {"expect": {"command": "emit", "tuple": ["echo", "x/y"], "anchors": ["1"]}},
+                       {"expect": {"command": "ack", "id": "$same-as-sent-id"}}]},
+            {"id": "custom.wrong", "title": "t", "spec": ["3.6"], "role": "bolt", "requires": "protocol",
+             "steps": [{"send": {"id": "2", "comp": "c", "stream": "default", "task": 1, "tuple": ["ack"]}},
+                       {"expect": {"command": "fail", "id": "2"}}]},
+        ]
+    }
+    (tmp_path / "custom.json").write_text(json.dumps(vec))
+    res = invoke("--vectors", str(tmp_path), "--", *BOLT)
+    assert res.exit_code == 1
+    assert res.output.rstrip("\n").splitlines()[-1] == "1 passed, 1 failed"
+    assert "rule expect.mismatch" in res.output and "$.command" in res.output
+
+
+@pytest.mark.skipif(shutil.which("multilang") is None, reason="the multilang script is not installed")
+def test_installed_entry_point():
+    proc = subprocess.run(
+        ["multilang", "conform", "--format", "json", "-k", "eof.after-handshake", "--", *BOLT],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["passed"] == 1

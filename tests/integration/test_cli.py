@@ -1,0 +1,299 @@
+"""The ``multilang`` command line, run as a real subprocess.
+
+Exit codes (multilang/cli.py, README): 0 ok, 1 failed/gave up, 2 usage or
+topology error, 130 SIGINT, 143 SIGTERM. Data on stdout (JSON lines), human
+output on stderr. On every exit path the component processes are reaped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+COMPONENTS = Path(__file__).resolve().parent / "components"
+WORDCOUNT = "examples/wordcount.toml"
+
+_SCRIPT = Path(sys.executable).parent / "multilang"
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang.cli import main; main()"]
+
+needs_ruby_node = pytest.mark.skipif(
+    shutil.which("ruby") is None or shutil.which("node") is None, reason="the word count needs ruby and node"
+)
+
+
+def _words():
+    spec = importlib.util.spec_from_file_location("_split_bolt_example_cli", EXAMPLES / "python" / "split_bolt.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.words
+
+
+def expected_wordcount(limit: int | None = None) -> dict[str, int]:
+    """sentence_spout.py's lines (stripped, non-empty) split by split_bolt.py's rule."""
+    words = _words()
+    lines = [ln.strip() for ln in (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()]
+    lines = [ln for ln in lines if ln]
+    if limit is not None:
+        lines = lines[:limit]
+    return dict(Counter(w for ln in lines for w in words(ln)))
+
+
+def multilang(*args: str, input: str | None = None, timeout: float = 60, cwd: Path = ROOT):
+    return subprocess.run(ML + list(args), cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout)
+
+
+def json_lines(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            kids.append(int(d))
+    return kids
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# --- run ---------------------------------------------------------------------------------------------
+
+
+@needs_ruby_node
+def test_run_wordcount_exact_counts_on_stdout():
+    p = multilang("run", WORDCOUNT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    records = json_lines(p.stdout)  # stdout is data only: every line is JSON
+    assert all(set(r) == {"word", "count"} for r in records)
+    got = {r["word"]: r["count"] for r in records}
+    assert len(got) == len(records), "one line per word"
+    assert got == expected_wordcount()
+    assert "[summary]" in p.stderr
+
+
+@needs_ruby_node
+def test_run_max_tuples_stops_early():
+    p = multilang("run", WORDCOUNT, "--max-tuples", "50", "--no-progress", timeout=15)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = {r["word"]: r["count"] for r in json_lines(p.stdout)}
+    assert got == expected_wordcount(limit=50), "exactly the first 50 sentences were counted"
+
+
+def _conf_topology(tmp_path: Path) -> Path:
+    items = [{"values": [k], "id": i} for i, k in
+             enumerate(["custom.key", "custom.str", "topology.message.timeout.secs", "untouched"])]
+    spout_cmd = ["python", str(COMPONENTS / "scripted_spout.py"), json.dumps({"items": items})]
+    path = tmp_path / "conf.toml"
+    path.write_text(textwrap.dedent(f"""
+        [topology]
+        name = "conf-check"
+        [topology.conf]
+        "custom.key" = 1
+        "untouched" = "from-file"
+
+        [spouts.spout]
+        command = {json.dumps(spout_cmd)}
+        fields = ["key"]
+        streams = {{ events = ["event", "msg_id", "outstanding"] }}
+
+        [bolts.conf]
+        command = ["python", {json.dumps(str(COMPONENTS / "conf_bolt.py"))}]
+        fields = ["key", "value"]
+        inputs = [{{ source = "spout" }}]
+
+        [output]
+        component = "conf"
+    """))
+    return path
+
+
+def test_run_conf_overrides_reach_components(tmp_path):
+    topo = _conf_topology(tmp_path)
+    p = multilang("run", str(topo), "--no-progress", "-c", "custom.key=42", "--conf", "custom.str=hello",
+                  "-c", "topology.message.timeout.secs=7", timeout=30)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = {r["key"]: r["value"] for r in json_lines(p.stdout)}
+    assert got == {
+        "custom.key": 42,  # JSON-parsed, overriding the file's 1
+        "custom.str": "hello",  # not JSON: a bare string
+        "topology.message.timeout.secs": 7,
+        "untouched": "from-file",
+    }
+
+
+def test_run_conf_override_must_be_key_value(tmp_path):
+    p = multilang("run", str(_conf_topology(tmp_path)), "-c", "no-equals-sign", timeout=30)
+    assert p.returncode == 2
+    assert "KEY=VALUE" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "toml, needle",
+    [
+        ("""
+         [spouts.s]
+         command = ["python", "x.py"]
+         fields = ["a"]
+         [bolts.b]
+         command = ["python", "y.py"]
+         fields = ["a"]
+         inputs = [{ source = "nope" }]
+         """, "unknown component 'nope'"),
+        ("""
+         [spouts.s]
+         command = ["python", "x.py"]
+         fields = ["a"]
+         [bolts.b]
+         command = ["python", "y.py"]
+         fields = ["a"]
+         inputs = [{ source = "s", grouping = "fields", fields = ["zzz"] }]
+         """, "zzz"),
+        ("""
+         [spouts.s]
+         command = "python x.py"
+         fields = ["a"]
+         """, "command must be a non-empty list"),
+        ("[spouts.s\n", "not valid TOML"),
+    ],
+    ids=["unknown-source", "missing-field", "command-string", "bad-toml"],
+)
+def test_run_bad_topology_exits_2_naming_the_problem(tmp_path, toml, needle):
+    path = tmp_path / "bad.toml"
+    path.write_text(textwrap.dedent(toml))
+    p = multilang("run", str(path), timeout=30)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert needle in p.stderr
+    assert p.stdout == ""
+
+
+def test_run_missing_file_exits_2(tmp_path):
+    p = multilang("run", str(tmp_path / "absent.toml"), timeout=30)
+    assert p.returncode == 2
+    assert "absent.toml" in p.stderr
+
+
+def test_run_command_not_found_is_a_topology_error(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(textwrap.dedent("""
+        [spouts.s]
+        command = ["no-such-program-xyz"]
+        fields = ["a"]
+    """))
+    p = multilang("run", str(path), "--no-progress", timeout=30)
+    assert "no-such-program-xyz" in p.stderr
+    assert "Traceback" not in p.stderr, "a clear message, not a traceback"
+    assert p.returncode == 2, "a command that is not found is a topology error (exit 2)"
+
+
+# --- signals ---------------------------------------------------------------------------------------
+
+
+def _interrupt(sig: int) -> tuple[int, str, set[int]]:
+    """Start a long wordcount run, wait until its components run, send
+    ``sig`` to the CLI process, return (exit status, stderr, component pids)."""
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "--duration", "60"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pids: set[int] = set()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pids.update(children_of(proc.pid))
+            if len(pids) >= 5:
+                break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.02)
+        assert len(pids) >= 5, f"the components did not start: {pids}"
+        # Let them handshake and work for a moment.
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            pids.update(children_of(proc.pid))
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err, pids
+
+
+@needs_ruby_node
+def test_sigint_exits_130_and_leaves_no_component_processes():
+    rc, err, pids = _interrupt(signal.SIGINT)
+    left = [p for p in pids if not gone(p)]
+    assert not left, f"component processes survived SIGINT: {left}"
+    assert rc == 130, err[-3000:]
+    assert "interrupted" in err
+    assert "Traceback" not in err
+
+
+@needs_ruby_node
+def test_sigterm_exits_143_and_leaves_no_component_processes():
+    rc, err, pids = _interrupt(signal.SIGTERM)
+    left = [p for p in pids if not gone(p)]
+    assert not left, f"component processes survived SIGTERM: {left}"
+    assert rc == 143, err[-3000:]
+    assert "Traceback" not in err
+
+
+# --- pipe ------------------------------------------------------------------------------------------------
+
+
+PIPE_INPUT = "Hello, World!\nthe cat's hat -- (said Alice)\n\n   A  b  \n\"Quoted.\"\n"
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        ["python", "examples/python/split_bolt.py"],
+        pytest.param(["ruby", "examples/ruby/split_bolt.rb"],
+                     marks=pytest.mark.skipif(shutil.which("ruby") is None, reason="no ruby")),
+        pytest.param(["node", "examples/node/split_bolt.js"],
+                     marks=pytest.mark.skipif(shutil.which("node") is None, reason="no node")),
+    ],
+    ids=["python", "ruby", "node"],
+)
+def test_pipe_turns_lines_into_json_lines_of_words(cmd):
+    p = multilang("pipe", "--", *cmd, input=PIPE_INPUT, timeout=30)
+    assert p.returncode == 0, p.stderr[-3000:]
+    words = _words()
+    expected = [[w] for line in PIPE_INPUT.splitlines() for w in words(line)]
+    assert expected == [["hello"], ["world"], ["the"], ["cat's"], ["hat"], ["said"], ["alice"], ["a"], ["b"],
+                        ["quoted"]]
+    assert json_lines(p.stdout) == expected
+
+
+def test_pipe_output_fields_and_empty_input():
+    p = multilang("pipe", "--output-fields", "word", "--", "python", "examples/python/split_bolt.py",
+                  input="one two\n", timeout=30)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json_lines(p.stdout) == [["one"], ["two"]]
+    p = multilang("pipe", "--", "python", "examples/python/split_bolt.py", input="", timeout=30)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout == ""
