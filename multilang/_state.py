@@ -13,6 +13,7 @@ import enum
 from .messages import (
     Ack,
     Activate,
+    Batch,
     Deactivate,
     Emit,
     Error,
@@ -27,6 +28,7 @@ from .messages import (
     TaskIds,
     Tick,
     Tuple,
+    TupleBatch,
     UnknownCommand,
 )
 
@@ -57,22 +59,23 @@ H, C = Side.HOST, Side.COMPONENT
 
 SENDER: dict[Role, dict[type, Side]] = {
     Role.BOLT: {
-        Handshake: H, Tuple: H, Tick: H, Heartbeat: H, TaskIds: H,
-        Pid: C, Emit: C, Ack: C, Fail: C, Log: C, Error: C, Metrics: C, Sync: C,
+        Handshake: H, Tuple: H, Tick: H, Heartbeat: H, TaskIds: H, TupleBatch: H,
+        Pid: C, Emit: C, Ack: C, Fail: C, Log: C, Error: C, Metrics: C, Sync: C, Batch: C,
         UnknownCommand: C,
     },
     Role.SPOUT: {
         Handshake: H, Activate: H, Deactivate: H, Next: H, Ack: H, Fail: H, TaskIds: H,
         UnknownCommand: H,  # a component answers it with sync (§4.5); a host never sends one
-        Pid: C, Emit: C, Log: C, Error: C, Metrics: C, Sync: C,
+        Pid: C, Emit: C, Log: C, Error: C, Metrics: C, Sync: C, Batch: C,
     },
 }  # fmt: skip
 
-_BOLT_READY = (Tuple, Tick, Heartbeat, TaskIds, Emit, Ack, Fail, Log, Error, Metrics, Sync, UnknownCommand)
+_BOLT_READY = (Tuple, Tick, Heartbeat, TaskIds, Emit, Ack, Fail, Log, Error, Metrics, Sync, UnknownCommand,
+               TupleBatch, Batch)
 _SPOUT_COMMANDS = (Activate, Deactivate, Next, Ack, Fail, UnknownCommand)
 # Emits, logs, ... are legal at any time after the pid: during open (before
 # the first command, §4.4) and while a command is outstanding.
-_SPOUT_ANYTIME = (Emit, Log, Error, Metrics, TaskIds)
+_SPOUT_ANYTIME = (Emit, Log, Error, Metrics, TaskIds, Batch)
 
 TRANSITIONS: dict[Role, dict[tuple[State, type], State]] = {
     Role.BOLT: {

@@ -23,6 +23,7 @@ from .messages import (
     TICK_STREAM,
     Ack,
     Activate,
+    Batch,
     Deactivate,
     Emit,
     Error,
@@ -38,6 +39,7 @@ from .messages import (
     TaskIds,
     Tick,
     Tuple,
+    TupleBatch,
     UnknownCommand,
 )
 
@@ -121,6 +123,17 @@ def encode_json(msg: Message) -> Any:
         if msg.extensions:
             obj["extensions"] = list(msg.extensions)
         return obj
+    if t is TupleBatch:
+        return {"tuples": [[u.id, u.component, u.stream, u.task, u.values] for u in msg.tuples]}
+    if t is Batch:
+        obj = {"command": "batch"}
+        if msg.emits:
+            obj["emits"] = msg.emits
+        if msg.acks:
+            obj["acks"] = msg.acks
+        if msg.fails:
+            obj["fails"] = msg.fails
+        return obj
     if t is UnknownCommand:
         return msg.frame
     raise LocalProtocolError(f"cannot encode {t.__name__}")
@@ -202,6 +215,8 @@ def decode_component_frame(body: bytes) -> Message:
     if cmd == "error":
         msg = obj.get("msg")
         return Error(msg=msg if type(msg) is str else orjson.dumps(msg).decode())
+    if cmd == "batch":
+        return _batch(obj, body)
     if cmd == "metrics":
         name = obj.get("name")
         if type(name) is not str:
@@ -218,6 +233,41 @@ def decode_component_frame(body: bytes) -> Message:
     if type(cmd) is not str:
         raise RemoteProtocolError("'command' must be a string", frame=body)
     return UnknownCommand(command=cmd, frame=obj)
+
+
+def _batch(obj: dict[str, Any], body: bytes) -> Batch:
+    """The shape of an output batch (§9.5); the connection checks ids."""
+    emits = obj.get("emits") or []
+    acks = obj.get("acks") or []
+    fails = obj.get("fails") or []
+    if type(emits) is not list or type(acks) is not list or type(fails) is not list:
+        raise RemoteProtocolError("batch 'emits', 'acks' and 'fails' must be arrays", frame=body)
+    for e in emits:
+        if type(e) is not list or not 1 <= len(e) <= 3 or type(e[0]) is not list:
+            raise RemoteProtocolError("each batched emit must be [tuple, anchors_or_id, stream]", frame=body)
+        if len(e) == 3 and e[2] is not None and type(e[2]) is not str:
+            raise RemoteProtocolError("a batched emit's stream must be a string or null", frame=body)
+    for tid in acks:
+        _str_id(tid, "batched ack", body)
+    for tid in fails:
+        _str_id(tid, "batched fail", body)
+    return Batch(emits=emits, acks=acks, fails=fails)
+
+
+def _tuple_batch(items: Any, body: bytes) -> TupleBatch:
+    if type(items) is not list or not items:
+        raise RemoteProtocolError("'tuples' must be a non-empty array", frame=body)
+    out: list[Tuple] = []
+    for it in items:
+        if (type(it) is not list or len(it) != 5 or type(it[0]) is not str or type(it[2]) is not str
+                or type(it[3]) is not int or type(it[4]) is not list):
+            raise RemoteProtocolError("each batched tuple must be [id, comp, stream, task, tuple]", frame=body)
+        cls = Tick if it[2] == TICK_STREAM and it[1] == SYSTEM_COMPONENT else Tuple
+        out.append(_new_tuple(cls, it))
+    return TupleBatch(tuples=out)
+
+
+_new_tuple = tuple.__new__
 
 
 # --- decoding: what a host wrote (component side) -----------------------------
@@ -239,6 +289,8 @@ def decode_host_frame(body: bytes, *, spout: bool) -> Message:
         if type(pid_dir) is not str:
             raise RemoteProtocolError("'pidDir' must be a string", frame=body)
         return Handshake(pid_dir=pid_dir, conf=obj.get("conf") or {}, context=obj.get("context") or {})
+    if "tuples" in obj and not spout:
+        return _tuple_batch(obj["tuples"], body)
     if spout:
         cmd = obj.get("command")
         if cmd == "ack":

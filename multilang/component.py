@@ -102,6 +102,9 @@ class Component:
     """
 
     _role = Role.BOLT
+    #: Extensions this component accepts when the host offers them (spec §9).
+    #: Set to ``()`` to speak the standard protocol only.
+    extensions: tuple[str, ...] = ("batch",)
 
     def __init__(self) -> None:
         self.conf: dict[str, Any] = {}
@@ -162,6 +165,10 @@ class Component:
 
     def _flush(self) -> None:
         self._flushed = monotonic()
+        if self._conn.batching:
+            batch = self._conn.close_batch()
+            if batch:
+                self._out.append(batch)
         if not self._out:
             return
         data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
@@ -211,7 +218,9 @@ class Component:
         # process to signal; then the pid reply, before anything else.
         with open(os.path.join(ev.pid_dir, str(pid)), "w"):
             pass
-        self._out.append(self._conn.send(Pid(pid=pid)))
+        offered = self.conf.get("multilang.extensions") or ()
+        accept = tuple(e for e in self.extensions if isinstance(offered, list) and e in offered)
+        self._out.append(self._conn.send(Pid(pid=pid, extensions=accept)))
         self._flush()
         self.initialize(self.conf, self.context)
 
@@ -249,13 +258,15 @@ class Bolt(Component):
         wait (as in pystorm).
         """
         wants = need_task_ids and direct_task is None
-        self._out.append(self._conn.send_emit(
+        data = self._conn.send_emit(
             values if type(values) is list else list(values),
             stream=DEFAULT_STREAM if stream is None else stream,
             anchors=[a[0] if type(a) is not str else a for a in anchors] if anchors else (),
             task=direct_task,
             need_task_ids=wants,
-        ))
+        )
+        if data:  # b"" while a batch fills (§9.5)
+            self._out.append(data)
         if wants:
             return self._wait_task_ids()
         return None
@@ -268,11 +279,15 @@ class Bolt(Component):
 
     def ack(self, tup: Tuple | str) -> None:
         """Ack an input (a tuple or its id)."""
-        self._out.append(self._conn.send_ack(tup[0] if type(tup) is not str else tup))
+        data = self._conn.send_ack(tup[0] if type(tup) is not str else tup)
+        if data:
+            self._out.append(data)
 
     def fail(self, tup: Tuple | str) -> None:
         """Fail an input (a tuple or its id): its tree fails and the spout may replay it."""
-        self._out.append(self._conn.send_fail(tup[0] if type(tup) is not str else tup))
+        data = self._conn.send_fail(tup[0] if type(tup) is not str else tup)
+        if data:
+            self._out.append(data)
 
     def _serve(self) -> None:
         conn = self._conn
@@ -392,13 +407,15 @@ class Spout(Component):
         """Emit ``values``. A ``msg_id`` (any JSON value, 0 included) makes the
         emit reliable: the spout is later told ``ack(msg_id)`` or ``fail(msg_id)``."""
         wants = need_task_ids and direct_task is None
-        self._out.append(self._conn.send_emit(
+        data = self._conn.send_emit(
             values if type(values) is list else list(values),
             stream=DEFAULT_STREAM if stream is None else stream,
             id=msg_id,
             task=direct_task,
             need_task_ids=wants,
-        ))
+        )
+        if data:
+            self._out.append(data)
         if wants:
             return self._wait_task_ids()
         return None

@@ -39,6 +39,7 @@ from .messages import (
     TICK_STREAM,
     Ack,
     Activate,
+    Batch,
     ConnectionClosed,
     Emit,
     Fail,
@@ -50,6 +51,7 @@ from .messages import (
     TaskIds,
     Tick,
     Tuple,
+    TupleBatch,
     UnknownCommand,
 )
 
@@ -62,6 +64,9 @@ for _role, _table in TRANSITIONS.items():
         _BY_STATE.setdefault(_role, {}).setdefault(_state, {})[_msg] = _new
 _NOTHING: dict[type, State] = {}
 _new_tuple = tuple.__new__  # builds a Tuple without its generated keyword __new__
+# Elements per output batch before it is closed: keeps a frame far below the
+# size limit for ordinary tuples (§9.5).
+_BATCH_MAX = 1024
 
 
 class _NeedData:
@@ -117,8 +122,15 @@ class Connection:
         self.pending: set[str] = set()
         self._heartbeats: deque[str] = deque(maxlen=_HEARTBEAT_MEMORY)
         self._activated = False
-        #: Extensions the component accepted in its pid reply (§9).
+        #: Extensions the host offered (§9.1) and the component accepted (§9.2).
+        self.offered: tuple[str, ...] = ()
         self.extensions: tuple[str, ...] = ()
+        #: Extension ``batch`` is on (§9.5).
+        self.batching = False
+        # Component side, batching: the output batch being filled (§9.5).
+        self._open_emits: list[list[Any]] = []
+        self._open_acks: list[str] = []
+        self._open_fails: list[str] = []
         #: The last frames received, for error messages.
         self.last_frames: deque[bytes] = deque(maxlen=3)
 
@@ -179,7 +191,12 @@ class Connection:
                         self.last_frames.append(item)
                         self.pending.add(tid)
                         return _new_tuple(Tuple, (tid, obj.get("comp"), stream, task, values))
-        return self._next_from_wire()
+        ev = self._next_from_wire()
+        if type(ev) is TupleBatch:
+            # One event per tuple, in order (§9.5); the rest wait in the stash.
+            self._stash.extend(ev.tuples)
+            return self._stash.popleft()
+        return ev
 
     def next_task_ids(self) -> TaskIds | _NeedData:
         """Component side: the next task-id list, keeping earlier events queued.
@@ -199,7 +216,10 @@ class Connection:
             if type(ev) is ConnectionClosed:
                 self._stash.append(ev)
                 raise RemoteProtocolError("stream closed while waiting for task ids")
-            self._stash.append(ev)
+            if type(ev) is TupleBatch:
+                self._stash.extend(ev.tuples)
+            else:
+                self._stash.append(ev)
 
     def _next_from_wire(self) -> Message | _NeedData:
         if self.state is State.ERROR:
@@ -245,11 +265,52 @@ class Connection:
             return self.send_emit(msg.values, stream=msg.stream, anchors=msg.anchors, id=msg.id, task=msg.task,
                                   need_task_ids=msg.need_task_ids)
         self._may_send(t, msg)
+        # §9.5: a standard frame closes the batch being filled, keeping order.
+        head = self.close_batch() if (self._open_emits or self._open_acks or self._open_fails) else b""
         self._check(msg, remote=False, frame=msg)
         new = self._allowed[t]
         if new is not self._state:
             self.state = new
-        return encode(msg)
+        return head + encode(msg)
+
+    # -- extension batch (§9.5) -------------------------------------------------
+
+    def send_tuples(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
+        """Host: frames carrying ``tuples`` to a bolt, each with the tuples it
+        holds. One batch frame if the component accepted ``batch`` (§9.5),
+        split in halves while it would exceed ``max_size``; else, or for a
+        single tuple, standard frames (the caller checks their size, §1.3)."""
+        if not self.batching or len(tuples) == 1:
+            return [(self.send(t), [t]) for t in tuples]
+        batch = TupleBatch(tuples=tuples)
+        frame = encode(batch)
+        if max_size is not None and len(frame) > max_size:
+            mid = len(tuples) // 2
+            return self.send_tuples(tuples[:mid], max_size) + self.send_tuples(tuples[mid:], max_size)
+        self._may_send(TupleBatch, batch)
+        self._check(batch, remote=False, frame=batch)
+        return [(frame, tuples)]
+
+    def close_batch(self) -> bytes:
+        """Component: the output batch filled so far as one frame (or b"")."""
+        if not (self._open_emits or self._open_acks or self._open_fails):
+            return b""
+        obj: dict[str, Any] = {"command": "batch"}
+        if self._open_emits:
+            obj["emits"] = self._open_emits
+            self._open_emits = []
+        if self._open_acks:
+            obj["acks"] = self._open_acks
+            self._open_acks = []
+        if self._open_fails:
+            obj["fails"] = self._open_fails
+            self._open_fails = []
+        return dumps(obj) + TERMINATOR
+
+    def _batch_full(self) -> bytes:
+        if len(self._open_emits) + len(self._open_acks) + len(self._open_fails) >= _BATCH_MAX:
+            return self.close_batch()
+        return b""
 
     def _may_send(self, t: type, msg: Any) -> None:
         if self._sender.get(t) is not self.side:
@@ -272,9 +333,24 @@ class Connection:
     ) -> bytes:
         """An ``emit`` frame (§3.5, §4.3): anchors must be pending tuples;
         a non-direct emit that wants task ids is owed a list (§3.4)."""
+        if self.batching and task is None and not need_task_ids and self._component_side and Emit in self._allowed:
+            if anchors:
+                pending = self.pending
+                for a in anchors:
+                    if a not in pending:
+                        raise LocalProtocolError(self._unknown_id("anchors to", a), frame=values)
+            second = (anchors if type(anchors) is list else list(anchors)) if anchors else id
+            if stream != DEFAULT_STREAM:
+                self._open_emits.append([values, second, stream])
+            elif second is not None:
+                self._open_emits.append([values, second])
+            else:
+                self._open_emits.append([values])
+            return self._batch_full()
         obj: dict[str, Any] = {"command": "emit", "tuple": values}
         if Emit not in self._allowed or not self._component_side:
             self._may_send(Emit, obj)
+        head = self.close_batch() if (self._open_emits or self._open_acks or self._open_fails) else b""
         if stream != DEFAULT_STREAM:
             obj["stream"] = stream
         if anchors:
@@ -292,14 +368,17 @@ class Connection:
         if not need_task_ids:
             obj["need_task_ids"] = False
         try:
-            return orjson.dumps(obj) + TERMINATOR
+            return head + orjson.dumps(obj) + TERMINATOR
         except TypeError:
-            return dumps(obj) + TERMINATOR  # integers beyond 64 bits, or a clear error
+            return head + dumps(obj) + TERMINATOR  # integers beyond 64 bits, or a clear error
 
     def send_ack(self, tuple_id: Any) -> bytes:
         """Bolt: ack a pending tuple. Spout host: ack a message id."""
         if self._bolt_component and self._state is State.READY and type(tuple_id) is str and tuple_id in self.pending:
             self.pending.remove(tuple_id)  # §3.6: the exact id string of a pending tuple
+            if self.batching:
+                self._open_acks.append(tuple_id)
+                return self._batch_full()
             return orjson.dumps({"command": "ack", "id": tuple_id}) + TERMINATOR
         return self._ack_or_fail(Ack, "ack", tuple_id)
 
@@ -313,7 +392,11 @@ class Connection:
                 self.pending.remove(tuple_id)
             except (KeyError, TypeError):
                 raise LocalProtocolError(self._unknown_id(command + "s", tuple_id), frame=tuple_id) from None
-            return orjson.dumps({"command": command, "id": tuple_id}) + TERMINATOR
+            if self.batching:
+                (self._open_acks if cls is Ack else self._open_fails).append(tuple_id)
+                return self._batch_full()
+            head = self.close_batch() if (self._open_emits or self._open_acks or self._open_fails) else b""
+            return head + orjson.dumps({"command": command, "id": tuple_id}) + TERMINATOR
         return self.send(cls(id=tuple_id))
 
     def send_many(self, msgs: Iterable[Message]) -> bytes:
@@ -351,15 +434,56 @@ class Connection:
                     self.pending.remove(msg.id)
                 except KeyError:
                     raise err(self._unknown_id(t.__name__.lower() + "s", msg.id), frame=frame) from None
+        elif t is TupleBatch:
+            if not self.batching:
+                raise err("a tuple batch without the batch extension (§9.5)", frame=frame)
+            pending = self.pending
+            for u in msg.tuples:
+                if u.id in pending:
+                    raise err(f"tuple id {u.id!r} is already pending", frame=frame)
+                pending.add(u.id)
+        elif t is Batch:
+            self._check_batch(msg, err, frame)
         elif t is Handshake:
-            pass
+            offered = (msg.conf or {}).get("multilang.extensions") or ()
+            self.offered = tuple(offered) if isinstance(offered, list) else ()
         elif t is Pid:
+            bad = [e for e in msg.extensions if e not in self.offered]
+            if bad or len(set(msg.extensions)) != len(msg.extensions):
+                raise err(f"accepted extensions {list(msg.extensions)} that were not offered ({list(self.offered)}) "
+                          "or twice (§9.2)", frame=frame)
             self.extensions = msg.extensions
+            self.batching = "batch" in msg.extensions
         if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT:
             if t is Activate:
                 self._activated = True
             elif not self._activated and not remote:
                 raise err("the first command to a spout must be activate (§4.1)", frame=frame)
+
+    def _check_batch(self, msg: Batch, err: type, frame: Any) -> None:
+        """§9.5: each element follows the rule of its standard frame; emits
+        are checked before the acks and fails of the same batch."""
+        if not self.batching:
+            raise err("an output batch without the batch extension (§9.5)", frame=frame)
+        pending = self.pending
+        if self.role is Role.BOLT:
+            for e in msg.emits:
+                anchors = e[1] if len(e) > 1 else None
+                if anchors is None:
+                    continue
+                if type(anchors) is not list:
+                    raise err("a batched bolt emit's anchors must be a list of tuple ids", frame=frame)
+                for a in anchors:
+                    if type(a) is not str or a not in pending:
+                        raise err(self._unknown_id("anchors to", a), frame=frame)
+            for verb, ids in (("acks", msg.acks), ("fails", msg.fails)):
+                for tid in ids:
+                    try:
+                        pending.remove(tid)
+                    except (KeyError, TypeError):
+                        raise err(self._unknown_id(verb, tid), frame=frame) from None
+        elif msg.acks or msg.fails:
+            raise err("a spout's batch carries no acks or fails", frame=frame)
 
     def _unknown_id(self, verb: str, tid: str) -> str:
         if tid in self._heartbeats:

@@ -32,6 +32,8 @@ __all__ = [
     "Deactivate",
     "SpoutCommand",
     "UnknownCommand",
+    "TupleBatch",
+    "Batch",
     "ConnectionClosed",
     "DEFAULT_STREAM",
     "HEARTBEAT_STREAM",
@@ -258,6 +260,24 @@ class Metrics(Message):
 @dataclass(**_FROZEN)
 class Sync(Message):
     """Answers a heartbeat (bolt) or ends a command (spout)."""
+
+
+@dataclass(**_FROZEN)
+class TupleBatch(Message):
+    """Host -> bolt, extension ``batch`` (§9.5): input tuples in one frame."""
+
+    tuples: list[Tuple]
+
+
+@dataclass(**_FROZEN)
+class Batch(Message):
+    """Component -> host, extension ``batch`` (§9.5): emits, then acks, then
+    fails. Each emit is ``[tuple, anchors_or_msg_id, stream]`` as on the wire
+    (trailing elements optional)."""
+
+    emits: list[list[Any]] = field(default_factory=list)
+    acks: list[str] = field(default_factory=list)
+    fails: list[str] = field(default_factory=list)
 
 
 @dataclass(**_FROZEN)

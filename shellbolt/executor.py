@@ -30,11 +30,13 @@ import trio
 from multilang._state import Role
 from multilang.errors import ComponentError, ComponentReportedError, HeartbeatTimeout
 from multilang.messages import (
+    DEFAULT_STREAM,
     SYSTEM_COMPONENT,
     SYSTEM_TASK,
     TICK_STREAM,
     Ack,
     Activate,
+    Batch,
     Deactivate,
     Emit,
     Error,
@@ -363,76 +365,96 @@ class ShellBoltTask(ShellTask):
             # §5.3: task-id replies and heartbeats jump the tuple queue.
             parts, self._urgent = self._urgent, []
             room = self._room()
-            took = 0
-            send = conn.send
-            now = trio.current_time()
-            while inbox and took < room:
+            batch: list[Tuple] = []
+            while inbox and len(batch) < room:
                 d = inbox.popleft()
                 tid = _new_tuple_id()
                 while tid in in_flight:
                     tid = _new_tuple_id()
                 cls = Tick if d.tick else Tuple
-                frame = send(cls(id=tid, component=d.source, stream=d.stream, task=d.source_task, values=d.values))
+                batch.append(cls(id=tid, component=d.source, stream=d.stream, task=d.source_task, values=d.values))
                 in_flight[tid] = d.edges
-                if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
-                    log.error("%s: a %d-byte tuple from %s exceeds multilang.max.frame.bytes (%d); failed",
-                              self.where(), len(frame), d.source, self.max_frame)
-                    conn.pending.discard(tid)
-                    self.runtime.acker.fail(in_flight.pop(tid))
-                    self.stats.failed += 1
-                    self.runtime.settle()
-                    continue
-                parts.append(frame)
-                sent.append((now, tid))
-                took += 1
-            if took:
-                self.stats.executed += took
+            if batch:
+                now = trio.current_time()
+                # One frame for the lot if the process accepted `batch` (§9.5).
+                for frame, tuples in conn.send_tuples(batch, self.max_frame):
+                    if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
+                        tid = tuples[0].id
+                        log.error("%s: a %d-byte tuple from %s exceeds multilang.max.frame.bytes (%d); failed",
+                                  self.where(), len(frame), tuples[0].component, self.max_frame)
+                        conn.pending.discard(tid)
+                        self.runtime.acker.fail(in_flight.pop(tid))
+                        self.stats.failed += 1
+                        self.runtime.settle()
+                        continue
+                    parts.append(frame)
+                    for u in tuples:
+                        sent.append((now, u.id))
+                self.stats.executed += len(batch)
                 self._space.unpark_all()
             if parts:
                 await proc.write(b"".join(parts))
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
-        rt = self.runtime
-        acker = rt.acker
-        in_flight = self.in_flight
         touched: set[Task] = set()
         freed = False
         for ev in events:
             t = type(ev)
             if t is Emit:
-                anchors = [in_flight[a] for a in ev.anchors]  # the connection checked they are pending
-                if self.hold and ev.anchors:
-                    targets = rt.targets(self, ev)
-                    held = _Held(ev, targets, set(ev.anchors))
-                    for a in ev.anchors:
-                        self._held.setdefault(a, []).append(held)
-                    ids = targets or []
-                else:
-                    ids = rt.route(self, ev, anchors, touched)
-                if ev.wants_task_ids:
-                    self._urgent.append(proc.conn.send(TaskIds(task_ids=ids)))
-                    self.kick()
+                self._on_emit(ev, proc, touched)
             elif t is Ack:
-                edges = in_flight.pop(ev.id)
-                self._expired.discard(ev.id)
-                if self._held:
-                    self._release(ev.id, edges, touched)
-                acker.ack(edges)
-                self.stats.acked += 1
+                self._on_ack(ev.id, touched)
                 freed = True
             elif t is Fail:
-                edges = in_flight.pop(ev.id)
-                self._expired.discard(ev.id)
-                if self._held:
-                    self._drop(ev.id)
-                acker.fail(edges)
-                self.stats.failed += 1
+                self._on_fail(ev.id)
                 freed = True
+            elif t is Batch:  # §9.5: the emits, then the acks, then the fails
+                for e in ev.emits:
+                    n = len(e)
+                    self._on_emit(Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
+                                       anchors=tuple(e[1]) if n > 1 and e[1] else (), need_task_ids=False),
+                                  proc, touched)
+                for tid in ev.acks:
+                    self._on_ack(tid, touched)
+                for tid in ev.fails:
+                    self._on_fail(tid)
+                freed = freed or bool(ev.acks or ev.fails)
             else:
                 self._common(ev, proc)
         if freed:
             self.kick()
         await self._after_batch(touched)
+
+    def _on_emit(self, ev: Emit, proc: ShellProcess, touched: set[Task]) -> None:
+        rt = self.runtime
+        anchors = [self.in_flight[a] for a in ev.anchors]  # the connection checked they are pending
+        if self.hold and ev.anchors:
+            targets = rt.targets(self, ev)
+            held = _Held(ev, targets, set(ev.anchors))
+            for a in ev.anchors:
+                self._held.setdefault(a, []).append(held)
+            ids = targets or []
+        else:
+            ids = rt.route(self, ev, anchors, touched)
+        if ev.wants_task_ids:
+            self._urgent.append(proc.conn.send(TaskIds(task_ids=ids)))
+            self.kick()
+
+    def _on_ack(self, tid: str, touched: set[Task]) -> None:
+        edges = self.in_flight.pop(tid)
+        self._expired.discard(tid)
+        if self._held:
+            self._release(tid, edges, touched)
+        self.runtime.acker.ack(edges)
+        self.stats.acked += 1
+
+    def _on_fail(self, tid: str) -> None:
+        edges = self.in_flight.pop(tid)
+        self._expired.discard(tid)
+        if self._held:
+            self._drop(tid)
+        self.runtime.acker.fail(edges)
+        self.stats.failed += 1
 
     def _release(self, tid: str, edges: TupleEdges, touched: set[Task]) -> None:
         """Hold mode: the input was acked, so the emits anchored to it go out
@@ -542,6 +564,11 @@ class ShellSpoutTask(ShellTask):
                 if ev.wants_task_ids:
                     # §4.3: answered before the spout's next frame is read.
                     replies.append(proc.conn.send(TaskIds(task_ids=ids)))
+            elif t is Batch:  # §9.5: a spout's emits carry message ids
+                for e in ev.emits:
+                    n = len(e)
+                    rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
+                                        id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
             elif t is Sync:
                 if self._sync is not None:
                     self._sync.set()

@@ -440,6 +440,8 @@ def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str
     # a process too, so numTasks (when set) is the number of tasks.
     if isinstance(num_tasks, int) and num_tasks > 0:
         parallelism = num_tasks
+    if isinstance(parallelism, str) and parallelism.strip().isdigit():  # e.g. "${par}" quoted
+        parallelism = int(parallelism)
     if type(parallelism) is not int or parallelism < 1:
         raise TopologyError(f"{where}: parallelism must be a positive integer, got {parallelism!r}")
     methods = d.get("configMethods") or []

@@ -64,6 +64,7 @@ DEFAULT_CONF: dict[str, Any] = {
     "multilang.shutdown.grace.secs": 5,
     "multilang.kill.grace.secs": 2,
     "multilang.hold.emits.until.ack": False,
+    "multilang.extensions": ["batch"],  # offered at the handshake (§9.1); [] = standard protocol only
 }
 
 

@@ -13,6 +13,7 @@ from multilang.framing import FrameReader
 from multilang.messages import (
     Ack,
     Activate,
+    Batch,
     Deactivate,
     Emit,
     Error,
@@ -27,6 +28,7 @@ from multilang.messages import (
     TaskIds,
     Tick,
     Tuple,
+    TupleBatch,
     UnknownCommand,
 )
 
@@ -84,9 +86,20 @@ component_msgs = st.one_of(
     st.builds(Metrics, name=text, params=json_values),
     st.just(Sync()),
     st.builds(Pid, pid=st.integers(1, 2**31), extensions=st.lists(text, max_size=3).map(tuple)),
+    # §9.5 output batches: emits [tuple, anchors_or_id, stream] with trailing parts optional
+    st.builds(
+        Batch,
+        emits=st.lists(st.one_of(
+            st.tuples(st.lists(json_values, max_size=3)).map(list),
+            st.tuples(st.lists(json_values, max_size=3), st.lists(tuple_ids, max_size=2)).map(list),
+            st.tuples(st.lists(json_values, max_size=3), st.one_of(st.none(), json_values), streams).map(list),
+        ), max_size=4),
+        acks=st.lists(tuple_ids, max_size=4),
+        fails=st.lists(tuple_ids, max_size=4),
+    ),
     st.builds(
         lambda cmd, extra: UnknownCommand(command=cmd, frame={**extra, "command": cmd}),
-        text.filter(lambda c: c not in ("emit", "ack", "fail", "sync", "log", "error", "metrics")),
+        text.filter(lambda c: c not in ("emit", "ack", "fail", "sync", "log", "error", "metrics", "batch")),
         st.dictionaries(text, json_values, max_size=3),
     ),
 )
@@ -109,6 +122,11 @@ bolt_host_msgs = st.one_of(
               values=st.lists(json_values, max_size=2)),
     st.builds(Heartbeat, id=tuple_ids),
     st.builds(TaskIds, task_ids=task_ids),
+    # §9.5 tuple batches
+    st.builds(TupleBatch, tuples=st.lists(
+        st.builds(Tuple, id=tuple_ids, component=st.one_of(st.none(), text), stream=streams, task=ints,
+                  values=st.lists(json_values, max_size=3)),
+        min_size=1, max_size=4)),
 )  # fmt: skip
 
 spout_host_msgs = st.one_of(
@@ -139,7 +157,7 @@ def test_spout_host_messages_round_trip(msg):
 
 def test_every_message_type_is_covered():
     covered = {Emit, Ack, Fail, Log, Error, Metrics, Sync, Pid, UnknownCommand, Handshake, Tuple, Tick,
-               Heartbeat, TaskIds, Next, Activate, Deactivate}  # fmt: skip
+               Heartbeat, TaskIds, Next, Activate, Deactivate, Batch, TupleBatch}  # fmt: skip
     import multilang.messages as m
 
     sent = {getattr(m, n) for n in m.__all__ if isinstance(getattr(m, n), type) and issubclass(getattr(m, n), m.Message)}

@@ -101,9 +101,21 @@ def test_handshake_then_pid(role):
 
 def test_pid_extensions_recorded():
     host, comp = Connection(BOLT, HOST), Connection(BOLT, COMP)
-    deliver(comp, host.send(HS))
+    deliver(comp, host.send(Handshake(pid_dir="/tmp", conf={"multilang.extensions": ["batch"]}, context={})))
     deliver(host, comp.send(Pid(pid=5, extensions=("batch",))))
     assert host.extensions == comp.extensions == ("batch",)
+    assert host.batching and comp.batching
+
+
+def test_accepting_an_extension_not_offered_is_an_error():
+    """§9.2: only offered names may be accepted; silence is standard mode."""
+    host, comp = Connection(BOLT, HOST), Connection(BOLT, COMP)
+    deliver(comp, host.send(HS))
+    with pytest.raises(LocalProtocolError, match="not offered"):
+        comp.send(Pid(pid=5, extensions=("batch",)))
+    with pytest.raises(RemoteProtocolError, match="not offered"):
+        deliver(host, b'{"pid":5,"extensions":["batch"]}\nend\n')
+        host.next_event()
 
 
 @pytest.mark.parametrize("role", [BOLT, SPOUT])
@@ -560,7 +572,6 @@ class BoltConversation(RuleBasedStateMachine):
         self.task_lists_got = []
         self.emits_seen_by_host = []
         self.emits_sent = []
-        self.stashed_after_task_ids = 0  # how often next_task_ids had to set events aside
 
     def _fresh(self):
         self.n += 1
@@ -625,7 +636,6 @@ class BoltConversation(RuleBasedStateMachine):
         ev = self.comp.next_task_ids()
         if ev is not NEED_DATA:
             self.task_lists_got.append(ev)
-            self.stashed_after_task_ids += len(self.comp._stash)
 
     @rule(data=st.data(), mode=st.sampled_from(["normal", "direct", "no-ids"]))
     def comp_emits(self, data, mode):
