@@ -261,7 +261,9 @@ class Bolt(Component):
         data = self._conn.send_emit(
             values if type(values) is list else list(values),
             stream=DEFAULT_STREAM if stream is None else stream,
-            anchors=[a[0] if type(a) is not str else a for a in anchors] if anchors else (),
+            anchors=(
+                [a[0] if type(a) is not str else a for a in anchors] if anchors else ()
+            ),
             task=direct_task,
             need_task_ids=wants,
         )

@@ -48,7 +48,7 @@ from .codec import decode_component_frame, decode_host_frame, loads
 from .connection import Connection
 from .errors import MultilangError, ProtocolError
 from .framing import TERMINATOR, FrameReader
-from .messages import Emit, Heartbeat, Pid, TaskIds, Tick, Tuple
+from .messages import Emit, Heartbeat, Pid, TaskIds, Tick, Tuple, TupleBatch
 
 __all__ = [
     "run_conformance",
@@ -815,6 +815,8 @@ class _Run:
                 self.heartbeat_ids.add(msg.id)
             elif type(msg) in (Tuple, Tick):
                 self.last_tuple_id[0] = msg.id
+            elif type(msg) is TupleBatch:
+                self.last_tuple_id[0] = msg.tuples[-1].id
 
     def send_bytes(self, data: bytes, chunks: list[bytes] | None = None, chunk_size=None, delay_ms=0) -> None:
         self._book(data)
@@ -891,8 +893,14 @@ class _Run:
                 "the first thing a component writes must be its pid reply {\"pid\": N} (§2.3); "
                 f"it wrote: {_show(body)}",
             )
-        if msg.extensions:
-            raise _Failure("handshake.extensions", f"pid reply accepts extensions that were not offered (§9.2): {list(msg.extensions)}")
+        # §9.2: only extensions the handshake offered (conf multilang.extensions), each once.
+        offered = self.conn.offered
+        if any(e not in offered for e in msg.extensions) or len(set(msg.extensions)) != len(msg.extensions):
+            raise _Failure(
+                "handshake.extensions",
+                f"pid reply accepts extensions that were not offered, or one twice (§9.2): {list(msg.extensions)}"
+                f" (offered: {list(offered)})",
+            )
         try:
             self.conn.receive_data(body + TERMINATOR)
             self.conn.next_event()
@@ -916,6 +924,8 @@ class _Run:
                 if type(anchors) is list:
                     for a in anchors:
                         self._check_id(a, "anchor")
+            elif cmd == "batch":
+                self._batch_rules(obj)
         else:
             if cmd in ("ack", "fail"):
                 raise _Failure("protocol.state", f"a spout may not send {cmd!r} (§4.2)")
@@ -923,6 +933,23 @@ class _Run:
                 raise _Failure("spout.one-sync", "sync with no command outstanding: more than one sync for a command (§4.2)")
             if cmd == "emit" and obj.get("anchors") not in (None,):
                 raise _Failure("spout.emit-anchors", "a spout emit must not carry 'anchors' (§4.3)")
+
+    def _batch_rules(self, obj: dict[str, Any]) -> None:
+        """§9.5: each element of a bolt's output batch follows the rules of its
+        standard frame: the emits first, then the acks, then the fails."""
+        emits = obj.get("emits")
+        for e in emits if type(emits) is list else ():
+            anchors = e[1] if type(e) is list and len(e) > 1 else None
+            for a in anchors if type(anchors) is list else ():
+                self._check_id(a, "anchor")
+        done: set[str] = set()
+        for what in ("ack", "fail"):
+            ids = obj.get(what + "s")
+            for tid in ids if type(ids) is list else ():
+                if type(tid) is str and tid in done:
+                    raise _Failure("ids.known", f"component {what}s id {tid!r} twice in one batch (§3.6, §9.5)")
+                self._check_id(tid, what)
+                done.add(tid)
 
     def _check_id(self, tid: Any, what: str) -> None:
         verb = {"ack": "acks", "fail": "fails", "anchor": "anchors to"}[what]

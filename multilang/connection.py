@@ -131,6 +131,7 @@ class Connection:
         self._open_emits: list[list[Any]] = []
         self._open_acks: list[str] = []
         self._open_fails: list[str] = []
+        self._open_n = 0
         #: The last frames received, for error messages.
         self.last_frames: deque[bytes] = deque(maxlen=3)
 
@@ -295,6 +296,7 @@ class Connection:
         """Component: the output batch filled so far as one frame (or b"")."""
         if not (self._open_emits or self._open_acks or self._open_fails):
             return b""
+        self._open_n = 0
         obj: dict[str, Any] = {"command": "batch"}
         if self._open_emits:
             obj["emits"] = self._open_emits
@@ -308,7 +310,8 @@ class Connection:
         return dumps(obj) + TERMINATOR
 
     def _batch_full(self) -> bytes:
-        if len(self._open_emits) + len(self._open_acks) + len(self._open_fails) >= _BATCH_MAX:
+        self._open_n += 1
+        if self._open_n >= _BATCH_MAX:
             return self.close_batch()
         return b""
 
