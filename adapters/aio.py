@@ -61,11 +61,10 @@ and share plain Python objects without locks. The rules:
   again, then re-raises the cancellation: when the ``async with`` is left,
   no child process of the session is alive.
 
-*Hook*: ``PythonSpoutTask`` (executor.py) treats ``StopIteration`` as the end
-of its source for good (it sets its private ``_exhausted`` and never calls
-``next`` again). A feed is only empty *for now*, so :meth:`_Feed._resume`
-clears that flag and kicks the task. That one private attribute is the whole
-coupling; a public "open-ended source" on ``PythonSpout`` would remove it.
+*Open-ended source*: ``PythonSpoutTask`` (executor.py) treats
+``StopIteration`` as the end of its source until told otherwise. A feed is
+only empty *for now*, so :meth:`_Feed._resume` calls the task's public
+``resume()`` when new input arrives.
 """
 
 from __future__ import annotations
@@ -274,8 +273,7 @@ class _Feed:
         if not self.buf or self.session._paused:
             return
         for t in self.tasks:
-            t._exhausted = False  # the hook: see the module docstring
-            t.kick()
+            t.resume()
 
     def _wake_senders(self) -> None:
         waiters, self._space = self._space, []

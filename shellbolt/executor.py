@@ -639,6 +639,12 @@ class PythonSpoutTask(Task):
         self.notices.append((kind, msg_id))
         self.kick()
 
+    def resume(self) -> None:
+        """The source ran dry (``StopIteration``) but may have more now: ask
+        it again. For open-ended sources such as the asyncio feed."""
+        self._exhausted = False
+        self.kick()
+
     async def run(self) -> None:
         rt = self.runtime
         while True:
@@ -713,7 +719,8 @@ class Runtime:
         self.emitted_by_spouts = 0  # tuples emitted by spouts, any stream (what max_tuples counts)
         self.max_tuples: int | None = None
         self.pid_dir = ""
-        self._stop = trio.Event() if _in_trio() else None
+        self._stop: trio.Event | None = None  # made by run(), inside trio
+        self._stop_requested = False
         self._build()
 
     def _build(self) -> None:
@@ -861,6 +868,7 @@ class Runtime:
         self.request_stop()
 
     def request_stop(self) -> None:
+        self._stop_requested = True
         if self._stop is not None:
             self._stop.set()
 
@@ -886,6 +894,8 @@ class Runtime:
         emitted and their trees finish, every spout is exhausted
         (``until_done``), a component gives up, or the caller cancels."""
         self._stop = trio.Event()
+        if self._stop_requested:
+            self._stop.set()
         self.max_tuples = max_tuples
         self.pid_dir = tempfile.mkdtemp(prefix="multilang-pids-")  # mode 0700 (§2.1)
         try:
@@ -982,12 +992,3 @@ def _hashable(v: Any) -> Any:
 
 def _sort_key(v: Any) -> tuple[str, str]:
     return (type(v).__name__, repr(v)) if not isinstance(v, str) else ("str", v)
-
-
-def _in_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-        return True
-    except RuntimeError:
-        return False
-
