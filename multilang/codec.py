@@ -288,7 +288,11 @@ def decode_host_frame(body: bytes, *, spout: bool) -> Message:
         pid_dir = obj["pidDir"]
         if type(pid_dir) is not str:
             raise RemoteProtocolError("'pidDir' must be a string", frame=body)
-        return Handshake(pid_dir=pid_dir, conf=obj.get("conf") or {}, context=obj.get("context") or {})
+        conf = obj.get("conf") or {}
+        context = obj.get("context") or {}
+        if type(conf) is not dict or type(context) is not dict:
+            raise RemoteProtocolError("handshake 'conf' and 'context' must be JSON objects", frame=body)
+        return Handshake(pid_dir=pid_dir, conf=conf, context=context)
     if "tuples" in obj and not spout:
         return _tuple_batch(obj["tuples"], body)
     if spout:

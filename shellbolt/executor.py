@@ -430,10 +430,13 @@ class ShellBoltTask(ShellTask):
         anchors = [self.in_flight[a] for a in ev.anchors]  # the connection checked they are pending
         if self.hold and ev.anchors:
             targets = rt.targets(self, ev)
-            held = _Held(ev, targets, set(ev.anchors))
-            for a in ev.anchors:
-                self._held.setdefault(a, []).append(held)
-            ids = targets or []
+            if targets is None:  # an emit error (reported once): fail the tree now, hold nothing
+                ids = rt.route(self, ev, anchors, touched, targets=None, invalid=True)
+            else:
+                held = _Held(ev, targets, set(ev.anchors))
+                for a in ev.anchors:
+                    self._held.setdefault(a, []).append(held)
+                ids = targets
         else:
             ids = rt.route(self, ev, anchors, touched)
         if ev.wants_task_ids:
@@ -525,8 +528,12 @@ class ShellSpoutTask(ShellTask):
         idle_sleep = 0.001
         while True:
             if self.notices:
-                kind, msg_id = self.notices.popleft()
+                kind, msg_id = self.notices[0]
+                # Dequeued only once the spout synced: if the process dies
+                # first, its successor gets the ack or fail (§8.2). A lost
+                # fail would be a lost tuple.
                 await self._command(proc, Ack(id=msg_id) if kind == "ack" else Fail(id=msg_id))
+                self.notices.popleft()
                 continue
             if rt.spouts_stopped:
                 if not self._deactivated:
@@ -775,11 +782,12 @@ class Runtime:
 
     def route(
         self, src: Task, emit: Emit, anchors: list[TupleEdges] | None, touched: set[Task],
-        targets: list[int] | None = None,
+        targets: list[int] | None = None, invalid: bool = False,
     ) -> list[int]:
         """Deliver an emit: acker bookkeeping, then one Delivery per task.
-        Returns the task ids (the reply to an emit that wants them)."""
-        if targets is None:
+        Returns the task ids (the reply to an emit that wants them).
+        ``invalid``: :meth:`targets` already found and reported it bad."""
+        if targets is None and not invalid:
             targets = self.targets(src, emit)
         stats = src.stats
         if targets is None:  # invalid emit: already reported; fail what it belonged to

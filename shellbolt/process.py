@@ -31,6 +31,7 @@ __all__ = ["ShellProcess"]
 
 _READ_SIZE = 1 << 16
 _STDERR_TAIL = 20
+_TAIL_LINE = 1000
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -200,7 +201,8 @@ class ShellProcess:
 
     def _stderr_line(self, prefix: str, line: bytes) -> None:
         text = line.decode("utf-8", "replace").rstrip("\r")
-        self.stderr_tail.append(text)
+        # The tail goes into error messages: bound each line too.
+        self.stderr_tail.append(text if len(text) <= _TAIL_LINE else f"{text[:_TAIL_LINE]}... ({len(text)} characters)")
         self._stderr_log.info("%s%s", prefix, text)
 
     async def _settle(self) -> None:

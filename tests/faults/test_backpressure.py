@@ -1,0 +1,81 @@
+"""A slow bolt behind a fast spout (spec/PROTOCOL.md §4.6, §5.3, §7.6).
+
+Memory must stay bounded while the spout could produce far faster than the
+bolt consumes: ``topology.max.spout.pending`` bounds the trees in flight per
+spout task, ``topology.shellbolt.max.pending`` the tuples written to a bolt
+process and not yet acked, and the per-task input queue (backpressure: no
+``next`` while a consumer's queue is full) bounds the rest when max spout
+pending is unset. Nothing may time out needlessly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import trio
+
+from faults_support import (
+    assert_no_orphans,
+    assert_nothing_lost,
+    build,
+    faulty_bolt,
+    numbered_spout,
+    run_topology,
+    task_ids,
+)
+from multilang.shellbolt import TopologyBuilder
+
+PER_NEXT = 10
+
+
+def _sampled_run(n, sleep, **conf):
+    b = TopologyBuilder()
+    b.set_spout("spout", numbered_spout(n, per_next=PER_NEXT))
+    b.set_bolt("bolt", faulty_bolt(sleep=sleep)).shuffle_grouping("spout")
+    topo = build(b, **{"topology.message.timeout.secs": 10, **conf})
+    samples = {"pending": [], "inbox": [], "in_flight": []}
+
+    async def sample(rt):
+        (bolt,) = [rt.tasks[t] for t in task_ids(rt, "bolt")]
+        while True:
+            samples["pending"].append(rt.acker.pending)
+            samples["inbox"].append(len(bolt.inbox))
+            samples["in_flight"].append(len(bolt.in_flight))
+            await trio.sleep(0.002)
+
+    run = run_topology(topo, during=sample)
+    return run, samples
+
+
+def test_max_spout_pending_and_shellbolt_max_pending_bound_a_slow_bolt():
+    n, msp, mp = 1200, 100, 10
+    run, s = _sampled_run(n, 0.001, **{"topology.max.spout.pending": msp, "topology.shellbolt.max.pending": mp})
+    res = run.result
+    assert res.ok, res
+    assert len(s["pending"]) > 200, "sampled throughout the run"
+    # A `next` is only sent below the bound, and one `next` emits up to
+    # PER_NEXT tuples: the bound can be passed by one next's worth.
+    assert max(s["pending"]) <= msp + PER_NEXT - 1, max(s["pending"])
+    assert max(s["pending"]) >= msp * 0.9, "the spout did run ahead of the bolt up to the bound"
+    assert max(s["in_flight"]) <= mp, max(s["in_flight"])
+    assert max(s["inbox"]) <= msp + PER_NEXT
+    assert res.timed_out == 0 and res.failed == 0, "nothing timed out or failed needlessly"
+    assert_nothing_lost(run, n, "bolt", Counter(range(n)))
+    assert_no_orphans(run)
+
+
+def test_without_max_spout_pending_the_input_queue_backpressures_the_spout():
+    # No max spout pending: only the bolt task's input queue (1024 tuples)
+    # stands between a fast spout and the host's memory.
+    n, mp = 2500, 10
+    run, s = _sampled_run(n, 0.001, **{"topology.shellbolt.max.pending": mp})
+    res = run.result
+    assert res.ok, res
+    capacity = run.runtime.tasks[task_ids(run.runtime, "bolt")[0]].capacity
+    assert max(s["inbox"]) <= capacity + PER_NEXT, (max(s["inbox"]), capacity)
+    assert max(s["in_flight"]) <= mp
+    assert max(s["pending"]) <= capacity + mp + 2 * PER_NEXT, max(s["pending"])
+    assert max(s["inbox"]) >= capacity * 0.5, "the queue did fill: the spout was held back, not slow"
+    assert res.timed_out == 0 and res.failed == 0
+    assert_nothing_lost(run, n, "bolt", Counter(range(n)))
+    assert_no_orphans(run)

@@ -1,0 +1,93 @@
+"""Ctrl-C and SIGTERM to ``multilang run`` while components misbehave
+(README "Command line": exit 130 on Ctrl-C, 143 on SIGTERM; on every exit
+path all component processes are stopped and reaped; spec §5.4 step 4-5).
+
+The topology has a stubborn bolt (ignores SIGTERM and EOF on stdin, and has
+a child process of its own) and a bolt the test freezes with SIGSTOP just
+before the signal. Neither may survive the CLI, nor may the stubborn bolt's
+child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from faults_support import ML, ROOT, cmdline, descendants_of, running
+
+SPOUT = ROOT / "tests/faults/components/numbered_spout.py"
+BOLT = ROOT / "tests/faults/components/faulty_bolt.py"
+
+
+def _topology(tmp_path):
+    path = tmp_path / "signals.toml"
+    path.write_text(textwrap.dedent(f"""
+        [topology]
+        name = "signals"
+        [topology.conf]
+        "multilang.kill.grace.secs" = 0.5
+        "multilang.shutdown.grace.secs" = 0.5
+        "topology.max.spout.pending" = 20
+
+        [spouts.spout]
+        command = {json.dumps(["python", str(SPOUT), "1000000000"])}
+        fields = ["n"]
+        streams = {{ events = ["event", "msg_id"] }}
+
+        [bolts.stubborn]
+        command = {json.dumps(["python", str(BOLT), "--stubborn", "--sleep", "0.01"])}
+        fields = ["n"]
+        inputs = [{{ source = "spout" }}]
+
+        [bolts.frozen]
+        command = {json.dumps(["python", str(BOLT)])}
+        fields = ["n"]
+        inputs = [{{ source = "spout" }}]
+    """))
+    return path
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_ones(tmp_path, sig, code):
+    proc = subprocess.Popen(ML + ["run", str(_topology(tmp_path)), "--no-progress", "-o", os.devnull],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    frozen = None
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            kids = descendants_of(proc.pid)
+            seen.update(kids)
+            cmds = {p: cmdline(p) for p in kids}
+            if any(c.startswith("sleep 600") for c in cmds.values()) and len(kids) >= 4:
+                frozen = next(p for p, c in cmds.items() if "faulty_bolt.py" in c and "--stubborn" not in c)
+                break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.02)
+        assert frozen, f"the components did not start: {seen}"
+        time.sleep(0.5)  # tuples flowing
+        seen.update(descendants_of(proc.pid))
+        os.kill(frozen, signal.SIGSTOP)
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=12)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    if sig == signal.SIGINT:
+        assert "interrupted; all component processes were stopped" in err
+    left = [(p, cmdline(p)) for p in seen if running(p)]
+    assert not left, f"processes survived {sig.name}: {left}"
+    # close stdin, kill grace, SIGTERM, kill grace, SIGKILL: about 1 s here
+    assert took < 6, f"shutdown took {took:.1f}s"
