@@ -262,6 +262,8 @@ def _tuple_batch(items: Any, body: bytes) -> TupleBatch:
         if (type(it) is not list or len(it) != 5 or type(it[0]) is not str or type(it[2]) is not str
                 or type(it[3]) is not int or type(it[4]) is not list):
             raise RemoteProtocolError("each batched tuple must be [id, comp, stream, task, tuple]", frame=body)
+        if it[2] == HEARTBEAT_STREAM:
+            raise RemoteProtocolError("heartbeats are never batched (§9.5)", frame=body)
         cls = Tick if it[2] == TICK_STREAM and it[1] == SYSTEM_COMPONENT else Tuple
         out.append(_new_tuple(cls, it))
     return TupleBatch(tuples=out)

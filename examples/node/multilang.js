@@ -5,6 +5,12 @@
  *
  * Speaks Storm's standard multilang protocol, so components built on it run
  * both under multilang-bridge and under Storm's own ShellBolt / ShellSpout.
+ * When the host offers the `batch` extension (conf "multilang.extensions",
+ * spec §9) it is accepted: input tuples may then arrive many per frame, and
+ * emits that want no task ids, acks and fails are collected into `batch`
+ * frames, written at the end of each event-loop turn. `static extensions = []`
+ * in a subclass (or `component.extensions = []` before run()) keeps the
+ * standard protocol only.
  *
  *   const { BasicBolt } = require('./multilang');
  *   class Upper extends BasicBolt {
@@ -31,6 +37,7 @@ const path = require('path');
 const { StringDecoder } = require('string_decoder');
 
 const LOG_LEVELS = Object.freeze({ TRACE: 0, DEBUG: 1, INFO: 2, WARN: 3, ERROR: 4 });
+const BATCH_MAX = 1024;   // elements per output batch: far below any frame limit
 const DONE = Symbol('multilang.done');
 
 // ---------------------------------------------------------------------------
@@ -46,10 +53,16 @@ const out = {
   early: [],          // frames produced before the handshake reply
   buf: [],            // encoded frames waiting for the next flush
   scheduled: false,
+  batching: false,    // extension batch accepted (spec §9.5)
+  emits: [],          // the output batch being filled
+  acks: [],
+  fails: [],
+  bsize: 0,
 
   send(obj) {
     const text = JSON.stringify(obj) + '\nend\n';
     if (!this.ready) { this.early.push(text); return; }
+    if (this.bsize > 0) this.closeBatch();   // §9.5: keep the order of calls
     this.buf.push(text);
     if (!this.scheduled) {
       this.scheduled = true;
@@ -57,8 +70,35 @@ const out = {
     }
   },
 
-  sendPid(pid) {
-    this.buf.push(JSON.stringify({ pid }) + '\nend\n');
+  // Batch mode: one element of the output batch. An emit is
+  // [values, anchorsOrMsgId, stream] with trailing nulls left out.
+  batchEmit(elem) { this.emits.push(elem); this.batchAdded(); },
+  batchAck(id) { this.acks.push(id); this.batchAdded(); },
+  batchFail(id) { this.fails.push(id); this.batchAdded(); },
+
+  batchAdded() {
+    if (++this.bsize >= BATCH_MAX) this.closeBatch();
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.flush());
+    }
+  },
+
+  closeBatch() {
+    if (this.bsize === 0) return;
+    const frame = { command: 'batch' };
+    if (this.emits.length > 0) { frame.emits = this.emits; this.emits = []; }
+    if (this.acks.length > 0) { frame.acks = this.acks; this.acks = []; }
+    if (this.fails.length > 0) { frame.fails = this.fails; this.fails = []; }
+    this.bsize = 0;
+    this.buf.push(JSON.stringify(frame) + '\nend\n');
+  },
+
+  sendPid(pid, extensions) {
+    const reply = { pid };
+    if (extensions && extensions.length > 0) reply.extensions = extensions;
+    this.batching = !!extensions && extensions.includes('batch');
+    this.buf.push(JSON.stringify(reply) + '\nend\n');
     for (const t of this.early) this.buf.push(t);
     this.early = [];
     this.ready = true;
@@ -70,6 +110,7 @@ const out = {
 
   flush() {
     this.scheduled = false;
+    if (this.bsize > 0) this.closeBatch();
     if (this.buf.length === 0) return;
     const data = this.buf.length === 1 ? this.buf[0] : this.buf.join('');
     this.buf = [];
@@ -198,7 +239,6 @@ class Tuple {
     this.stream = stream;
     this.task = task;
     this.values = values;
-    Object.defineProperty(this, DONE, { value: false, writable: true, enumerable: false });
   }
 
   static fromFrame(msg) {
@@ -216,6 +256,10 @@ class Tuple {
   }
 }
 
+// Not acked or failed yet: inherited, so constructing a tuple (once per input,
+// thousands per batch) does not define a property; ack/fail set an own one.
+Object.defineProperty(Tuple.prototype, DONE, { value: false, writable: true, enumerable: false });
+
 // ---------------------------------------------------------------------------
 // Component: protocol loop shared by bolts and spouts
 // ---------------------------------------------------------------------------
@@ -223,6 +267,13 @@ class Tuple {
 let running = null;
 
 class Component {
+  /**
+   * Extensions accepted when the host offers them (spec §9). Override with
+   * `static extensions = []` in a subclass, or set `this.extensions` on an
+   * instance, to speak the standard protocol only.
+   */
+  static extensions = ['batch'];
+
   constructor() {
     this.conf = null;
     this.context = null;
@@ -256,6 +307,12 @@ class Component {
   }
 
   // ---- emitting -----------------------------------------------------------
+
+  /** The extensions this component accepts: the instance's, else its class's. */
+  _acceptedExtensions() {
+    const mine = this.extensions !== undefined ? this.extensions : this.constructor.extensions;
+    return Array.isArray(mine) ? mine.map(String) : [];
+  }
 
   _sendEmit(frame, needTaskIds) {
     if (needTaskIds) {
@@ -350,6 +407,18 @@ class Component {
       else this.log(`unexpected task id list from host: ${JSON.stringify(msg)}`, LOG_LEVELS.WARN);
       return;
     }
+    const tuples = msg !== null && typeof msg === 'object' ? msg.tuples : undefined;
+    if (Array.isArray(tuples) && this instanceof Bolt) {
+      // §9.5: a tuple batch is the same tuples as standard frames, in order.
+      // (Parsed as they arrive, possibly before the handshake is answered.)
+      const q = this._queue;
+      for (let i = 0; i < tuples.length; i++) {
+        const t = tuples[i];
+        q.push(Array.isArray(t) ? new Tuple(t[0], t[1], t[2], t[3], Array.isArray(t[4]) ? t[4] : []) : t);
+      }
+      this._pump();
+      return;
+    }
     this._enqueue(msg);
   }
 
@@ -392,8 +461,13 @@ class Component {
     this.context = (msg && msg.context) || {};
     this.pidDir = msg && msg.pidDir;
     const pid = process.pid;
+    // §9.1, §9.2: accept the offered extensions this component knows.
+    const offered = this.conf['multilang.extensions'];
+    const accepted = Array.isArray(offered)
+      ? [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e))
+      : [];
     const reply = () => {
-      out.sendPid(pid);
+      out.sendPid(pid, accepted);
       return this._startHook(this.conf, this.context);
     };
     if (typeof this.pidDir !== 'string' || this.pidDir === '') {
@@ -453,6 +527,17 @@ class Bolt extends Component {
    * @returns {Promise<number[]>|undefined} a promise of the task ids when needTaskIds is true
    */
   emit(values, { stream, anchors, needTaskIds = false } = {}) {
+    if (out.batching && !needTaskIds) {
+      // §9.5: [values, anchors, stream], trailing nulls and [] left out.
+      if (!Array.isArray(values)) throw new TypeError('emit: values must be an array');
+      const ids = this._anchorIds(anchors);
+      if (stream !== undefined && stream !== null && stream !== 'default') {
+        out.batchEmit([values, ids.length > 0 ? ids : null, stream]);
+      } else {
+        out.batchEmit(ids.length > 0 ? [values, ids] : [values]);
+      }
+      return undefined;
+    }
     const frame = this._emitFrame(values, stream, anchors);
     return this._sendEmit(frame, !!needTaskIds);
   }
@@ -474,20 +559,23 @@ class Bolt extends Component {
 
   _anchorIds(anchors) {
     if (anchors === undefined || anchors === null) return [];
-    if (!Array.isArray(anchors)) anchors = [anchors];
+    if (!Array.isArray(anchors)) return [tupleId(anchors)];
+    if (anchors.length === 1) return [tupleId(anchors[0])];
     return anchors.map(tupleId);
   }
 
   /** Ack an input tuple (Tuple or id string). */
   ack(tup) {
     this._markDone(tup);
-    out.send({ command: 'ack', id: tupleId(tup) });
+    if (out.batching) out.batchAck(tupleId(tup));
+    else out.send({ command: 'ack', id: tupleId(tup) });
   }
 
   /** Fail an input tuple (Tuple or id string). */
   fail(tup) {
     this._markDone(tup);
-    out.send({ command: 'fail', id: tupleId(tup) });
+    if (out.batching) out.batchFail(tupleId(tup));
+    else out.send({ command: 'fail', id: tupleId(tup) });
   }
 
   _markDone(tup) {
@@ -498,11 +586,15 @@ class Bolt extends Component {
   _startHook(conf, context) { return this.initialize(conf, context); }
 
   _dispatch(msg) {
-    if (msg === null || typeof msg !== 'object' || !('tuple' in msg || 'stream' in msg)) {
+    let tup;
+    if (msg instanceof Tuple) {
+      tup = msg;                      // from a tuple batch (§9.5)
+    } else if (msg === null || typeof msg !== 'object' || !('tuple' in msg || 'stream' in msg)) {
       this.log(`ignoring unexpected frame from host: ${JSON.stringify(msg)}`, LOG_LEVELS.WARN);
       return undefined;
+    } else {
+      tup = Tuple.fromFrame(msg);
     }
-    const tup = Tuple.fromFrame(msg);
     if (tup.isHeartbeat()) {
       out.send({ command: 'sync' });
       return undefined;
@@ -581,6 +673,14 @@ class Spout extends Component {
    * @returns {Promise<number[]>|undefined}
    */
   emit(values, { stream, msgId, needTaskIds = false } = {}) {
+    if (out.batching && !needTaskIds) {
+      // §9.5: [values, msgId, stream], trailing nulls left out.
+      if (!Array.isArray(values)) throw new TypeError('emit: values must be an array');
+      const id = msgId === undefined ? null : msgId;
+      if (stream !== undefined && stream !== null && stream !== 'default') out.batchEmit([values, id, stream]);
+      else out.batchEmit(id === null ? [values] : [values, id]);
+      return undefined;
+    }
     return this._sendEmit(this._emitFrame(values, stream, msgId), !!needTaskIds);
   }
 

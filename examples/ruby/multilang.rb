@@ -3,8 +3,13 @@
 # multilang.rb - Apache Storm multilang component library for Ruby.
 # One file, standard library only (json, monitor, io/wait).
 #
-# It speaks Storm's standard multilang protocol only, so components built on it
-# run both under multilang-bridge and under Storm's own ShellBolt / ShellSpout.
+# It speaks Storm's standard multilang protocol, so components built on it run
+# both under multilang-bridge and under Storm's own ShellBolt / ShellSpout. When
+# the host offers the `batch` extension (conf "multilang.extensions", spec §9)
+# it is accepted: input tuples may then arrive many per frame, and emits that
+# want no task ids, acks and fails are collected into `batch` frames. Set
+# `self.extensions = []` in a subclass body (or `MyBolt.run(extensions: [])`,
+# or `bolt.extensions = []` before `run`) to speak the standard protocol only.
 #
 #   require_relative 'multilang'
 #
@@ -82,6 +87,7 @@ module Multilang
     SYNC_FRAME = %({"command":"sync"}\nend\n)
     FLUSH_BYTES = 64 * 1024 # flush early once this much is buffered
     FLUSH_SECS = 0.5        # ... or when the oldest buffered frame is this old
+    BATCH_MAX = 1024        # elements per output batch: far below any frame limit
 
     @lock = Monitor.new
     @out = nil      # private dup of fd 1: the protocol channel
@@ -95,9 +101,14 @@ module Multilang
     @logger = nil
     @dead = false
     @reading = false
+    @batching = false # extension batch accepted (spec §9.5)
+    @b_emits = []     # the output batch being filled
+    @b_acks = []
+    @b_fails = []
+    @b_size = 0
 
     class << self
-      attr_reader :logger
+      attr_reader :logger, :batching
 
       # Idempotent; called when this file is loaded.
       def install
@@ -135,6 +146,7 @@ module Multilang
             @early << data
             return
           end
+          close_batch if @b_size.positive? # §9.5: a standard frame keeps the order
           @since ||= now
           @buf << data
           @bytes += data.bytesize
@@ -144,9 +156,60 @@ module Multilang
         nil
       end
 
+      # Batch mode (§9.5): add one element to the output batch. An emit is
+      # [values, anchors_or_msg_id, stream] with trailing nils left out.
+      def batch_emit(elem)
+        @lock.synchronize do
+          @logger&.drain
+          @b_emits << elem
+          batch_added
+        end
+        nil
+      end
+
+      def batch_ack(id)
+        @lock.synchronize do
+          @logger&.drain
+          @b_acks << id
+          batch_added
+        end
+        nil
+      end
+
+      def batch_fail(id)
+        @lock.synchronize do
+          @logger&.drain
+          @b_fails << id
+          batch_added
+        end
+        nil
+      end
+
+      # Write the open output batch into the buffer as one frame.
+      def close_batch
+        @lock.synchronize do
+          return if @b_size.zero?
+
+          frame = { 'command' => 'batch' }
+          frame['emits'] = @b_emits unless @b_emits.empty?
+          frame['acks'] = @b_acks unless @b_acks.empty?
+          frame['fails'] = @b_fails unless @b_fails.empty?
+          @b_emits = []
+          @b_acks = []
+          @b_fails = []
+          @b_size = 0
+          data = JSON.generate(frame) << FRAME_END
+          @since ||= now
+          @buf << data
+          @bytes += data.bytesize
+        end
+        nil
+      end
+
       def flush
         @lock.synchronize do
           @logger&.drain
+          close_batch if @b_size.positive?
           return if @buf.empty?
 
           data = @buf
@@ -172,8 +235,9 @@ module Multilang
       end
 
       # The handshake: read {"pidDir","conf","context"}, create the pid file,
-      # reply {"pid": N}. Returns [conf, context].
-      def handshake
+      # reply {"pid": N}, with "extensions" for those of `accept` the host
+      # offered (spec §9.1, §9.2). Returns [conf, context].
+      def handshake(accept = [])
         msg = read_frame
         eof_exit if msg.nil?
         unless msg.is_a?(Hash) && msg.key?('pidDir')
@@ -189,14 +253,19 @@ module Multilang
             warn "multilang: cannot create the pid file in #{pid_dir}: #{e.message}"
           end
         end
+        conf = msg['conf'].is_a?(Hash) ? msg['conf'] : {}
+        offered = conf['multilang.extensions']
+        accepted = offered.is_a?(Array) ? Array(accept).map(&:to_s).uniq.select { |e| offered.include?(e) } : []
+        reply = { 'pid' => pid }
+        reply['extensions'] = accepted unless accepted.empty?
         @lock.synchronize do
-          @buf.unshift(JSON.generate({ 'pid' => pid }) << FRAME_END)
+          @batching = accepted.include?('batch')
+          @buf.unshift(JSON.generate(reply) << FRAME_END)
           @buf.concat(@early)
           @early = []
           @ready = true
           flush
         end
-        conf = msg['conf'].is_a?(Hash) ? msg['conf'] : {}
         context = msg['context'].is_a?(Hash) ? msg['context'] : {}
         [conf, context]
       end
@@ -303,7 +372,7 @@ module Multilang
       # Coalesce writes: flush only when the next read may block (nothing
       # readable yet), or when buffered frames are getting old.
       def flush_before_read
-        return if @buf.empty? && !@logger&.pending?
+        return if @buf.empty? && @b_size.zero? && !@logger&.pending?
 
         readable = begin
           @in.nread
@@ -322,6 +391,16 @@ module Multilang
 
       def now
         Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      end
+
+      # After adding a batch element (lock held): close the batch at
+      # BATCH_MAX elements; flush as send_raw would (another thread sending
+      # while we wait for input, or output getting old).
+      def batch_added
+        @b_size += 1
+        @since ||= now
+        close_batch if @b_size >= BATCH_MAX
+        flush if @reading || @bytes >= FLUSH_BYTES || now - @since >= FLUSH_SECS
       end
 
       def snippet(text)
@@ -458,9 +537,32 @@ module Multilang
   class Component
     attr_reader :conf, :context
 
+    # Extensions accepted when the host offers them (spec §9). A subclass
+    # overrides it with `self.extensions = []` (standard protocol only).
+    DEFAULT_EXTENSIONS = ['batch'].freeze
+
+    class << self
+      attr_writer :extensions
+
+      def extensions
+        return @extensions unless @extensions.nil?
+
+        superclass.respond_to?(:extensions) ? superclass.extensions : DEFAULT_EXTENSIONS
+      end
+    end
+
+    # Per instance; defaults to the class setting.
+    attr_writer :extensions
+
+    def extensions
+      @extensions.nil? ? self.class.extensions : @extensions
+    end
+
     # Class-level runner: `MyBolt.run`, or a block for one-file scripts.
-    def self.run(**hooks, &block)
+    # `extensions:` overrides the accepted extensions ([] = standard only).
+    def self.run(extensions: nil, **hooks, &block)
       comp = new
+      comp.extensions = extensions unless extensions.nil?
       comp.send(:install_hooks, block, hooks) if block || !hooks.empty?
       comp.run
     end
@@ -468,7 +570,7 @@ module Multilang
     def run
       Wire.install
       begin
-        @conf, @context = Wire.handshake
+        @conf, @context = Wire.handshake(extensions)
         setup
         main_loop
       rescue SystemExit, SignalException
@@ -574,6 +676,17 @@ module Multilang
     # Protocol ----------------------------------------------------------------
     # anchors: a Tuple, an id string, or an Array of them (nil/[] = unanchored).
     def emit(values, stream: nil, anchors: nil, need_task_ids: false)
+      if Wire.batching && !need_task_ids
+        # §9.5: [values, anchors, stream], trailing nils and [] left out.
+        ids = anchor_ids(anchors)
+        s = stream_name(stream)
+        values = check_values(values)
+        elem = if s then [values, ids.empty? ? nil : ids, s]
+               elsif ids.empty? then [values]
+               else [values, ids]
+               end
+        return Wire.batch_emit(elem)
+      end
       frame = { 'command' => 'emit', 'anchors' => anchor_ids(anchors) }
       s = stream_name(stream)
       frame['stream'] = s if s
@@ -591,11 +704,14 @@ module Multilang
     end
 
     def ack(tup)
+      return Wire.batch_ack(id_of(tup)) if Wire.batching
+
       Wire.send_frame({ 'command' => 'ack', 'id' => id_of(tup) })
     end
 
     def fail(tup, *rest)
       return raise(tup, *rest) if exception_like?(tup, rest)
+      return Wire.batch_fail(id_of(tup)) if Wire.batching
 
       Wire.send_frame({ 'command' => 'fail', 'id' => id_of(tup) })
     end
@@ -615,6 +731,17 @@ module Multilang
         end
         if msg['stream'] == '__heartbeat'
           Wire.send_sync # never acked, never shown to user code
+        elsif (batch = msg['tuples'])
+          raise ProtocolError, 'a tuple batch without the batch extension (spec §9.5)' unless Wire.batching
+
+          # §9.5: [id, comp, stream, task, values] each, in delivery order.
+          batch.each do |t|
+            if t[2] == '__heartbeat'
+              Wire.send_sync
+            else
+              handle_tuple(Tuple.new(t[0], t[1], t[2], t[3], t[4] || []))
+            end
+          end
         else
           handle_tuple(Tuple.new(msg['id'], msg['comp'], msg['stream'], msg['task'], msg['tuple'] || []))
         end
@@ -716,6 +843,16 @@ module Multilang
     # msg_id nil = unreliable; any other JSON value (0 included) is reliable and
     # comes back to ack/fail with its JSON type preserved.
     def emit(values, stream: nil, msg_id: nil, need_task_ids: false)
+      if Wire.batching && !need_task_ids
+        # §9.5: [values, msg_id, stream], trailing nils left out.
+        s = stream_name(stream)
+        values = check_values(values)
+        elem = if s then [values, msg_id, s]
+               elsif msg_id.nil? then [values]
+               else [values, msg_id]
+               end
+        return Wire.batch_emit(elem)
+      end
       frame = { 'command' => 'emit' }
       frame['id'] = msg_id unless msg_id.nil?
       s = stream_name(stream)

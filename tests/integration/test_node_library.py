@@ -635,3 +635,168 @@ def test_sentence_spout(started, tmp_path):
     assert c.read() == {"command": "sync"}
     c.send(cmd("next"))
     assert c.read() == {"command": "sync"}
+
+
+# ---------------------------------------------------------------------------
+# Extension batch (spec §9.5)
+# ---------------------------------------------------------------------------
+
+OFFER = {"multilang.extensions": ["batch"]}
+
+
+def batch_start(started, tmp_path, argv, conf=None, accepted=("batch",)):
+    c = started(argv, handshake=False)
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir(exist_ok=True)
+    c.send({"pidDir": str(pid_dir), "conf": OFFER if conf is None else conf, "context": CONTEXT})
+    want = {"pid": c.proc.pid}
+    if accepted:
+        want["extensions"] = list(accepted)
+    assert c.read() == want
+    return c
+
+
+def batch_conformance(started, tmp_path, mode="bolt"):
+    c = batch_start(started, tmp_path, [NODE, str(CONFORMANCE), mode])
+    assert c.read() == {"command": "log", "msg": f"multilang-conformance ready mode={mode} lang=node", "level": 2}
+    return c
+
+
+def tuples(*items):
+    return {"tuples": [[t["id"], t["comp"], t["stream"], t["task"], t["tuple"]] for t in items]}
+
+
+def test_batch_accepted_tuple_batches_in_order(started, tmp_path):
+    c = batch_conformance(started, tmp_path)
+    c.send(tuples(tup("1", ["echo", "a"]), tup("2", ["fail"]), tick("3"), tup("-4", ["hold"]),
+                  tup("0005", ["release", ["r"]]), tup("6", ["emit_unanchored", ["u", None]])))
+    assert c.read_raw() == (
+        b'{"command":"batch","emits":[[["echo","a"],["1"]],[["tick",5],["3"]],[["r"],["-4","0005"]],[["u",null]]],'
+        b'"acks":["1","3","-4","0005","6"],"fails":["2"]}'
+    )
+    c.expect_silence(0.2)
+
+
+def test_batch_standard_frames_close_the_batch_first(started, tmp_path):
+    c = batch_conformance(started, tmp_path)
+    c.send(tuples(tup("1", ["echo", "a"]), tup("2", ["print", "p"]), tup("3", ["emit_direct", 4, ["d"]]),
+                  tup("4", ["emit", ["x"], "words"])))
+    assert c.read_n(6) == [
+        {"command": "batch", "emits": [[["echo", "a"], ["1"]]], "acks": ["1"]},
+        {"command": "log", "msg": "p"},
+        {"command": "batch", "acks": ["2"]},
+        {"command": "emit", "tuple": ["d"], "anchors": ["3"], "task": 4, "need_task_ids": False},
+        {"command": "batch", "acks": ["3"]},
+        {"command": "emit", "tuple": ["x"], "stream": "words", "anchors": ["4"]},
+    ]
+    # Arriving while the bolt awaits task ids: queued, then handled in order.
+    c.send(heartbeat())
+    c.send(tuples(tup("5", ["echo", "q"])))
+    c.expect_silence(0.2)
+    c.send([4, 5])
+    assert c.read_n(3) == [
+        {"command": "batch", "emits": [[["task_ids", [4, 5]], ["4"]]], "acks": ["4"]},
+        {"command": "sync"},
+        {"command": "batch", "emits": [[["echo", "q"], ["5"]]], "acks": ["5"]},
+    ]
+    c.expect_silence(0.2)
+
+
+def test_batch_closed_at_1024_elements(started, tmp_path):
+    c = batch_conformance(started, tmp_path)
+    c.send(tup("1", ["emit_many", 1100]))
+    first, second = c.read_n(2)
+    assert first == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024)]}
+    assert second == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024, 1100)], "acks": ["1"]}
+    c.expect_silence(0.2)
+
+
+def test_batch_basic_bolt_streams_and_errors(started, tmp_path):
+    path = script(
+        tmp_path,
+        "basic_batch.js",
+        "class B extends ml.BasicBolt { process(t) {\n"
+        "  const v = t.values[0];\n"
+        "  if (v === 'raise') throw new Error('boom');\n"
+        "  if (v === 'stream') this.emit(['s'], {stream: 'words'});\n"
+        "  else if (v === 'unanchored') this.emit(['u'], {anchors: [], stream: 'default'});\n"
+        "  else this.emit([v.toUpperCase()]);\n"
+        "} }\nnew B().run();",
+    )
+    c = batch_start(started, tmp_path, [NODE, str(path)])
+    c.send(tuples(tup("1", ["hi"]), tup("2", ["stream"]), tup("3", ["unanchored"]), tup("4", ["raise"]),
+                  tup("5", ["ok"]), tick("6")))
+    frames = c.read_n(3)
+    assert frames[0] == {"command": "batch", "emits": [[["HI"], ["1"]], [["s"], ["2"], "words"], [["u"]]],
+                         "acks": ["1", "2", "3"]}
+    assert frames[1]["command"] == "error" and "boom" in frames[1]["msg"]
+    assert frames[2] == {"command": "batch", "emits": [[["OK"], ["5"]]], "acks": ["5", "6"], "fails": ["4"]}
+    c.expect_silence(0.2)
+
+
+def test_batch_spout_message_ids_then_one_sync(started, tmp_path):
+    path = script(
+        tmp_path,
+        "spout_batch.js",
+        "const IDS = [0, '1', -2, '-3', 4.5, {k: [5]}, false, '', null, undefined];\n"
+        "class S extends ml.Spout {\n"
+        "  open() { this.emit(['open'], {msgId: 'o'}); }\n"
+        "  nextTuple() {\n"
+        "    IDS.forEach((id, i) => this.emit(['n', i], {msgId: id}));\n"
+        "    this.emit(['s'], {msgId: 7, stream: 'words'});\n"
+        "    this.emit(['t'], {stream: 'words'});\n"
+        "  }\n"
+        "  async ack(id) { await null; this.emit(['acked', id]); }\n"
+        "}\nnew S().run();",
+    )
+    c = batch_start(started, tmp_path, [NODE, str(path)])
+    assert c.read() == {"command": "batch", "emits": [[["open"], "o"]]}
+    c.send(cmd("activate"))
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("next"))
+    assert c.read_raw() == (
+        b'{"command":"batch","emits":[[["n",0],0],[["n",1],"1"],[["n",2],-2],[["n",3],"-3"],[["n",4],4.5],'
+        b'[["n",5],{"k":[5]}],[["n",6],false],[["n",7],""],[["n",8]],[["n",9]],[["s"],7,"words"],[["t"],null,"words"]]}'
+    )
+    assert c.read() == {"command": "sync"}
+    c.send(cmd("ack", {"k": [5]}))
+    assert c.read_n(2) == [{"command": "batch", "emits": [[["acked", {"k": [5]}]]]}, {"command": "sync"}]
+    c.expect_silence(0.2)
+
+
+@pytest.mark.parametrize("how", ["static", "instance"])
+def test_batch_declined_is_byte_for_byte_standard(started, tmp_path, how):
+    body = {
+        "static": "class B extends ml.BasicBolt { static extensions = []; process(t) { this.emit([t.values[0]]); } }\n"
+                  "new B().run();",
+        "instance": "class B extends ml.BasicBolt { process(t) { this.emit([t.values[0]]); } }\n"
+                    "const b = new B(); b.extensions = []; b.run();",
+    }[how]
+    path = script(tmp_path, f"declined_{how}.js", body)
+    outputs = []
+    for conf in ({}, OFFER):
+        c = batch_start(started, tmp_path, [NODE, str(path)], conf=conf, accepted=())
+        c.send(tup("1", ["a"]))
+        c.send(heartbeat())
+        c.send(tick("2"))
+        c.read_n(4)
+        outputs.append(bytes(c.raw).split(b"\nend\n", 1)[1])
+    assert outputs[0] == outputs[1]
+    assert outputs[0] == (
+        b'{"command":"emit","tuple":["a"],"anchors":["1"],"need_task_ids":false}\nend\n'
+        b'{"command":"ack","id":"1"}\nend\n{"command":"sync"}\nend\n{"command":"ack","id":"2"}\nend\n'
+    )
+
+
+def test_batch_subclass_inherits_static_setting(started, tmp_path):
+    path = script(
+        tmp_path,
+        "inherit.js",
+        "class Base extends ml.Bolt { static extensions = []; }\n"
+        "class B extends Base { process(t) { this.ack(t); } }\n"
+        "if (ml.Bolt.extensions[0] !== 'batch') throw new Error('default');\n"
+        "new B().run();",
+    )
+    c = batch_start(started, tmp_path, [NODE, str(path)], accepted=())
+    c.send(tup("1", ["a"]))
+    assert c.read() == {"command": "ack", "id": "1"}

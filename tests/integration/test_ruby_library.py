@@ -773,3 +773,175 @@ def test_sentence_spout_ids_replay_and_exhaustion(spawn, tmp_path):
     host.send({"command": "ack", "id": 4})
     assert host.read_n(2) == [{"command": "sync"}, {"command": "sync"}]
     assert next_() == []
+
+
+# ---------------------------------------------------------------------------
+# Extension batch (spec §9.5)
+# ---------------------------------------------------------------------------
+
+OFFER = {"multilang.extensions": ["batch"]}
+
+
+def batch_handshake(host, conf=None, accepted=("batch",)) -> dict:
+    host.send({"pidDir": str(host.pid_dir), "conf": OFFER if conf is None else conf, "context": CONTEXT})
+    reply = host.read()
+    want = {"pid": host.proc.pid}
+    if accepted:
+        want["extensions"] = list(accepted)
+    assert same_json(reply, want), reply
+    return reply
+
+
+def batch_conformance(spawn, mode: str) -> Host:
+    host = spawn(CONFORMANCE, mode)
+    batch_handshake(host)
+    assert host.read() == {"command": "log", "msg": f"multilang-conformance ready mode={mode} lang=ruby", "level": 2}
+    return host
+
+
+def tuples(*items) -> dict:
+    return {"tuples": [[t["id"], t["comp"], t["stream"], t["task"], t["tuple"]] for t in items]}
+
+
+def test_batch_accepted_tuple_batches_in_order(spawn):
+    host = batch_conformance(spawn, "bolt")
+    host.send(tuples(tup("1", ["echo", "a"]), tup("2", ["fail"]), tick("3", 5), tup("-4", ["hold"]),
+                     tup("0005", ["release", ["r"]]), tup("6", ["emit_unanchored", ["u", None]])))
+    assert host.read_raw() == (
+        b'{"command":"batch","emits":[[["echo","a"],["1"]],[["tick",5],["3"]],[["r"],["-4","0005"]],[["u",null]]],'
+        b'"acks":["1","3","-4","0005","6"],"fails":["2"]}'
+    )
+    host.expect_quiet()
+
+
+def test_batch_standard_frames_close_the_batch_first(spawn):
+    host = batch_conformance(spawn, "bolt")
+    host.send(tuples(tup("1", ["echo", "a"]), tup("2", ["print", "p"]), tup("3", ["emit_direct", 4, ["d"]]),
+                     tup("4", ["emit", ["x"], "words"])))
+    assert host.read_n(6) == [
+        {"command": "batch", "emits": [[["echo", "a"], ["1"]]], "acks": ["1"]},
+        {"command": "log", "msg": "p"},
+        {"command": "batch", "acks": ["2"]},
+        {"command": "emit", "anchors": ["3"], "task": 4, "tuple": ["d"], "need_task_ids": False},
+        {"command": "batch", "acks": ["3"]},
+        {"command": "emit", "anchors": ["4"], "stream": "words", "tuple": ["x"], "need_task_ids": True},
+    ]
+    # Arriving while the bolt waits for task ids: queued, then handled in order.
+    host.send(HEARTBEAT)
+    host.send(tuples(tup("5", ["echo", "q"])))
+    host.expect_quiet(0.2)
+    host.send([4, 5])
+    assert host.read_n(3) == [
+        {"command": "batch", "emits": [[["task_ids", [4, 5]], ["4"]]], "acks": ["4"]},
+        {"command": "sync"},
+        {"command": "batch", "emits": [[["echo", "q"], ["5"]]], "acks": ["5"]},
+    ]
+    host.expect_quiet()
+
+
+def test_batch_closed_at_1024_elements(spawn):
+    host = batch_conformance(spawn, "bolt")
+    host.send(tup("1", ["emit_many", 1100]))
+    first, second = host.read_n(2)
+    assert first == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024)]}
+    assert second == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024, 1100)], "acks": ["1"]}
+    host.expect_quiet()
+
+
+def test_batch_basic_bolt_streams_and_errors(spawn, script):
+    path = script(
+        'Multilang::BasicBolt.run do |tup, bolt|\n'
+        '  case tup.values[0]\n'
+        '  when "raise" then raise ArgumentError, "boom"\n'
+        '  when "stream" then bolt.emit(["s"], stream: "words")\n'
+        '  when "unanchored" then bolt.emit(["u"], anchors: [], stream: "default")\n'
+        '  else bolt.emit([tup.values[0].upcase])\n'
+        '  end\n'
+        'end\n'
+    )
+    host = spawn(path)
+    batch_handshake(host)
+    host.send(tuples(tup("1", ["hi"]), tup("2", ["stream"]), tup("3", ["unanchored"]), tup("4", ["raise"]),
+                     tup("5", ["ok"]), tick("6")))
+    frames = host.read_n(3)
+    assert frames[0] == {"command": "batch", "emits": [[["HI"], ["1"]], [["s"], ["2"], "words"], [["u"]]],
+                         "acks": ["1", "2", "3"]}
+    assert frames[1]["command"] == "error" and "boom (ArgumentError)" in frames[1]["msg"]
+    assert frames[2] == {"command": "batch", "emits": [[["OK"], ["5"]]], "acks": ["5", "6"], "fails": ["4"]}
+    host.expect_quiet()
+
+
+def test_batch_spout_message_ids_then_one_sync(spawn, script):
+    path = script(
+        'class S < Multilang::Spout\n'
+        '  IDS = [0, "1", -2, "-3", 4.5, { "k" => [5] }, false, "", nil].freeze\n'
+        '  def open(conf, context); emit(["open"], msg_id: "o"); end\n'
+        '  def next_tuple\n'
+        '    IDS.each_with_index { |id, i| emit(["n", i], msg_id: id) }\n'
+        '    emit(["s"], msg_id: 7, stream: "words")\n'
+        '    emit(["t"], stream: "words")\n'
+        '  end\n'
+        '  def ack(id); emit(["acked", id]); end\n'
+        'end\n'
+        'S.run\n'
+    )
+    host = spawn(path)
+    batch_handshake(host)
+    assert host.read() == {"command": "batch", "emits": [[["open"], "o"]]}
+    host.send({"command": "activate", "id": ""})
+    assert host.read() == {"command": "sync"}
+    host.send({"command": "next", "id": ""})
+    raw = host.read_raw()
+    assert raw == (
+        b'{"command":"batch","emits":[[["n",0],0],[["n",1],"1"],[["n",2],-2],[["n",3],"-3"],[["n",4],4.5],'
+        b'[["n",5],{"k":[5]}],[["n",6],false],[["n",7],""],[["n",8]],[["s"],7,"words"],[["t"],null,"words"]]}'
+    )
+    assert host.read() == {"command": "sync"}
+    host.send({"command": "ack", "id": {"k": [5]}})
+    assert host.read_n(2) == [{"command": "batch", "emits": [[["acked", {"k": [5]}]]]}, {"command": "sync"}]
+    host.expect_quiet()
+
+
+@pytest.mark.parametrize("how", ["class", "run-keyword", "instance"])
+def test_batch_declined_is_byte_for_byte_standard(spawn, script, how):
+    body = {
+        "class": 'class B < Multilang::BasicBolt\n  self.extensions = []\n  def process(t); emit([t.values[0]]); end\nend\nB.run\n',
+        "run-keyword": 'Multilang::BasicBolt.run(extensions: []) { |t, b| b.emit([t.values[0]]) }\n',
+        "instance": 'class B < Multilang::BasicBolt\n  def process(t); emit([t.values[0]]); end\nend\n'
+                    'b = B.new\nb.extensions = []\nb.run\n',
+    }[how]
+    outputs = []
+    for conf in ({}, OFFER):
+        host = spawn(script(body, name=f"declined_{how}.rb"))
+        batch_handshake(host, conf=conf, accepted=())
+        host.send(tup("1", ["a"]))
+        host.send(HEARTBEAT)
+        host.send(tick("2"))
+        host.read_n(4)
+        outputs.append(bytes(host.out).split(b"\nend\n", 1)[1])
+    assert outputs[0] == outputs[1]
+    assert outputs[0] == (
+        b'{"command":"emit","anchors":["1"],"tuple":["a"],"need_task_ids":false}\nend\n'
+        b'{"command":"ack","id":"1"}\nend\n{"command":"sync"}\nend\n{"command":"ack","id":"2"}\nend\n'
+    )
+
+
+def test_batch_subclass_inherits_class_setting(spawn, script):
+    path = script(
+        'class Base < Multilang::Bolt\n  self.extensions = []\nend\n'
+        'class B < Base\n  def process(t); ack(t); end\nend\n'
+        'raise "inherit" unless B.extensions == [] && Multilang::Bolt.extensions == ["batch"]\n'
+        'B.run\n'
+    )
+    host = spawn(path)
+    batch_handshake(host, accepted=())
+    host.send(tup("1", ["a"]))
+    assert host.read() == {"command": "ack", "id": "1"}
+
+
+def test_tuple_batch_without_negotiation_is_a_protocol_error(spawn):
+    host = conformance(spawn, "bolt")
+    host.send(tuples(tup("1", ["ack"])))
+    frame = host.read()
+    assert frame["command"] == "error" and "batch extension" in frame["msg"]
+    assert host.wait_exit() == 1

@@ -32,7 +32,10 @@ def test_fields_task_index_is_the_documented_crc32_mapping():
             assert fields_task_index(key, n) == zlib.crc32(orjson.dumps(key)) % n
     # Pinned values: changing the mapping would repartition every running job
     # (and the Spark engine must agree with the embedded one).
-    assert zlib.crc32(b'["alice"]') % 4 == fields_task_index(["alice"], 4)
+    # The bytes hashed are compact JSON: b'["alice"]' (CRC-32 3194947885).
+    assert [fields_task_index(["alice"], n) for n in (2, 3, 4, 7)] == [1, 1, 1, 3]
+    assert [fields_task_index(["the"], n) for n in (2, 3, 4, 7)] == [1, 0, 3, 0]
+    assert [fields_task_index([1, "x"], n) for n in (2, 3, 4, 7)] == [0, 2, 2, 5]
     assert fields_task_index(["alice"], 1) == 0
     assert fields_task_index(("alice",), 5) == fields_task_index(["alice"], 5)
 
