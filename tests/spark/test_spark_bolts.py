@@ -1,0 +1,255 @@
+"""Shell bolts inside Spark partitions: RDD mapPartitions, DataFrame mapInArrow
+(batch and streaming), the acker's release-on-completion, retries, dead letters,
+schema errors and the warm process pool. Real Ruby, Node and Python processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from multilang.adapters.spark import (  # noqa: E402
+    INPUT,
+    DeadLetter,
+    apply_bolts,
+    group_by_fields,
+    multilang_bolts,
+    shell_bolt_partition,
+)
+from multilang.shellbolt import ShellBolt, TopologyBuilder  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+sys.path.insert(0, str(EXAMPLES / "python"))
+from split_bolt import words  # noqa: E402
+
+LINES = [line.strip() for line in (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()
+         if line.strip()]
+EXPECTED = Counter(w for line in LINES for w in words(line))
+
+RUBY_SPLIT = ["ruby", "ruby/split_bolt.rb"]
+NODE_SPLIT = ["node", "node/split_bolt.js"]
+NODE_COUNT = ["node", "node/count_bolt.js"]
+
+# A Python bolt for fault tests: splits like the example bolts; "KILL-ME" makes
+# it SIGKILL itself the first time (a marker file remembers); rows containing
+# BAD are failed; rows containing HANG are never acked.
+TEST_BOLT = textwrap.dedent("""\
+    import os, signal, sys
+    sys.path.insert(0, {examples!r})
+    from multilang import Bolt
+    from split_bolt import words
+
+    MARKER = sys.argv[1]
+
+    class TestBolt(Bolt):
+        def process(self, tup):
+            s = tup.values[0]
+            if s == "KILL-ME" and not os.path.exists(MARKER):
+                open(MARKER, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+            if "BAD" in s:
+                self.fail(tup)
+                return
+            if "HANG" in s:
+                return
+            for w in words(s):
+                self.emit([w], anchors=[tup], need_task_ids=False)
+            self.ack(tup)
+
+    TestBolt().run()
+""")
+
+
+@pytest.fixture
+def test_bolt(tmp_path):
+    script = tmp_path / "test_bolt.py"
+    script.write_text(TEST_BOLT.format(examples=str(EXAMPLES / "python")))
+    return ["python", str(script), str(tmp_path / "killed.marker")]
+
+
+def test_rdd_word_count_ruby_split_node_count(spark):
+    """Ruby split per partition, fields grouping as in the local engine, Node
+    count (stateful: one fresh process per task partition)."""
+    sc = spark.sparkContext
+    split = shell_bolt_partition(RUBY_SPLIT, fields=["word"], resource_dir=EXAMPLES)
+    count = shell_bolt_partition(NODE_COUNT, fields=["word", "count"], resource_dir=EXAMPLES, stateful=True)
+    words_rdd = sc.parallelize(LINES, 4).mapPartitions(split)
+    counted = group_by_fields(words_rdd, [0], 2).mapPartitions(count)
+    final = counted.reduceByKey(max).collectAsMap()
+    assert final == dict(EXPECTED)
+    c = split.counters.value
+    assert (c["rows_in"], c["acked"], c["failed"]) == (len(LINES), len(LINES), 0)
+    assert c["tuples_out"] == sum(EXPECTED.values())
+    assert count.counters.value["components"]["count_bolt"]["executed"] == sum(EXPECTED.values())
+
+
+def test_dataframe_split_then_spark_counts(spark):
+    df = spark.createDataFrame([(line,) for line in LINES], "sentence string").repartition(3)
+    t = multilang_bolts(RUBY_SPLIT, output_schema="word string", resource_dir=EXAMPLES)
+    got = {r["word"]: r["count"] for r in df.transform(t).groupBy("word").count().collect()}
+    assert got == dict(EXPECTED)
+    assert t.counters.value["tuples_out"] == sum(EXPECTED.values())
+
+
+def test_dag_in_one_partition(spark):
+    """Ruby split (2 tasks) -> Node count (2 tasks, fields on word), inside one
+    partition, every row a root of the shared acker."""
+    b = TopologyBuilder()
+    b.set_bolt("split", ShellBolt(RUBY_SPLIT, fields=["word"]), parallelism=2).shuffle_grouping(INPUT)
+    b.set_bolt("count", ShellBolt(NODE_COUNT, fields=["word", "count"]), parallelism=2) \
+        .fields_grouping("split", ["word"])
+    fn = shell_bolt_partition(b, input_fields=["sentence"], resource_dir=EXAMPLES, stateful=True)
+    out = spark.sparkContext.parallelize(LINES, 1).mapPartitions(fn)
+    assert out.reduceByKey(max).collectAsMap() == dict(EXPECTED)
+    c = fn.counters.value
+    assert c["acked"] == len(LINES) and c["tuples_out"] == sum(EXPECTED.values())
+    assert set(c["components"]) == {"split", "count"}
+
+
+def test_killed_bolt_changes_nothing(spark, test_bolt, tmp_path):
+    """The bolt SIGKILLs itself mid-partition: its in-flight rows fail, are
+    replayed through the restarted process, and the output is exactly the
+    same, in the same order (ordered release)."""
+    lines = LINES[:400]
+    lines.insert(150, "KILL-ME")
+    fn = shell_bolt_partition(test_bolt, fields=["word"], ordered=True)
+    got = spark.sparkContext.parallelize(lines, 2).mapPartitions(fn).collect()
+    assert (tmp_path / "killed.marker").exists()
+    assert got == [(w,) for line in lines for w in words(line)]
+    c = fn.counters.value
+    assert c["restarts"] == 1
+    assert c["retried"] >= 1 and c["retried"] == c["failed"]
+    assert c["acked"] == len(lines) and c["dead_letter"] == 0
+
+
+def test_killed_bolt_in_mapinarrow(spark, test_bolt, tmp_path):
+    lines = LINES[:300] + ["KILL-ME"] + LINES[300:500]
+    df = spark.createDataFrame([(line,) for line in lines], "sentence string").coalesce(2)
+    out = apply_bolts(df, test_bolt, output_schema="word string")
+    got = Counter(r["word"] for r in out.collect())
+    assert got == Counter(w for line in lines for w in words(line))
+    assert (tmp_path / "killed.marker").exists()
+
+
+def test_streaming_file_source_through_shell_bolts(spark, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    half = len(LINES) // 2
+    (src / "a.txt").write_text("\n".join(LINES[:half]) + "\n", encoding="utf-8")
+    (src / "b.txt").write_text("\n".join(LINES[half:]) + "\n", encoding="utf-8")
+    stream = spark.readStream.text(str(src))
+    words_df = stream.transform(multilang_bolts(NODE_SPLIT, output_schema="word string", resource_dir=EXAMPLES))
+    q = (words_df.writeStream.format("memory").queryName("ml_stream_words").outputMode("append")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    got = Counter(r["word"] for r in spark.table("ml_stream_words").collect())
+    assert got == EXPECTED
+
+
+def test_schema_wrong_arity_names_component_and_tuple(spark):
+    df = spark.createDataFrame([("the cat sat",)], "sentence string")
+    t = multilang_bolts(RUBY_SPLIT, output_schema="word string, n int", resource_dir=EXAMPLES)
+    with pytest.raises(Exception) as info:
+        df.transform(t).collect()
+    msg = str(info.value)
+    assert "OutputSchemaError" in msg
+    assert "component 'split_bolt'" in msg and "tuple of 1 values" in msg and '["the"]' in msg
+
+
+def test_schema_wrong_type_names_component_and_tuple(spark):
+    df = spark.createDataFrame([("the cat sat",)], "sentence string")
+    t = multilang_bolts(NODE_SPLIT, output_schema="word int", resource_dir=EXAMPLES)
+    with pytest.raises(Exception) as info:
+        df.transform(t).collect()
+    msg = str(info.value)
+    assert "OutputSchemaError" in msg and "component 'split_bolt'" in msg
+    assert "field 'word' of type int32" in msg and "'the'" in msg
+
+
+def test_schema_mismatch_with_declared_fields_fails_at_build(spark):
+    df = spark.createDataFrame([("x",)], "sentence string")
+    from multilang.errors import TopologyError
+
+    with pytest.raises(TopologyError, match="declares 1 fields"):
+        apply_bolts(df, ShellBolt(RUBY_SPLIT, fields=["word"]), output_schema="a string, b string",
+                    resource_dir=EXAMPLES)
+
+
+def test_dead_letter_column(spark, test_bolt):
+    lines = ["one fish", "two BAD fish", "red fish", "blue fish HANG"]
+    df = spark.createDataFrame([(line,) for line in lines], "sentence string").coalesce(1)
+    t = multilang_bolts(test_bolt, output_schema="word string", dead_letter="column", max_retries=1,
+                        conf={"topology.message.timeout.secs": 1})
+    rows = df.transform(t).collect()
+    ok = [r["word"] for r in rows if r["_status"] == "ok"]
+    dead = {r["_input"]: r["_error"] for r in rows if r["_status"] == "dead_letter"}
+    assert Counter(ok) == Counter(["one", "fish", "red", "fish"])
+    assert all(r["word"] is None for r in rows if r["_status"] == "dead_letter")
+    assert set(dead) == {'{"sentence":"two BAD fish"}', '{"sentence":"blue fish HANG"}'}
+    assert dead['{"sentence":"two BAD fish"}'].startswith("failed")
+    assert dead['{"sentence":"blue fish HANG"}'].startswith("timed out")
+    c = t.counters.value
+    assert (c["failed"], c["retried"], c["dead_letter"], c["acked"]) == (4, 2, 2, 2)
+
+
+def test_dead_letter_records_in_rdd(spark, test_bolt):
+    fn = shell_bolt_partition(test_bolt, fields=["word"], dead_letter="record", max_retries=1)
+    out = spark.sparkContext.parallelize(["a b", "c BAD"], 1).mapPartitions(fn).collect()
+    assert out[:2] == [("a",), ("b",)]
+    assert isinstance(out[2], DeadLetter) and out[2].input == ["c BAD"] and out[2].attempts == 2
+
+
+def test_failed_rows_raise_by_default(spark, test_bolt):
+    fn = shell_bolt_partition(test_bolt, fields=["word"], max_retries=1)
+    with pytest.raises(Exception) as info:
+        spark.sparkContext.parallelize(["a b", "c BAD"], 1).mapPartitions(fn).collect()
+    msg = str(info.value)
+    assert "RowFailed" in msg and '["c BAD"]' in msg and "failed 2 times (max_retries=1)" in msg
+
+
+def test_warm_pool_python_and_env_reach_subprocess(spark, tmp_path):
+    script = tmp_path / "env_bolt.py"
+    script.write_text(textwrap.dedent("""\
+        import os, sys
+        from multilang import BasicBolt
+
+        class EnvBolt(BasicBolt):
+            def process(self, tup):
+                self.emit([sys.executable, os.environ.get("PATH"), os.environ.get("LANG") or os.environ.get("LC_ALL"),
+                           os.environ.get("ML_TEST_VAR"), os.getpid()])
+
+        EnvBolt().run()
+    """))
+    fn = shell_bolt_partition(["python", str(script)], env={"ML_TEST_VAR": "hello"})
+    # 4 tasks on 2 cores: Python workers are reused, and so are their warm bolt processes.
+    out = spark.sparkContext.parallelize(range(8), 4).mapPartitions(fn).collect()
+    exe, path, lang, var, _ = out[0]
+    assert os.path.realpath(exe) == os.path.realpath(sys.executable)
+    assert path == os.environ["PATH"] and lang and var == "hello"
+    assert fn.counters.value["warm_reuse"] >= 1
+    assert len({r[4] for r in out}) < 4
+
+
+def test_stateful_bolt_crash_fails_the_spark_task(spark, test_bolt):
+    """A stateful spec cannot rebuild a dead process's state inside the
+    partition: the task fails (Spark would rerun the whole partition)."""
+    fn = shell_bolt_partition(test_bolt, fields=["word"], stateful=True)
+    with pytest.raises(Exception) as info:
+        spark.sparkContext.parallelize(["a b"] * 50 + ["KILL-ME"] + ["c d"] * 50, 1).mapPartitions(fn).collect()
+    msg = str(info.value)
+    assert "StatefulBoltCrashed" in msg and "test_bolt" in msg and "reruns the whole partition" in msg
+
+
+def test_missing_command_is_a_clear_error(spark):
+    fn = shell_bolt_partition(["no-such-command-xyz", "x"], fields=["word"])
+    with pytest.raises(Exception, match="command 'no-such-command-xyz' not found on PATH"):
+        spark.sparkContext.parallelize(["a"], 1).mapPartitions(fn).collect()
