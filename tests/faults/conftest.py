@@ -8,22 +8,16 @@ behind, whatever the test itself asserted.
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 
-from faults_support import children_of
+from multilang.testing import assert_no_orphans
 
 
 @pytest.fixture(autouse=True)
 def _no_children_left():
     yield
     # The CLI tests wait for their child; runtime tests reap in the runtime.
-    deadline = time.monotonic() + 3
-    while children_of(os.getpid()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert children_of(os.getpid()) == [], "a fault test left child processes behind"
+    assert_no_orphans(timeout=3)  # a fault test left no child processes behind
 
 
 @pytest.fixture

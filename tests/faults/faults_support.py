@@ -8,7 +8,9 @@ time limit, pid tracking, and the three checks every fault test makes:
     cause (and the stderr tail where there is one).
 
 Components: tests/faults/components/ (stdlib-only raw components that break
-rules on request) and the example Ruby and Node components.
+rules on request) and the example Ruby and Node components. The process
+checks (child pids, liveness, no orphans) and the generic topology run are
+multilang.testing's; Run adds what these components report.
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
 
 import pytest
 import trio
 
+from multilang import testing
 from multilang.shellbolt import Runtime, ShellBolt, ShellSpout
+from multilang.testing import TopologyRun
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -90,78 +93,10 @@ def build(builder, **conf: Any):
     return builder.create_topology({**FAST_CONF, **conf}, resource_dir=EXAMPLES)
 
 
-# --- process helpers ---------------------------------------------------------------------
-
-
-def children_of(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (zombies included), from /proc."""
-    kids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            kids.append(int(d))
-    return kids
-
-
-def descendants_of(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        kids = children_of(todo.pop())
-        out += kids
-        todo += kids
-    return out
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def running(pid: int) -> bool:
-    """The process exists and is not a zombie. A grandchild killed with its
-    group is reparented to init and may stay a zombie until init reaps it:
-    dead, not leaked."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 # --- runs --------------------------------------------------------------------------------
 
 
-@dataclass
-class Run:
-    result: Any
-    runtime: Runtime
-    outputs: list[tuple[float, dict[str, Any]]]
-    pids: set[int] = field(default_factory=set)
-    #: task id -> pids of its processes, in start order
-    task_pids: dict[int, list[int]] = field(default_factory=dict)
-    elapsed: float = 0.0
-
-    def records(self, component: str, stream: str = "default") -> list[dict[str, Any]]:
-        return [r for _, r in self.outputs if r.get("component") == component and r.get("stream") == stream]
-
+class Run(TopologyRun):
     def values(self, component: str, field_: str = "n") -> Counter:
         return Counter(_hashable(r[field_]) for r in self.records(component))
 
@@ -179,54 +114,11 @@ def _hashable(v: Any) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
 
 
-def current_pid(rt: Runtime, task_id: int) -> int | None:
-    task = rt.tasks[task_id]
-    proc = getattr(task, "proc", None)
-    if proc is not None and proc.proc is not None:
-        return proc.proc.pid
-    return None
-
-
-async def _run_async(topology, during, limit, run_kw) -> Run:
-    outputs: list[tuple[float, dict[str, Any]]] = []
-    rt = Runtime(topology, on_output=lambda rec: outputs.append((trio.current_time(), rec)))
-    run = Run(None, rt, outputs)
-
-    async def sample_pids() -> None:
-        while True:
-            for task_id in rt.tasks:
-                pid = current_pid(rt, task_id)
-                if pid is not None:
-                    run.pids.add(pid)
-                    seen = run.task_pids.setdefault(task_id, [])
-                    if not seen or seen[-1] != pid:
-                        seen.append(pid)
-            await trio.sleep(0.003)
-
-    start = trio.current_time()
-    with trio.fail_after(limit):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sample_pids)
-            if during is not None:
-                nursery.start_soon(during, rt)
-            run.result = await rt.run(**run_kw)
-            nursery.cancel_scope.cancel()
-    run.elapsed = trio.current_time() - start
-    return run
-
-
 def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 15,
                  **run_kw: Any) -> Run:
-    """Run under trio with a hard time limit (every test: < ~15 s),
+    """multilang.testing.run_topology under a hard time limit (every test: < ~15 s),
     collecting outputs and every component pid seen."""
-    run_kw.setdefault("until_done", "duration" not in run_kw)
-    return trio.run(_run_async, topology, during, limit, run_kw)
-
-
-async def wait_for(pred: Callable[[], bool], timeout: float = 10, poll: float = 0.002) -> None:
-    with trio.fail_after(timeout):
-        while not pred():
-            await trio.sleep(poll)
+    return testing.run_topology(topology, during=during, limit=limit, run_type=Run, **run_kw)
 
 
 def task_ids(rt_or_topo: Any, component: str) -> list[int]:
@@ -262,13 +154,6 @@ async def kill_mid_stream(rt: Runtime, component: str, sig: int = signal.SIGKILL
 
 
 # --- assertions --------------------------------------------------------------------------
-
-
-def assert_no_orphans(run: Run) -> None:
-    assert run.pids, "the run started component processes"
-    left = [p for p in run.pids if not gone(p)]
-    assert not left, f"component processes left behind (running or unreaped): {left}"
-    assert children_of(os.getpid()) == [], "this process still has children after the run"
 
 
 def assert_nothing_lost(run: Run, n: int, sink: str, expected: Counter, *, spout: str = "spout",

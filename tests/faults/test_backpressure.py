@@ -14,16 +14,9 @@ from collections import Counter
 
 import trio
 
-from faults_support import (
-    assert_no_orphans,
-    assert_nothing_lost,
-    build,
-    faulty_bolt,
-    numbered_spout,
-    run_topology,
-    task_ids,
-)
+from faults_support import assert_nothing_lost, build, faulty_bolt, numbered_spout, run_topology, task_ids
 from multilang.shellbolt import TopologyBuilder
+from multilang.testing import assert_no_orphans
 
 PER_NEXT = 10
 

@@ -21,7 +21,6 @@ from collections import Counter
 import pytest
 
 from faults_support import (
-    assert_no_orphans,
     assert_nothing_lost,
     build,
     faulty_bolt,
@@ -32,6 +31,7 @@ from faults_support import (
     task_ids,
 )
 from multilang.shellbolt import TopologyBuilder
+from multilang.testing import assert_no_orphans
 
 HOLD = {"multilang.hold.emits.until.ack": True}
 LIMIT = 8192

@@ -14,7 +14,6 @@ from collections import Counter
 import pytest
 
 from faults_support import (
-    assert_no_orphans,
     assert_nothing_lost,
     build,
     error_logs,
@@ -25,6 +24,7 @@ from faults_support import (
     task_ids,
 )
 from multilang.shellbolt import TopologyBuilder
+from multilang.testing import assert_no_orphans
 
 # Task ids are assigned in component-name order: "bolt" is task 1, "spout" 2.
 CASES = {

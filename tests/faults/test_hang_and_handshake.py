@@ -19,22 +19,19 @@ from collections import Counter
 import trio
 
 from faults_support import (
-    assert_no_orphans,
     assert_nothing_lost,
     build,
-    current_pid,
     error_logs,
     faulty_bolt,
-    gone,
     names,
     needs_node,
     numbered_spout,
     restart_logs,
     run_topology,
     task_ids,
-    wait_for,
 )
 from multilang.shellbolt import ShellBolt, TopologyBuilder
+from multilang.testing import assert_no_orphans, current_pid, gone, wait_until
 
 HOLD = {"multilang.hold.emits.until.ack": True}
 TIMEOUT = 1.5
@@ -51,7 +48,7 @@ def test_sigstopped_node_bolt_is_killed_after_the_subprocess_timeout_and_replaye
     stopped = {}
 
     async def stopper(rt):
-        await wait_for(lambda: rt.stats["node"].acked > 100)
+        await wait_until(lambda: rt.stats["node"].acked > 100)
         with trio.fail_after(5):
             while True:
                 for tid in task_ids(rt, "node"):
@@ -59,7 +56,7 @@ def test_sigstopped_node_bolt_is_killed_after_the_subprocess_timeout_and_replaye
                     if rt.tasks[tid].in_flight and pid is not None:
                         os.kill(pid, signal.SIGSTOP)  # never continued: only SIGKILL ends it
                         stopped.update(tid=tid, pid=pid, at=trio.current_time())
-                        await wait_for(lambda: current_pid(rt, tid) not in (None, pid), timeout=TIMEOUT + 5)
+                        await wait_until(lambda: current_pid(rt, tid) not in (None, pid), timeout=TIMEOUT + 5)
                         stopped["replaced"] = trio.current_time()
                         return
                 await trio.sleep(0.001)
@@ -93,11 +90,11 @@ def test_sigstopped_spout_is_killed_while_a_command_is_outstanding(tmp_path, cap
 
     async def stopper(rt):
         (tid,) = task_ids(rt, "spout")
-        await wait_for(lambda: rt.stats["bolt"].acked > 300)
+        await wait_until(lambda: rt.stats["bolt"].acked > 300)
         pid = current_pid(rt, tid)
         os.kill(pid, signal.SIGSTOP)
         stopped.update(tid=tid, pid=pid, at=trio.current_time())
-        await wait_for(lambda: current_pid(rt, tid) not in (None, pid), timeout=TIMEOUT + 5)
+        await wait_until(lambda: current_pid(rt, tid) not in (None, pid), timeout=TIMEOUT + 5)
         stopped["replaced"] = trio.current_time()
 
     run = run_topology(topo, during=stopper)

@@ -29,14 +29,9 @@ from faults_support import (
     EXAMPLES,
     ML,
     ROOT,
-    assert_no_orphans,
     assert_nothing_lost,
     build,
-    cmdline,
-    current_pid,
-    descendants_of,
     faulty_bolt,
-    gone,
     kill_mid_stream,
     names,
     needs_node,
@@ -44,11 +39,10 @@ from faults_support import (
     numbered_spout,
     restart_logs,
     run_topology,
-    running,
     task_ids,
-    wait_for,
 )
 from multilang.shellbolt import ShellBolt, TopologyBuilder
+from multilang.testing import assert_no_orphans, cmdline, current_pid, descendant_pids, gone, running, wait_until
 
 HOLD = {"multilang.hold.emits.until.ack": True}
 
@@ -66,7 +60,7 @@ def test_sigkill_python_bolt_mid_stream_replays_everything_exactly_once(caplog):
     killed = []
 
     async def killer(rt):
-        await wait_for(lambda: rt.stats["bolt"].acked > 300)
+        await wait_until(lambda: rt.stats["bolt"].acked > 300)
         killed.append(await kill_mid_stream(rt, "bolt"))
 
     run = run_topology(topo, during=killer)
@@ -105,9 +99,9 @@ def test_sigkill_ruby_and_node_bolts_mid_stream(caplog):
     killed = {}
 
     async def killer(rt):
-        await wait_for(lambda: rt.stats["node"].acked > 200)
+        await wait_until(lambda: rt.stats["node"].acked > 200)
         killed["ruby"] = await kill_mid_stream(rt, "ruby")
-        await wait_for(lambda: rt.stats["node"].acked > 1200)
+        await wait_until(lambda: rt.stats["node"].acked > 1200)
         killed["node"] = await kill_mid_stream(rt, "node")
 
     run = run_topology(topo, during=killer)
@@ -146,7 +140,7 @@ def test_sigkill_spout_mid_stream_new_process_finishes_its_trees(tmp_path, caplo
 
     async def killer(rt):
         (tid,) = task_ids(rt, "spout")
-        await wait_for(lambda: rt.stats["bolt"].acked > 500 and rt.tasks[tid].pending_roots > 0)
+        await wait_until(lambda: rt.stats["bolt"].acked > 500 and rt.tasks[tid].pending_roots > 0)
         pid = current_pid(rt, tid)
         os.kill(pid, signal.SIGKILL)
         killed.append((tid, pid, rt.tasks[tid].pending_roots))
@@ -277,7 +271,7 @@ def test_cli_crash_loop_exits_1_naming_component_task_pid_and_signal(tmp_path):
     try:
         deadline = time.monotonic() + 12
         while proc.poll() is None and time.monotonic() < deadline:
-            for pid in descendants_of(proc.pid):
+            for pid in descendant_pids(proc.pid):
                 seen.add(pid)
                 if pid not in killed and "faulty_bolt.py" in cmdline(pid):
                     time.sleep(0.3)  # handshake done, tuples flowing

@@ -19,7 +19,9 @@ import time
 
 import pytest
 
-from faults_support import ML, ROOT, cmdline, descendants_of, running
+from faults_support import ML, ROOT
+
+from multilang.testing import cmdline, descendant_pids, running
 
 SPOUT = ROOT / "tests/faults/components/numbered_spout.py"
 BOLT = ROOT / "tests/faults/components/faulty_bolt.py"
@@ -62,7 +64,7 @@ def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_on
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            kids = descendants_of(proc.pid)
+            kids = descendant_pids(proc.pid)
             seen.update(kids)
             cmds = {p: cmdline(p) for p in kids}
             if any(c.startswith("sleep 600") for c in cmds.values()) and len(kids) >= 4:
@@ -72,7 +74,7 @@ def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_on
             time.sleep(0.02)
         assert frozen, f"the components did not start: {seen}"
         time.sleep(0.5)  # tuples flowing
-        seen.update(descendants_of(proc.pid))
+        seen.update(descendant_pids(proc.pid))
         os.kill(frozen, signal.SIGSTOP)
         time.sleep(0.1)
         t0 = time.monotonic()

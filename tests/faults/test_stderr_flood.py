@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import Counter
 
 from faults_support import (
-    assert_no_orphans,
     assert_nothing_lost,
     build,
     faulty_bolt,
@@ -19,6 +18,7 @@ from faults_support import (
     task_ids,
 )
 from multilang.shellbolt import TopologyBuilder
+from multilang.testing import assert_no_orphans
 
 HOLD = {"multilang.hold.emits.until.ack": True}
 MB = 1 << 20

@@ -21,6 +21,7 @@ from multilang.adapters.aio import (
     open_topology,
 )
 from multilang.shellbolt import OutputSpec
+from multilang.testing import alive, child_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -33,31 +34,6 @@ pytestmark = [
 ]
 
 
-def children() -> set[int]:
-    """Live child processes of this (pytest) process, from /proc."""
-    me = os.getpid()
-    kids = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-            kids.add(int(d))
-    return kids
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def sentence(i: int) -> str:
     return f"Row{i} word{i % 13}, AND more!"
 
@@ -67,7 +43,7 @@ def expected_words(n: int) -> Counter:
 
 
 async def test_ten_thousand_tuples_through_a_ruby_bolt_exact_multiset():
-    before = children()
+    before = set(child_pids())
     got: Counter = Counter()
     async with open_bolt(RUBY_SPLIT, fields=["word"]) as bolt:
         async def feed():
@@ -81,11 +57,11 @@ async def test_ten_thousand_tuples_through_a_ruby_bolt_exact_multiset():
         await sender
     assert got == expected_words(10_000)
     assert bolt.result.ok and bolt.result.completed == 10_000 and bolt.result.failed == 0
-    assert children() == before, "every child was reaped"
+    assert set(child_pids()) == before, "every child was reaped"
 
 
 async def test_cancelling_midway_leaves_no_child_processes():
-    before = children()
+    before = set(child_pids())
     seen: set[int] = set()
     progressed = asyncio.Event()
 
@@ -100,7 +76,7 @@ async def test_cancelling_midway_leaves_no_child_processes():
                 async for _ in bolt:
                     n += 1
                     if n % 500 == 0:
-                        seen.update(children() - before)
+                        seen.update(set(child_pids()) - before)
                     if n == 5000:
                         progressed.set()
             finally:
@@ -113,7 +89,7 @@ async def test_cancelling_midway_leaves_no_child_processes():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not [p for p in seen if alive(p)], "a bolt process survived the cancellation"
-    assert children() == before
+    assert set(child_pids()) == before
 
 
 async def test_a_killed_bolt_is_replaced_and_the_multiset_stays_exact():
@@ -122,7 +98,7 @@ async def test_a_killed_bolt_is_replaced_and_the_multiset_stays_exact():
     in the same loop (a fresh guest run)."""
     import signal
 
-    before = children()
+    before = set(child_pids())
     for _ in range(2):
         got: Counter = Counter()
         async with open_bolt(RUBY_SPLIT, fields=["word"], parallelism=2,
@@ -136,33 +112,33 @@ async def test_a_killed_bolt_is_replaced_and_the_multiset_stays_exact():
             async for values in bolt:
                 got[values[0]] += 1
                 if killed is None and sum(got.values()) >= 2000:
-                    killed = min(children() - before)
+                    killed = min(set(child_pids()) - before)
                     os.kill(killed, signal.SIGKILL)
             await sender
         assert killed is not None
         assert got == expected_words(3000)
         assert bolt.result.stats["bolt"].restarts == 1 and bolt.result.ok
-    assert children() == before
+    assert set(child_pids()) == before
 
 
 async def test_error_inside_the_block_kills_and_reaps():
-    before = children()
+    before = set(child_pids())
     with pytest.raises(ValueError, match="user code failed"):
         async with open_bolt(RUBY_SPLIT, fields=["word"]) as bolt:
             await bolt.send(["one two"])
             async for _ in bolt:
                 raise ValueError("user code failed")
-    assert children() == before
+    assert set(child_pids()) == before
 
 
 async def test_leaving_the_block_early_stops_gracefully():
-    before = children()
+    before = set(child_pids())
     async with open_bolt(RUBY_SPLIT, fields=["word"]) as bolt:
         await bolt.send_many([sentence(i)] for i in range(100))
         first = await bolt.__anext__()
     assert first[0] in expected_words(100)
     assert bolt.finished and bolt.result is not None
-    assert children() == before
+    assert set(child_pids()) == before
 
 
 async def test_topology_with_a_feed_spout_ruby_split_node_count():
@@ -207,7 +183,7 @@ async def test_two_bolts_share_one_guest_run():
 
 
 async def test_a_bolt_that_gives_up_raises_its_error():
-    before = children()
+    before = set(child_pids())
     crash = ["python", "-c", "import sys; sys.exit(3)"]
     with pytest.raises(ComponentError, match="exit status 3"):
         async with open_bolt(crash, conf={"multilang.restart.budget": 0}) as bolt:
@@ -215,7 +191,7 @@ async def test_a_bolt_that_gives_up_raises_its_error():
             bolt.close_input()
             async for _ in bolt:
                 pass
-    assert children() == before
+    assert set(child_pids()) == before
 
 
 async def test_missing_command_is_a_topology_error_at_open():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -20,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from multilang.testing import child_pids, gone
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -57,29 +58,6 @@ def multilang(*args: str, input: str | None = None, timeout: float = 60, cwd: Pa
 
 def json_lines(text: str) -> list:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def children_of(pid: int) -> list[int]:
-    kids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            kids.append(int(d))
-    return kids
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 # --- run ---------------------------------------------------------------------------------------------
@@ -223,7 +201,7 @@ def _interrupt(sig: int) -> tuple[int, str, set[int]]:
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            pids.update(children_of(proc.pid))
+            pids.update(child_pids(proc.pid))
             if len(pids) >= 5:
                 break
             assert proc.poll() is None, proc.stderr.read()
@@ -232,7 +210,7 @@ def _interrupt(sig: int) -> tuple[int, str, set[int]]:
         # Let them handshake and work for a moment.
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
-            pids.update(children_of(proc.pid))
+            pids.update(child_pids(proc.pid))
             time.sleep(0.02)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=20)

@@ -1,187 +1,45 @@
 """Integration tests for the Node.js multilang library (examples/node/).
 
-Real `node` subprocesses are driven by a small byte-level driver defined here
-(it only writes and reads bytes; nothing from the `multilang` package is used).
-Every read has a timeout, so a broken component fails a test instead of
-hanging it.
+Real `node` subprocesses are driven by multilang.testing.ComponentProcess, a
+host that only writes and reads bytes (nothing else from the `multilang`
+package is used). Every read has a timeout, so a broken component fails a
+test instead of hanging it.
 """
 
 import json
-import os
-import queue
 import shutil
-import subprocess
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from multilang.testing import (
+    ComponentProcesses,
+    command_frame as cmd,
+    heartbeat_frame as heartbeat,
+    tick_frame as tick,
+    tuple_batch as tuples,
+    tuple_frame as tup,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "examples" / "node"
 LIB = NODE_DIR / "multilang.js"
 CONFORMANCE = NODE_DIR / "conformance_component.js"
 NODE = shutil.which("node")
+CONF = {"topology.name": "t", "unknown.key": [1]}
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
-
-TIMEOUT = 5.0
-_EOF = object()
-
-
-# ---------------------------------------------------------------------------
-# Byte-level driver
-# ---------------------------------------------------------------------------
-
-
-class Component:
-    """A component subprocess; frames from its stdout are parsed by a thread."""
-
-    def __init__(self, argv, cwd=None):
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=str(cwd or ROOT),
-        )
-        self.raw = bytearray()  # every byte the component wrote to stdout
-        self.frames = queue.Queue()  # raw frame bytes (JSON text), or _EOF
-        self.stderr = bytearray()
-        threading.Thread(target=self._pump_stdout, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
-
-    def _pump_stdout(self):
-        fd = self.proc.stdout.fileno()
-        lines, buf = [], b""
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.frames.put(_EOF)
-                return
-            self.raw += chunk
-            buf += chunk
-            while True:
-                i = buf.find(b"\n")
-                if i < 0:
-                    break
-                line, buf = buf[:i], buf[i + 1 :]
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if line == b"end":
-                    self.frames.put(b"\n".join(lines))
-                    lines = []
-                else:
-                    lines.append(line)
-
-    def _pump_stderr(self):
-        fd = self.proc.stderr.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.stderr += chunk
-
-    # -- writing --------------------------------------------------------------
-
-    def write(self, data: bytes):
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def send(self, obj):
-        self.write(json.dumps(obj, separators=(",", ":")).encode() + b"\nend\n")
-
-    def close_stdin(self):
-        self.proc.stdin.close()
-
-    # -- reading --------------------------------------------------------------
-
-    def read_raw(self, timeout=TIMEOUT) -> bytes:
-        try:
-            item = self.frames.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(
-                f"timed out after {timeout}s waiting for a frame; stderr:\n{self.stderr.decode(errors='replace')}"
-            )
-        if item is _EOF:
-            self.frames.put(_EOF)
-            raise AssertionError(f"component closed stdout; stderr:\n{self.stderr.decode(errors='replace')}")
-        return item
-
-    def read(self, timeout=TIMEOUT):
-        return json.loads(self.read_raw(timeout))
-
-    def read_n(self, n, timeout=TIMEOUT):
-        return [self.read(timeout) for _ in range(n)]
-
-    def expect_silence(self, seconds=0.3):
-        try:
-            item = self.frames.get(timeout=seconds)
-        except queue.Empty:
-            return
-        raise AssertionError(f"unexpected output: {item!r}")
-
-    def handshake(self, tmp_path, conf=None, context=None):
-        pid_dir = tmp_path / "pids"
-        pid_dir.mkdir(exist_ok=True)
-        self.send({"pidDir": str(pid_dir), "conf": conf or {"topology.name": "t", "unknown.key": [1]}, "context": context or CONTEXT})
-        first = self.read()
-        assert first == {"pid": self.proc.pid}
-        assert self.raw.startswith(b'{"pid":'), bytes(self.raw[:80])
-        pid_file = pid_dir / str(self.proc.pid)
-        assert pid_file.is_file() and pid_file.stat().st_size == 0
-        return first
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-
-
-CONTEXT = {
-    "task->component": {"1": "spout", "2": "split", "3": "count"},
-    "taskid": 2,
-    "componentid": "split",
-    "streams": ["default"],
-    "stream->outputfields": {"default": ["word"]},
-    "stream->target->grouping": {"default": {"count": {"type": "FIELDS", "fields": ["word"]}}},
-    "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
-    "source->stream->fields": {"spout": {"default": ["sentence"]}},
-}
-
-
-def tup(tid, values, comp="spout", stream="default", task=1):
-    return {"id": tid, "comp": comp, "stream": stream, "task": task, "tuple": values}
-
-
-def heartbeat(tid="hb"):
-    return {"id": tid, "comp": None, "stream": "__heartbeat", "task": -1, "tuple": []}
-
-
-def tick(tid, freq=5):
-    return {"id": tid, "comp": "__system", "stream": "__tick", "task": -1, "tuple": [freq]}
 
 
 @pytest.fixture
 def started(tmp_path):
-    comps = []
-
-    def start(argv, handshake=True, cwd=None):
-        c = Component(argv, cwd=cwd)
-        comps.append(c)
-        if handshake:
-            c.handshake(tmp_path)
-        return c
-
-    yield start
-    for c in comps:
-        c.close()
+    """started(argv, handshake=True, cwd=ROOT) -> multilang.testing.ComponentProcess
+    (ASCII-escaped input; "\r\n" line endings accepted on output)."""
+    with ComponentProcesses(cwd=ROOT, pid_dir=tmp_path / "pids", conf=CONF, ensure_ascii=True,
+                            accept_crlf=True) as procs:
+        yield partial(procs.start, handshake=True)
 
 
 def conformance(started, mode="bolt"):
@@ -218,6 +76,7 @@ def test_handshake_pid_file_and_pid_first(started, tmp_path):
         "new B().run();",
     )
     c = started([NODE, str(path)])
+    assert c.stdout.startswith(b'{"pid":'), bytes(c.stdout[:80])
     assert c.read() == {"command": "log", "msg": "top level"}
     assert c.read() == {"command": "log", "msg": '["t",2]'}
 
@@ -337,7 +196,7 @@ def test_conformance_bolt_actions(started):
     c.send(tup("11", ["bogus"]))
     assert c.read_n(2) == [{"command": "error", "msg": "unknown action: bogus"}, {"command": "fail", "id": "11"}]
     c.send(tup("12", ["exit", 3]))
-    assert c.proc.wait(timeout=TIMEOUT) == 3
+    assert c.wait() == 3
 
 
 def test_ticks_go_to_tick_hook_only(started):
@@ -452,10 +311,7 @@ def test_console_log_becomes_log_frame_console_error_stays(started, tmp_path):
         {"command": "log", "msg": "raw"},
         {"command": "ack", "id": "1"},
     ]
-    deadline = time.time() + TIMEOUT
-    while b"to stderr" not in c.stderr and time.time() < deadline:
-        time.sleep(0.02)
-    assert b"to stderr" in c.stderr
+    c.wait_stderr(b"to stderr")
 
 
 def test_stdin_eof_exits_zero_promptly(started):
@@ -492,10 +348,6 @@ def test_stdin_eof_while_awaiting_task_ids(started):
 # ---------------------------------------------------------------------------
 # Spouts
 # ---------------------------------------------------------------------------
-
-
-def cmd(command, mid=""):
-    return {"id": mid, "command": command}
 
 
 def test_conformance_spout(started):
@@ -644,30 +496,20 @@ def test_sentence_spout(started, tmp_path):
 OFFER = {"multilang.extensions": ["batch"]}
 
 
-def batch_start(started, tmp_path, argv, conf=None, accepted=("batch",)):
+def batch_start(started, argv, conf=None, accepted=("batch",)):
     c = started(argv, handshake=False)
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir(exist_ok=True)
-    c.send({"pidDir": str(pid_dir), "conf": OFFER if conf is None else conf, "context": CONTEXT})
-    want = {"pid": c.proc.pid}
-    if accepted:
-        want["extensions"] = list(accepted)
-    assert c.read() == want
+    c.handshake(OFFER if conf is None else conf, accept=accepted)
     return c
 
 
-def batch_conformance(started, tmp_path, mode="bolt"):
-    c = batch_start(started, tmp_path, [NODE, str(CONFORMANCE), mode])
+def batch_conformance(started, mode="bolt"):
+    c = batch_start(started, [NODE, str(CONFORMANCE), mode])
     assert c.read() == {"command": "log", "msg": f"multilang-conformance ready mode={mode} lang=node", "level": 2}
     return c
 
 
-def tuples(*items):
-    return {"tuples": [[t["id"], t["comp"], t["stream"], t["task"], t["tuple"]] for t in items]}
-
-
-def test_batch_accepted_tuple_batches_in_order(started, tmp_path):
-    c = batch_conformance(started, tmp_path)
+def test_batch_accepted_tuple_batches_in_order(started):
+    c = batch_conformance(started)
     c.send(tuples(tup("1", ["echo", "a"]), tup("2", ["fail"]), tick("3"), tup("-4", ["hold"]),
                   tup("0005", ["release", ["r"]]), tup("6", ["emit_unanchored", ["u", None]])))
     assert c.read_raw() == (
@@ -677,8 +519,8 @@ def test_batch_accepted_tuple_batches_in_order(started, tmp_path):
     c.expect_silence(0.2)
 
 
-def test_batch_standard_frames_close_the_batch_first(started, tmp_path):
-    c = batch_conformance(started, tmp_path)
+def test_batch_standard_frames_close_the_batch_first(started):
+    c = batch_conformance(started)
     c.send(tuples(tup("1", ["echo", "a"]), tup("2", ["print", "p"]), tup("3", ["emit_direct", 4, ["d"]]),
                   tup("4", ["emit", ["x"], "words"])))
     assert c.read_n(6) == [
@@ -702,8 +544,8 @@ def test_batch_standard_frames_close_the_batch_first(started, tmp_path):
     c.expect_silence(0.2)
 
 
-def test_batch_closed_at_1024_elements(started, tmp_path):
-    c = batch_conformance(started, tmp_path)
+def test_batch_closed_at_1024_elements(started):
+    c = batch_conformance(started)
     c.send(tup("1", ["emit_many", 1100]))
     first, second = c.read_n(2)
     assert first == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024)]}
@@ -723,7 +565,7 @@ def test_batch_basic_bolt_streams_and_errors(started, tmp_path):
         "  else this.emit([v.toUpperCase()]);\n"
         "} }\nnew B().run();",
     )
-    c = batch_start(started, tmp_path, [NODE, str(path)])
+    c = batch_start(started, [NODE, str(path)])
     c.send(tuples(tup("1", ["hi"]), tup("2", ["stream"]), tup("3", ["unanchored"]), tup("4", ["raise"]),
                   tup("5", ["ok"]), tick("6")))
     frames = c.read_n(3)
@@ -749,7 +591,7 @@ def test_batch_spout_message_ids_then_one_sync(started, tmp_path):
         "  async ack(id) { await null; this.emit(['acked', id]); }\n"
         "}\nnew S().run();",
     )
-    c = batch_start(started, tmp_path, [NODE, str(path)])
+    c = batch_start(started, [NODE, str(path)])
     assert c.read() == {"command": "batch", "emits": [[["open"], "o"]]}
     c.send(cmd("activate"))
     assert c.read() == {"command": "sync"}
@@ -775,12 +617,12 @@ def test_batch_declined_is_byte_for_byte_standard(started, tmp_path, how):
     path = script(tmp_path, f"declined_{how}.js", body)
     outputs = []
     for conf in ({}, OFFER):
-        c = batch_start(started, tmp_path, [NODE, str(path)], conf=conf, accepted=())
+        c = batch_start(started, [NODE, str(path)], conf=conf, accepted=())
         c.send(tup("1", ["a"]))
         c.send(heartbeat())
         c.send(tick("2"))
         c.read_n(4)
-        outputs.append(bytes(c.raw).split(b"\nend\n", 1)[1])
+        outputs.append(bytes(c.stdout).split(b"\nend\n", 1)[1])
     assert outputs[0] == outputs[1]
     assert outputs[0] == (
         b'{"command":"emit","tuple":["a"],"anchors":["1"],"need_task_ids":false}\nend\n'
@@ -797,6 +639,6 @@ def test_batch_subclass_inherits_static_setting(started, tmp_path):
         "if (ml.Bolt.extensions[0] !== 'batch') throw new Error('default');\n"
         "new B().run();",
     )
-    c = batch_start(started, tmp_path, [NODE, str(path)], accepted=())
+    c = batch_start(started, [NODE, str(path)], accepted=())
     c.send(tup("1", ["a"]))
     assert c.read() == {"command": "ack", "id": "1"}

@@ -1,201 +1,34 @@
 """Integration tests for the Python component library (multilang.component).
 
 Real `python` subprocesses (examples/python/*.py and small scripts written to
-tmp_path) are driven by a test host defined here that only writes and reads
-bytes: nothing from `multilang` is used on the host side. Every read has a
-timeout (a reader thread feeds a queue), so a broken component fails a test
-instead of hanging it.
+tmp_path) are driven by multilang.testing.ComponentProcess, a host that only
+writes and reads bytes: nothing else from `multilang` is used on the host
+side. Every read has a timeout, so a broken component fails a test instead of
+hanging it.
 """
 
 import json
-import os
-import queue
-import subprocess
 import sys
 import textwrap
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from multilang.testing import (
+    ComponentProcesses,
+    command_frame as cmd,
+    heartbeat_frame as heartbeat,
+    tick_frame as tick,
+    tuple_frame as tup,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PY_DIR = ROOT / "examples" / "python"
 CONFORMANCE = PY_DIR / "conformance_component.py"
 PY = sys.executable
-
-TIMEOUT = 5.0
-_EOF = object()
-
-
-# ---------------------------------------------------------------------------
-# Byte-level test host
-# ---------------------------------------------------------------------------
-
-
-class Component:
-    """A component subprocess; a thread splits its stdout into frames."""
-
-    def __init__(self, argv, cwd=None):
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=str(cwd or ROOT),
-        )
-        self.raw = bytearray()  # every byte the component wrote to stdout
-        self.frames = queue.Queue()  # frame bodies (JSON text), or _EOF
-        self.stderr = bytearray()
-        self._threads = [
-            threading.Thread(target=self._pump_stdout, daemon=True),
-            threading.Thread(target=self._pump_stderr, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _pump_stdout(self):
-        fd = self.proc.stdout.fileno()
-        lines, buf = [], b""
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.frames.put(_EOF)
-                return
-            self.raw += chunk
-            buf += chunk
-            while True:
-                i = buf.find(b"\n")
-                if i < 0:
-                    break
-                line, buf = buf[:i], buf[i + 1 :]
-                if line == b"end":
-                    self.frames.put(b"\n".join(lines))
-                    lines = []
-                else:
-                    lines.append(line)
-
-    def _pump_stderr(self):
-        fd = self.proc.stderr.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.stderr += chunk
-
-    def _stderr_text(self):
-        return self.stderr.decode(errors="replace")
-
-    # -- writing --------------------------------------------------------------
-
-    def write(self, data: bytes):
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def send(self, obj):
-        self.write(json.dumps(obj, separators=(",", ":")).encode() + b"\nend\n")
-
-    def close_stdin(self):
-        self.proc.stdin.close()
-
-    # -- reading --------------------------------------------------------------
-
-    def read_raw(self, timeout=TIMEOUT) -> bytes:
-        try:
-            item = self.frames.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"timed out after {timeout}s waiting for a frame; stderr:\n{self._stderr_text()}")
-        if item is _EOF:
-            self.frames.put(_EOF)
-            raise AssertionError(f"component closed stdout; stderr:\n{self._stderr_text()}")
-        return item
-
-    def read(self, timeout=TIMEOUT):
-        return json.loads(self.read_raw(timeout))
-
-    def read_n(self, n, timeout=TIMEOUT):
-        return [self.read(timeout) for _ in range(n)]
-
-    def read_eof(self, timeout=TIMEOUT):
-        try:
-            item = self.frames.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError("component did not close stdout")
-        assert item is _EOF, f"unexpected frame {item!r}"
-
-    def expect_silence(self, seconds=0.2):
-        try:
-            item = self.frames.get(timeout=seconds)
-        except queue.Empty:
-            return
-        raise AssertionError(f"unexpected output: {item!r}")
-
-    def wait(self, timeout=TIMEOUT):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"process still running after {timeout}s; stderr:\n{self._stderr_text()}")
-
-    def wait_stderr(self, needle: bytes, timeout=TIMEOUT):
-        deadline = time.monotonic() + timeout
-        while needle not in self.stderr and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert needle in self.stderr, self._stderr_text()
-
-    def handshake(self, pid_dir, conf=None, context=None):
-        pid_dir.mkdir(exist_ok=True)
-        self.send({"pidDir": str(pid_dir), "conf": conf or {"topology.name": "t", "odd.key": [1]}, "context": context or CONTEXT})
-        first = self.read_raw()
-        # the pid reply is the very first thing on stdout
-        assert bytes(self.raw).startswith(first + b"\nend\n"), bytes(self.raw[:80])
-        assert json.loads(first) == {"pid": self.proc.pid}
-        pid_file = pid_dir / str(self.proc.pid)
-        assert pid_file.is_file() and pid_file.stat().st_size == 0
-        return first
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-CONTEXT = {
-    "task->component": {"1": "spout", "2": "split", "3": "count"},
-    "taskid": 2,
-    "componentid": "split",
-    "streams": ["default"],
-    "stream->outputfields": {"default": ["word"]},
-    "stream->target->grouping": {"default": {"count": {"type": "FIELDS", "fields": ["word"]}}},
-    "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
-    "source->stream->fields": {"spout": {"default": ["sentence"]}},
-}
-
-
-def tup(tid, values, comp="spout", stream="default", task=1):
-    return {"id": tid, "comp": comp, "stream": stream, "task": task, "tuple": values}
-
-
-def heartbeat(tid="hb"):
-    return {"id": tid, "comp": None, "stream": "__heartbeat", "task": -1, "tuple": []}
-
-
-def tick(tid, freq=5):
-    return {"id": tid, "comp": "__system", "stream": "__tick", "task": -1, "tuple": [freq]}
-
-
-def cmd(command, mid=""):
-    return {"id": mid, "command": command}
+CONF = {"topology.name": "t", "odd.key": [1]}
 
 
 def emit(values, anchors=None, **extra):
@@ -211,18 +44,9 @@ def emit(values, anchors=None, **extra):
 
 @pytest.fixture
 def started(tmp_path):
-    comps = []
-
-    def start(argv, handshake=True, cwd=None):
-        c = Component(argv, cwd=cwd)
-        comps.append(c)
-        if handshake:
-            c.handshake(tmp_path / "pids")
-        return c
-
-    yield start
-    for c in comps:
-        c.close()
+    """started(argv, handshake=True, cwd=ROOT) -> multilang.testing.ComponentProcess (ASCII-escaped input)."""
+    with ComponentProcesses(cwd=ROOT, pid_dir=tmp_path / "pids", conf=CONF, ensure_ascii=True) as procs:
+        yield partial(procs.start, handshake=True)
 
 
 def conformance(started, mode="bolt"):
@@ -273,7 +97,7 @@ def test_heartbeat_answered_with_sync_never_acked(started):
     assert c.read_raw() == b'{"command":"sync"}'
     c.send(tup("5", ["ack"]))
     assert c.read() == {"command": "ack", "id": "5"}
-    c.expect_silence()
+    c.expect_silence(0.2)
 
 
 def test_ack_ids_echoed_byte_for_byte(started):
@@ -293,7 +117,7 @@ def test_task_ids_returned_and_earlier_input_processed_after_in_order(started):
     c.send(heartbeat())
     c.send(tup("8", ["echo", "y"]))
     c.send(tick("9", 30))
-    c.expect_silence()
+    c.expect_silence(0.2)
     c.send([4, 5])
     assert c.read_n(7) == [
         emit(["task_ids", [4, 5]], ["-7"]),
@@ -304,7 +128,7 @@ def test_task_ids_returned_and_earlier_input_processed_after_in_order(started):
         emit(["tick", 30], ["9"]),
         {"command": "ack", "id": "9"},
     ]
-    c.expect_silence()
+    c.expect_silence(0.2)
 
 
 def test_conformance_bolt_actions(started):
@@ -435,7 +259,7 @@ def test_near_terminator_is_not_a_terminator(started):
     # "end " (trailing space) is JSON whitespace + garbage, not a terminator:
     # the frame does not end there, so nothing happens until the real "end".
     c.write(b'{"id":"1","comp":"s","stream":"default","task":1,"tuple":["ack"]}\nend \n')
-    c.expect_silence()
+    c.expect_silence(0.2)
     c.write(b"end\n")
     # the frame "{...}\nend \n" is not JSON: a protocol error, not an ack
     c.read_eof()
@@ -480,10 +304,10 @@ def test_print_becomes_log_and_fd1_goes_to_stderr(started, tmp_path):
         {"command": "log", "msg": "partial", "level": 2},
         {"command": "ack", "id": "1"},
     ]
-    c.expect_silence()
+    c.expect_silence(0.2)
     for text in (b"raw fd1 write", b"child process output", b"to stderr"):
         c.wait_stderr(text)
-    assert b"raw fd1" not in c.raw and b"child" not in c.raw
+    assert b"raw fd1" not in c.stdout and b"child" not in c.stdout
 
 
 def test_stdin_eof_exits_zero_promptly(started):
@@ -507,7 +331,7 @@ def test_stdin_eof_before_handshake_and_while_awaiting_task_ids(started):
     c = started([PY, str(CONFORMANCE), "bolt"], handshake=False)
     c.close_stdin()
     assert c.wait(timeout=2) == 0
-    assert c.raw == b""
+    assert c.stdout == b""
     c = conformance(started)
     c.send(tup("1", ["emit", ["v"], None]))
     c.read()
@@ -616,7 +440,7 @@ def test_conformance_spout(started):
     log = c.read()
     assert log["command"] == "log" and "frobnicate" in log["msg"]
     assert c.read() == {"command": "sync"}
-    c.expect_silence()
+    c.expect_silence(0.2)
 
 
 def test_spout_defaults_one_sync_per_command(started, tmp_path):
@@ -633,7 +457,7 @@ def test_spout_defaults_one_sync_per_command(started, tmp_path):
     c.write(b"".join(json.dumps(cmd(x)).encode() + b"\nend\n" for x in ["next", "next", "what", "next"]))
     frames = c.read_n(5)
     assert [f["command"] for f in frames].count("sync") == 4
-    c.expect_silence()
+    c.expect_silence(0.2)
 
 
 def test_spout_hook_exception_error_sync_then_exit(started, tmp_path):

@@ -1,211 +1,62 @@
 """Integration tests for the Ruby component library (examples/ruby/multilang.rb).
 
-Real `ruby` subprocesses are driven by a small byte-level host written here:
-it only writes and reads bytes (it deliberately imports nothing from the
-`multilang` package). Every read and write has a deadline, so a broken
-component fails a test instead of hanging it.
+Real `ruby` subprocesses are driven by multilang.testing.ComponentProcess, a
+byte-level host: it only writes and reads bytes (nothing else from the
+`multilang` package is used). Every read and write has a deadline, so a
+broken component fails a test instead of hanging it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import select
 import shutil
-import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from multilang.testing import (
+    DEFAULT_CONTEXT,
+    ComponentProcess,
+    ComponentProcesses,
+    encode_frame,
+    same_json,
+    tick_frame,
+    tuple_batch as tuples,
+    tuple_frame,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RUBY_DIR = ROOT / "examples" / "ruby"
 LIB = RUBY_DIR / "multilang.rb"
 CONFORMANCE = RUBY_DIR / "conformance_component.rb"
 RUBY = shutil.which("ruby")
-TIMEOUT = 5.0  # per read; generous, a healthy component answers in ms
 
 pytestmark = pytest.mark.skipif(RUBY is None, reason="ruby is not installed")
 
-CONTEXT = {
-    "task->component": {"1": "spout", "2": "split", "3": "split", "4": "count"},
-    "taskid": 2,
-    "componentid": "split",
-    "streams": ["default"],
-    "stream->outputfields": {"default": ["word"]},
-    "stream->target->grouping": {"default": {"count": {"type": "FIELDS", "fields": ["word"]}}},
-    "source->stream->grouping": {"spout": {"default": {"type": "SHUFFLE"}}},
-    "source->stream->fields": {"spout": {"default": ["sentence"]}},
-}
+# split runs as tasks 2 and 3 here
+CONTEXT = {**DEFAULT_CONTEXT, "task->component": {"1": "spout", "2": "split", "3": "split", "4": "count"}}
 
 HEARTBEAT = {"id": "-6437389063516893232", "comp": None, "stream": "__heartbeat", "task": -1, "tuple": []}
 
 
-def encode(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\nend\n"
-
-
 def tup(tid: str, values, comp: str = "src", stream: str = "default", task: int = 7) -> dict:
-    return {"id": tid, "comp": comp, "stream": stream, "task": task, "tuple": values}
+    return tuple_frame(tid, values, comp=comp, stream=stream, task=task)
 
 
 def tick(tid: str, secs: int = 30) -> dict:
-    return {"id": tid, "comp": "__system", "stream": "__tick", "task": -1, "tuple": [secs]}
-
-
-def same_json(a, b) -> bool:
-    """Equality that also insists on JSON types (0 != "0", 1 != 1.0, True != 1)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-class Host:
-    """A byte-level multilang host for one component process."""
-
-    def __init__(self, argv, cwd, pid_dir: Path):
-        self.pid_dir = pid_dir
-        self.proc = subprocess.Popen(
-            argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
-        )
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        self.out = bytearray()  # every byte the component wrote to stdout
-        self.pos = 0  # start of the next unread frame in self.out
-        self.err = bytearray()
-        self.eof = False
-        self.cond = threading.Condition()
-        self._threads = [
-            threading.Thread(target=self._drain, args=(self.proc.stdout, self.out, True), daemon=True),
-            threading.Thread(target=self._drain, args=(self.proc.stderr, self.err, False), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _drain(self, pipe, buf, is_stdout):
-        fd = pipe.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            with self.cond:
-                if not chunk:
-                    if is_stdout:
-                        self.eof = True
-                    self.cond.notify_all()
-                    return
-                buf.extend(chunk)
-                self.cond.notify_all()
-
-    # -- writing ---------------------------------------------------------
-    def write(self, data: bytes, timeout: float = TIMEOUT) -> None:
-        fd = self.proc.stdin.fileno()
-        view = memoryview(data)
-        deadline = time.monotonic() + timeout
-        while view:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"component did not read its stdin; stderr: {self.stderr_text()}")
-            _, writable, _ = select.select([], [fd], [], left)
-            if writable:
-                n = os.write(fd, view[: 1 << 16])
-                view = view[n:]
-
-    def send(self, obj) -> None:
-        self.write(encode(obj))
-
-    def close_stdin(self) -> None:
-        self.proc.stdin.close()
-
-    # -- reading ---------------------------------------------------------
-    def read_raw(self, timeout: float = TIMEOUT) -> bytes:
-        """The JSON bytes of the next frame (terminator stripped)."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                idx = self.out.find(b"\nend\n", self.pos)
-                if idx >= 0:
-                    raw = bytes(self.out[self.pos : idx])
-                    self.pos = idx + 5
-                    return raw
-                left = deadline - time.monotonic()
-                if self.eof or left <= 0:
-                    why = "stdout closed" if self.eof else f"no frame within {timeout}s"
-                    raise AssertionError(
-                        f"{why}; unread stdout: {bytes(self.out[self.pos:])[:300]!r}; stderr: {self.stderr_text()}"
-                    )
-                self.cond.wait(left)
-
-    def read(self, timeout: float = TIMEOUT):
-        raw = self.read_raw(timeout)
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise AssertionError(f"bad frame {raw[:300]!r}") from exc
-
-    def read_n(self, n: int) -> list:
-        return [self.read() for _ in range(n)]
-
-    def expect_quiet(self, wait: float = 0.25) -> None:
-        time.sleep(wait)
-        with self.cond:
-            extra = bytes(self.out[self.pos :])
-        assert extra == b"", f"unexpected output: {extra[:300]!r}"
-
-    def stderr_text(self) -> str:
-        with self.cond:
-            return self.err.decode("utf-8", "replace")[-2000:]
-
-    # -- protocol helpers --------------------------------------------------
-    def handshake(self, conf=None, context=None) -> int:
-        self.send({"pidDir": str(self.pid_dir), "conf": conf or {}, "context": context or CONTEXT})
-        reply = self.read()
-        assert reply == {"pid": self.proc.pid}, reply
-        return reply["pid"]
-
-    def wait_exit(self, timeout: float = 2.0) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"component still running after {timeout}s; stderr: {self.stderr_text()}")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-        # Join the readers before closing their fds: a closed fd number can be
-        # reused by the next test's pipes, and a stale reader would steal from it.
-        for t in self._threads:
-            t.join(5)
-        if any(t.is_alive() for t in self._threads):
-            return
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+    return tick_frame(tid, secs)
 
 
 @pytest.fixture
 def spawn(tmp_path):
-    hosts = []
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
+    """spawn(script, *args, cwd=tmp_path) -> a multilang.testing.ComponentProcess running ruby."""
+    with ComponentProcesses(pid_dir=tmp_path / "pids", context=CONTEXT) as procs:
 
-    def _spawn(*args, cwd=None) -> Host:
-        argv = [RUBY, *[str(a) for a in args]]
-        host = Host(argv, cwd or tmp_path, pid_dir)
-        hosts.append(host)
-        return host
+        def _spawn(*args, cwd=None) -> ComponentProcess:
+            return procs.start([RUBY, *args], cwd=cwd or tmp_path)
 
-    yield _spawn
-    for host in hosts:
-        host.kill()
+        yield _spawn
 
 
 @pytest.fixture
@@ -220,7 +71,7 @@ def script(tmp_path):
     return _script
 
 
-def conformance(spawn, mode: str) -> Host:
+def conformance(spawn, mode: str) -> ComponentProcess:
     host = spawn(CONFORMANCE, mode)
     host.handshake()
     assert host.read() == {
@@ -266,7 +117,7 @@ def test_handshake_pid_file_and_pid_reply_first(spawn, script):
         }
     )
     first = host.read_raw()
-    assert host.out.startswith(b'{"pid":'), bytes(host.out[:100])
+    assert host.stdout.startswith(b'{"pid":'), bytes(host.stdout[:100])
     assert json.loads(first) == {"pid": host.proc.pid}
     pid_file = host.pid_dir / str(host.proc.pid)
     assert pid_file.is_file() and pid_file.stat().st_size == 0
@@ -300,11 +151,11 @@ def test_print_puts_and_fd1_become_log_frames_or_stderr(spawn, script):
         {"command": "ack", "id": "1"},
     ]
     host.close_stdin()
-    assert host.wait_exit() == 0
-    host._threads[1].join(2)
+    assert host.wait(2.0) == 0
+    host.wait_closed(2)
     err = host.stderr_text()
     assert "to fd1" in err and "from-child" in err
-    assert b"to fd1" not in host.out and b"from-child" not in host.out
+    assert b"to fd1" not in host.stdout and b"from-child" not in host.stdout
 
 
 def test_conformance_print_action(spawn):
@@ -331,7 +182,7 @@ def test_heartbeat_answered_with_sync_never_acked(spawn):
     host.send(HEARTBEAT)
     host.send(tup("5", ["ack"]))
     assert host.read_n(2) == [{"command": "sync"}, {"command": "ack", "id": "5"}]
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_tuples_and_heartbeats_queued_while_waiting_for_task_ids(spawn):
@@ -344,7 +195,7 @@ def test_tuples_and_heartbeats_queued_while_waiting_for_task_ids(spawn):
     host.send(HEARTBEAT)
     host.send(tup("11", ["echo", "q"]))
     host.send(HEARTBEAT)
-    host.expect_quiet(0.2)
+    host.expect_silence(0.2)
     host.send([7, 8])
     assert host.read_n(6) == [
         emit_frame(["task_ids", [7, 8]], anchors=["10"]),
@@ -360,7 +211,7 @@ def test_tuples_and_heartbeats_queued_while_waiting_for_task_ids(spawn):
     assert "stream" not in frame and frame["tuple"] == ["y"]
     host.send([])
     assert host.read_n(2) == [emit_frame(["task_ids", []], anchors=["12"]), {"command": "ack", "id": "12"}]
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_ack_fail_ids_echoed_byte_for_byte(spawn):
@@ -409,7 +260,7 @@ def test_need_task_ids_false_awaits_no_reply(spawn):
         emit_frame(["u"]),
         {"command": "ack", "id": "3"},
     ]
-    assert b'"need_task_ids":false' in host.out
+    assert b'"need_task_ids":false' in host.stdout
 
 
 def test_direct_emit_sends_task_and_awaits_nothing(spawn):
@@ -448,12 +299,12 @@ def test_ticks_go_to_the_tick_hook_only(spawn):
     basic = conformance(spawn, "basic")
     basic.send(tick("78", 5))
     assert basic.read_n(2) == [emit_frame(["tick", 5], anchors=["78"]), {"command": "ack", "id": "78"}]
-    basic.expect_quiet(0.1)
+    basic.expect_silence(0.1)
     split = spawn(RUBY_DIR / "split_bolt.rb")
     split.handshake()
     split.send(tick("79"))
     assert split.read() == {"command": "ack", "id": "79"}
-    split.expect_quiet()
+    split.expect_silence()
 
 
 def test_unicode_emoji_and_escaped_slashes(spawn):
@@ -471,9 +322,9 @@ def test_framing_multiline_blank_lines_crlf_and_chunks(spawn):
     host = conformance(spawn, "bolt")
     pretty = json.dumps(tup("1", ["echo", "pretty"]), indent=2).encode() + b"\nend\n"
     crlf = json.dumps(tup("2", ["echo", "crlf"])).encode() + b"\r\nend\r\n"
-    blank = b"\n\n" + encode(tup("3", ["echo", "blank"])) + b"\n\r\n"
+    blank = b"\n\n" + encode_frame(tup("3", ["echo", "blank"])) + b"\n\r\n"
     host.write(pretty + crlf + blank)
-    chunked = encode(tup("4", ["echo", "chunked ünïcode"])) + encode(HEARTBEAT)
+    chunked = encode_frame(tup("4", ["echo", "chunked ünïcode"])) + encode_frame(HEARTBEAT)
     for i in range(0, len(chunked), 7):  # split everywhere, also inside UTF-8 sequences
         host.write(chunked[i : i + 7])
         time.sleep(0.001)
@@ -522,7 +373,7 @@ def test_exit_action_exits_with_code(spawn):
     host.send(tup("1", ["ack"]))
     assert host.read() == {"command": "ack", "id": "1"}
     host.send(tup("2", ["exit", 3]))
-    assert host.wait_exit() == 3
+    assert host.wait(2.0) == 3
 
 
 def test_plain_bolt_exception_and_bad_frame_exit_nonzero(spawn, script):
@@ -532,12 +383,12 @@ def test_plain_bolt_exception_and_bad_frame_exit_nonzero(spawn, script):
     host.send(tup("1", ["x"]))
     error = host.read()
     assert error["command"] == "error" and "disk gone (IOError)" in error["msg"]
-    assert host.wait_exit() == 1
+    assert host.wait(2.0) == 1
     bad = conformance(spawn, "bolt")
     bad.write(b"{not json\nend\n")
     error = bad.read()
     assert error["command"] == "error" and "{not json" in error["msg"]
-    assert bad.wait_exit() == 1
+    assert bad.wait(2.0) == 1
 
 
 # ---------------------------------------------------------------------------
@@ -560,7 +411,7 @@ def test_basic_bolt_exception_sends_error_then_fail_and_keeps_running(spawn):
         {"command": "ack", "id": "2"},
         {"command": "ack", "id": "3"},
     ]
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_basic_bolt_block_style_and_explicit_finish(spawn, script):
@@ -633,8 +484,8 @@ def test_spout_conformance_sync_per_command_and_id_types(spawn):
     assert sync == {"command": "sync"}
     host.send({"command": "deactivate", "id": ""})
     assert host.read_n(2) == [{"command": "emit", "tuple": ["deactivated"], "need_task_ids": False}, {"command": "sync"}]
-    host.expect_quiet()
-    assert b'"id":4.5' in host.out and b'"id":0,' in host.out
+    host.expect_silence()
+    assert b'"id":4.5' in host.stdout and b'"id":0,' in host.stdout
 
 
 def test_spout_defaults_sync_once_and_queue_commands_during_task_id_wait(spawn, script):
@@ -672,7 +523,7 @@ def test_spout_defaults_sync_once_and_queue_commands_during_task_id_wait(spawn, 
     host.send({"command": "mystery", "id": ""})
     assert host.read()["command"] == "log"
     assert host.read() == {"command": "sync"}
-    host.expect_quiet()
+    host.expect_silence()
 
 
 # ---------------------------------------------------------------------------
@@ -684,8 +535,8 @@ def test_spout_defaults_sync_once_and_queue_commands_during_task_id_wait(spawn, 
 def test_stdin_eof_exits_promptly_with_status_zero(spawn, mode):
     host = conformance(spawn, mode)
     host.close_stdin()
-    assert host.wait_exit(2.0) == 0
-    host._threads[1].join(2)
+    assert host.wait(2.0) == 0
+    host.wait_closed(2)
     assert "Error" not in host.stderr_text() and "from " not in host.stderr_text()
 
 
@@ -694,11 +545,11 @@ def test_stdin_eof_while_waiting_for_task_ids_and_before_handshake(spawn):
     host.send(tup("1", ["emit", ["x"], None]))
     host.read()
     host.close_stdin()
-    assert host.wait_exit(2.0) == 0
+    assert host.wait(2.0) == 0
     early = spawn(CONFORMANCE, "bolt")
     early.close_stdin()
-    assert early.wait_exit(2.0) == 0
-    assert early.out == b""
+    assert early.wait(2.0) == 0
+    assert early.stdout == b""
 
 
 # ---------------------------------------------------------------------------
@@ -783,24 +634,14 @@ OFFER = {"multilang.extensions": ["batch"]}
 
 
 def batch_handshake(host, conf=None, accepted=("batch",)) -> dict:
-    host.send({"pidDir": str(host.pid_dir), "conf": OFFER if conf is None else conf, "context": CONTEXT})
-    reply = host.read()
-    want = {"pid": host.proc.pid}
-    if accepted:
-        want["extensions"] = list(accepted)
-    assert same_json(reply, want), reply
-    return reply
+    return host.handshake(OFFER if conf is None else conf, accept=accepted)
 
 
-def batch_conformance(spawn, mode: str) -> Host:
+def batch_conformance(spawn, mode: str) -> ComponentProcess:
     host = spawn(CONFORMANCE, mode)
     batch_handshake(host)
     assert host.read() == {"command": "log", "msg": f"multilang-conformance ready mode={mode} lang=ruby", "level": 2}
     return host
-
-
-def tuples(*items) -> dict:
-    return {"tuples": [[t["id"], t["comp"], t["stream"], t["task"], t["tuple"]] for t in items]}
 
 
 def test_batch_accepted_tuple_batches_in_order(spawn):
@@ -811,7 +652,7 @@ def test_batch_accepted_tuple_batches_in_order(spawn):
         b'{"command":"batch","emits":[[["echo","a"],["1"]],[["tick",5],["3"]],[["r"],["-4","0005"]],[["u",null]]],'
         b'"acks":["1","3","-4","0005","6"],"fails":["2"]}'
     )
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_batch_standard_frames_close_the_batch_first(spawn):
@@ -829,14 +670,14 @@ def test_batch_standard_frames_close_the_batch_first(spawn):
     # Arriving while the bolt waits for task ids: queued, then handled in order.
     host.send(HEARTBEAT)
     host.send(tuples(tup("5", ["echo", "q"])))
-    host.expect_quiet(0.2)
+    host.expect_silence(0.2)
     host.send([4, 5])
     assert host.read_n(3) == [
         {"command": "batch", "emits": [[["task_ids", [4, 5]], ["4"]]], "acks": ["4"]},
         {"command": "sync"},
         {"command": "batch", "emits": [[["echo", "q"], ["5"]]], "acks": ["5"]},
     ]
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_batch_closed_at_1024_elements(spawn):
@@ -845,7 +686,7 @@ def test_batch_closed_at_1024_elements(spawn):
     first, second = host.read_n(2)
     assert first == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024)]}
     assert second == {"command": "batch", "emits": [[["n", i], ["1"]] for i in range(1024, 1100)], "acks": ["1"]}
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_batch_basic_bolt_streams_and_errors(spawn, script):
@@ -868,7 +709,7 @@ def test_batch_basic_bolt_streams_and_errors(spawn, script):
                          "acks": ["1", "2", "3"]}
     assert frames[1]["command"] == "error" and "boom (ArgumentError)" in frames[1]["msg"]
     assert frames[2] == {"command": "batch", "emits": [[["OK"], ["5"]]], "acks": ["5", "6"], "fails": ["4"]}
-    host.expect_quiet()
+    host.expect_silence()
 
 
 def test_batch_spout_message_ids_then_one_sync(spawn, script):
@@ -899,7 +740,7 @@ def test_batch_spout_message_ids_then_one_sync(spawn, script):
     assert host.read() == {"command": "sync"}
     host.send({"command": "ack", "id": {"k": [5]}})
     assert host.read_n(2) == [{"command": "batch", "emits": [[["acked", {"k": [5]}]]]}, {"command": "sync"}]
-    host.expect_quiet()
+    host.expect_silence()
 
 
 @pytest.mark.parametrize("how", ["class", "run-keyword", "instance"])
@@ -918,7 +759,7 @@ def test_batch_declined_is_byte_for_byte_standard(spawn, script, how):
         host.send(HEARTBEAT)
         host.send(tick("2"))
         host.read_n(4)
-        outputs.append(bytes(host.out).split(b"\nend\n", 1)[1])
+        outputs.append(bytes(host.stdout).split(b"\nend\n", 1)[1])
     assert outputs[0] == outputs[1]
     assert outputs[0] == (
         b'{"command":"emit","anchors":["1"],"tuple":["a"],"need_task_ids":false}\nend\n'
@@ -944,4 +785,4 @@ def test_tuple_batch_without_negotiation_is_a_protocol_error(spawn):
     host.send(tuples(tup("1", ["ack"])))
     frame = host.read()
     assert frame["command"] == "error" and "batch extension" in frame["msg"]
-    assert host.wait_exit() == 1
+    assert host.wait(2.0) == 1

@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -26,8 +25,7 @@ import pytest
 import trio
 import trio.testing
 
-from multilang import TopologyError
-
+from multilang import TopologyError, testing
 from multilang.shellbolt import (
     OutputSpec,
     PythonBolt,
@@ -39,6 +37,7 @@ from multilang.shellbolt import (
     fields_task_index,
     load_topology,
 )
+from multilang.testing import TopologyRun, assert_no_orphans, child_pids, gone, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -87,41 +86,7 @@ def tag_bolt(*args: str) -> ShellBolt:
     return ShellBolt(py(TAG_BOLT, *args), fields=["task", "values"])
 
 
-def children_of(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (zombies included), from /proc."""
-    kids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields_ = stat.rsplit(")", 1)[1].split()
-        if int(fields_[1]) == pid:
-            kids.append(int(d))
-    return kids
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-@dataclass
-class Run:
-    result: Any
-    runtime: Runtime
-    outputs: list[tuple[float, dict[str, Any]]]
-    pids: set[int] = field(default_factory=set)
-
-    def records(self, component: str, stream: str = "default") -> list[dict[str, Any]]:
-        return [r for _, r in self.outputs if r.get("component") == component and r.get("stream") == stream]
-
+class Run(TopologyRun):
     def events(self, spout: str = "spout") -> list[tuple[str, Any]]:
         return [(r["event"], r["msg_id"]) for r in self.records(spout, "events")]
 
@@ -130,42 +95,11 @@ class Run:
                 if r.get("component") == spout and r.get("stream") == "events"]
 
 
-def assert_no_orphans(run: Run) -> None:
-    assert run.pids, "the run started component processes"
-    left = [p for p in run.pids if not gone(p)]
-    assert not left, f"component processes left behind (running or unreaped): {left}"
-    assert children_of(os.getpid()) == [], "this process still has children after the run"
-
-
-async def _run_async(topology, during, limit, run_kw) -> Run:
-    outputs: list[tuple[float, dict[str, Any]]] = []
-    rt = Runtime(topology, on_output=lambda rec: outputs.append((trio.current_time(), rec)))
-    run = Run(None, rt, outputs)
-
-    async def sample_pids() -> None:
-        while True:
-            for t in rt.tasks.values():
-                p = getattr(t, "proc", None)
-                if p is not None and p.proc is not None:
-                    run.pids.add(p.proc.pid)
-            await trio.sleep(0.005)
-
-    with trio.fail_after(limit):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sample_pids)
-            if during is not None:
-                nursery.start_soon(during, rt)
-            run.result = await rt.run(**run_kw)
-            nursery.cancel_scope.cancel()
-    return run
-
-
 def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 20,
                  **run_kw: Any) -> Run:
-    """Run under trio with a hard time limit, collecting outputs (with their
-    trio time) and every component pid seen."""
-    run_kw.setdefault("until_done", "duration" not in run_kw)
-    return trio.run(_run_async, topology, during, limit, run_kw)
+    """multilang.testing.run_topology: a hard time limit, outputs with their
+    trio time, and every component pid seen."""
+    return testing.run_topology(topology, during=during, limit=limit, sample_every=0.005, run_type=Run, **run_kw)
 
 
 def build(builder: TopologyBuilder, **conf: Any):
@@ -175,12 +109,6 @@ def build(builder: TopologyBuilder, **conf: Any):
 
 def task_of(rt: Runtime, component: str, index: int = 0):
     return rt.tasks[rt.topology.components[component].tasks[index]]
-
-
-async def wait_for(pred: Callable[[], bool], timeout: float = 10, poll: float = 0.002) -> None:
-    with trio.fail_after(timeout):
-        while not pred():
-            await trio.sleep(poll)
 
 
 # --- the word count (Python spout, Ruby split, Node count) ----------------------------------
@@ -235,7 +163,7 @@ def test_wordcount_survives_sigkill_of_a_ruby_split_bolt():
     async def killer(rt: Runtime) -> None:
         nonlocal stopped_empty
         split = rt.topology.components["split"].tasks
-        await wait_for(lambda: rt.stats["split"].emitted > 300)
+        await wait_until(lambda: rt.stats["split"].emitted > 300)
         while True:
             for tid in split:
                 task = rt.tasks[tid]
@@ -701,7 +629,7 @@ def test_stopped_bolt_is_killed_after_subprocess_timeout_restarted_and_its_tuple
         task = task_of(rt, "bolt")
         # Our Python library flushes its output only when it next reads, so
         # "output flowed" is a poor signal; tuples written to it are enough.
-        await wait_for(lambda: task.proc is not None and len(task.in_flight) >= 5)
+        await wait_until(lambda: task.proc is not None and len(task.in_flight) >= 5)
         pid = task.proc.proc.pid
         os.kill(pid, signal.SIGSTOP)  # stops reading and answering heartbeats; never continued
         stopped.append(pid)
@@ -754,7 +682,7 @@ def test_missing_command_raises_topology_error_naming_the_component():
 
     with pytest.raises(TopologyError, match=r"bolt 'ghost': command 'no-such-program-xyz' not found"):
         trio.run(main)
-    assert children_of(os.getpid()) == []
+    assert child_pids(os.getpid()) == []
 
 
 def test_crashing_bolt_gives_up_after_its_restart_budget():

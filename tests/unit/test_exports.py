@@ -16,6 +16,7 @@ CORE_MODULES = [
     "multilang.codec",
     "multilang.connection",
     "multilang.component",
+    "multilang.testing",
 ]
 
 
