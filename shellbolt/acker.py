@@ -106,6 +106,13 @@ class Acker:
     def anchor(self, anchors: list[TupleEdges], n_targets: int) -> list[TupleEdges]:
         """A bolt emit anchored to ``anchors``: one new :class:`TupleEdges` per
         target task, with the anchors' ``ack_val`` updated (§7.1, §7.2)."""
+        if n_targets == 1 and len(anchors) == 1:  # the common case, without the loops
+            a = anchors[0]
+            if not a.ids:
+                return [TupleEdges()]
+            e = self.new_id()
+            a.ack_val ^= e
+            return [TupleEdges(dict.fromkeys(a.ids, e))]
         out = []
         for _ in range(n_targets):
             ids: dict[int, int] = {}

@@ -140,11 +140,17 @@ class Task:
         self._space = trio.lowlevel.ParkingLot()
         self._work = trio.lowlevel.ParkingLot()
         self.in_flight: dict[str, TupleEdges] = {}
+        #: stream -> (fields, subscriptions, direct targets); see Runtime._stream_info
+        self.streams: dict[str, tuple[list[str] | None, list[Grouping], set[int]]] = {}
         self.idle = True  # spouts: the last `next` emitted nothing and nothing is owed
 
     def deliver(self, d: Delivery) -> None:
         self.inbox.append(d)
-        self._work.unpark_all()
+        # Wake the consumer if it waits. It runs only after the producer
+        # yields, so one wake serves a whole batch; later calls find the
+        # lot empty and skip the unpark.
+        if self._work:
+            self._work.unpark_all()
 
     def full(self) -> bool:
         return len(self.inbox) >= self.capacity
@@ -757,10 +763,19 @@ class Runtime:
 
     # -- routing -----------------------------------------------------------------
 
+    def _stream_info(self, src: Task, stream: str) -> tuple[list[str] | None, list[Grouping], set[int]]:
+        """(declared fields, subscriptions, direct targets) of a task's
+        stream, computed once per task and stream: read for every emit."""
+        info = src.streams.get(stream)
+        if info is None:
+            subs = self.router.subscribers(src.name, stream)
+            info = (src.comp.outputs.get(stream), subs, self.router.direct_targets(src.name, stream))
+            src.streams[stream] = info
+        return info
+
     def targets(self, src: Task, emit: Emit) -> list[int] | None:
         """Destination tasks of an emit, or None if it is invalid (reported)."""
-        name = src.name
-        fields = src.comp.outputs.get(emit.stream)
+        fields, subs, direct = self._stream_info(src, emit.stream)
         if fields is None:
             return self._emit_error(src, emit, f"emitted to undeclared stream {emit.stream!r}; "
                                                f"declared: {sorted(src.comp.outputs)}")
@@ -768,12 +783,14 @@ class Runtime:
             return self._emit_error(src, emit, f"emitted {len(emit.values)} values on stream {emit.stream!r}, "
                                                f"which declares {len(fields)} fields {fields}")
         if emit.task is not None:
-            if emit.task not in self.router.direct_targets(name, emit.stream):
+            if emit.task not in direct:
                 return self._emit_error(src, emit, f"direct emit to task {emit.task}, which does not subscribe to "
-                                                   f"{name}/{emit.stream} with a direct grouping")
+                                                   f"{src.name}/{emit.stream} with a direct grouping")
             return [emit.task]
+        if len(subs) == 1 and subs[0].kind != "direct":
+            return subs[0].choose(emit.values)
         out: list[int] = []
-        for g in self.router.subscribers(name, emit.stream):
+        for g in subs:
             if g.kind == "direct":
                 return self._emit_error(src, emit, f"normal emit on stream {emit.stream!r}, which {g.target!r} "
                                                    "subscribes to with a direct grouping; use emit_direct")
@@ -833,7 +850,7 @@ class Runtime:
         out = self.topology.output
         if out.component is not None and (component != out.component or stream != (out.stream or "default")):
             return
-        fields = self.topology.components[component].outputs[stream]
+        fields = self.topology.components[component].outputs[stream]  # cached per component
         # Records carry their origin unless the output names it already.
         record: dict[str, Any] = {} if out.component is not None else {"component": component, "stream": stream}
         if fields == ANY_FIELDS:

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -153,8 +154,9 @@ class ComponentDef:
     def is_shell(self) -> bool:
         return isinstance(self.impl, ShellBolt)
 
-    @property
+    @cached_property
     def outputs(self) -> dict[str, list[str]]:
+        """Declared output streams -> fields (computed once: read per emit)."""
         return self.impl.outputs
 
 
