@@ -19,7 +19,9 @@ protocol gets a private duplicate of fd 1, fd 1 itself is pointed at stderr
 (so output of C code or child processes cannot corrupt the protocol), and
 ``sys.stdout`` becomes a writer whose lines are sent as ``log`` frames. A
 stray ``print()`` therefore shows up in the host's log instead of killing the
-component.
+component. The guard starts in :meth:`Component.run` (importing ``multilang``
+must not take over a host's stdout), so a script must not print at import
+time, before ``run()``; the Ruby and Node libraries guard from load time.
 """
 
 from __future__ import annotations
