@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Bolt throughput: our component library vs pystorm vs a hand-written ceiling.
 
-    python bench/bolt_throughput.py [--tuples N] [--repeat R] [--profile]
+    python bench/bolt_throughput.py [--tuples N] [--repeat R] [--profile] [--batch B]
 
 One plain-bytes driver runs every component as a child process, as Storm's
 ShellBolt would: it writes the handshake, waits for the pid reply, then (clock
@@ -29,6 +29,17 @@ parsed: the acks are exactly the input ids in order, every emit carries the
 right values, anchors == [id] and need_task_ids == false); the timed runs check
 exact ack/emit counts. Best of R timed runs is reported; components are
 interleaved round-robin so background load hits them alike.
+
+``--batch B`` then also times the batched fast path (spec §9.5): the driver
+offers ``multilang.extensions: ["batch"]`` in the handshake conf, requires the
+bolt to accept it, and sends ``{"tuples": [...]}`` frames of B tuples; acks are
+counted from the raw bytes of the ``{"command":"batch",...,"acks":[...]}``
+frames (the commas between ``"acks":[`` and the next ``]``; tuple ids are
+digit strings), emits by their ``],["`` anchor separators (every emit here is
+anchored to one id), never by parsing frames. The warm-up run is again parsed
+in full and proves the counts. Rows: our echo/split bolt batched, and the
+driver ceiling replaying a batched reply stream. (bench/run_all.py uses the
+same machinery for every language.)
 
 ``--profile`` then runs our echo bolt under cProfile (``BENCH_PROFILE`` env var
 read by bench/components/_bench_common.py) and prints the top functions, and
@@ -96,6 +107,7 @@ class Workload:
         vocab = _vocabulary(rng)
         self.kind = kind
         self.n = n
+        self.batch = 0  # tuples per host frame; 0 = standard protocol (see batched())
         self.ids = _ids(rng, n)
         if kind == "echo":
             fields = ["word", "count"]
@@ -117,7 +129,8 @@ class Workload:
             "source->stream->fields": {"spout": {"default": fields}},
         }
         conf = {"topology.name": "bench", "topology.debug": False, "topology.message.timeout.secs": 30}
-        self.handshake = orjson.dumps({"pidDir": pid_dir, "conf": conf, "context": context}) + TERM
+        self._hs = {"pidDir": pid_dir, "conf": conf, "context": context}
+        self.handshake = orjson.dumps(self._hs) + TERM
         frames = [
             orjson.dumps({"id": tid, "comp": "spout", "stream": "default", "task": 2, "tuple": vals})
             for tid, vals in zip(self.ids, self.values)
@@ -131,6 +144,20 @@ class Workload:
         frames.append(b"")
         self.blob = TERM.join(frames)
 
+    def batched(self, size: int) -> "Workload":
+        """The same tuples for the ``batch`` extension (spec §9.5): the
+        handshake offers it, and the blob is ``{"tuples": [...]}`` frames of
+        ``size`` tuples each."""
+        sub = copy.copy(self)
+        sub.batch = size
+        hs = copy.deepcopy(self._hs)
+        hs["conf"]["multilang.extensions"] = ["batch"]
+        sub._hs = hs
+        sub.handshake = orjson.dumps(hs) + TERM
+        sub._ends = None
+        sub.blob = _batch_blob(self.ids, self.values, size)
+        return sub
+
     def take(self, k: int) -> "Workload":
         """The first ``k`` tuples of this workload (same ids, same values)."""
         if k >= self.n:
@@ -141,8 +168,11 @@ class Workload:
         sub.values = self.values[:k]
         sub.emits_per_tuple = self.emits_per_tuple[:k]
         sub.n_emits = sum(sub.emits_per_tuple)
-        sub._ends = self._ends[:k]
-        sub.blob = self.blob[: self._ends[k - 1]]
+        if self.batch:
+            sub.blob = _batch_blob(sub.ids, sub.values, self.batch)
+        else:
+            sub._ends = self._ends[:k]
+            sub.blob = self.blob[: self._ends[k - 1]]
         return sub
 
     def expected_emits(self, i: int) -> list[list]:
@@ -152,6 +182,8 @@ class Workload:
 
     def reply_stream(self) -> bytes:
         """What a correct bolt writes (hand-written's format), pid frame first."""
+        if self.batch:
+            return self._batched_reply_stream()
         out = [orjson.dumps({"pid": 1})]
         for i, tid in enumerate(self.ids):
             for vals in self.expected_emits(i):
@@ -160,8 +192,23 @@ class Workload:
         out.append(b"")
         return TERM.join(out)
 
+    def _batched_reply_stream(self) -> bytes:
+        """What a correct batched bolt writes (our Python library's format:
+        one output batch per input batch), pid frame first."""
+        out = [orjson.dumps({"pid": 1, "extensions": ["batch"]})]
+        size = self.batch
+        for lo in range(0, self.n, size):
+            emits = [[vals, [tid]] for i, tid in zip(range(lo, min(lo + size, self.n)), self.ids[lo : lo + size])
+                     for vals in self.expected_emits(i)]
+            out.append(orjson.dumps({"command": "batch", "emits": emits, "acks": self.ids[lo : lo + size]}))
+        out.append(b"")
+        return TERM.join(out)
+
     def verify(self, output: bytes) -> None:
         """Parse every frame after the pid reply and check it exactly."""
+        if self.batch:
+            self._verify_batched(output)
+            return
         bodies = output.split(TERM)
         if bodies[-1].strip():
             raise BenchError(f"output ends with a partial frame: {bodies[-1][:200]!r}")
@@ -199,6 +246,71 @@ class Workload:
         if acks != self.n or n_ack_re != self.n:
             raise BenchError(f"{acks} acks parsed, {n_ack_re} ack frames by regex; expected {self.n}")
 
+    def _verify_batched(self, output: bytes) -> None:
+        """Batch mode: parse every frame, expand output batches into the
+        standard frames they stand for (emits, then acks, then fails, §9.5),
+        check them as :meth:`verify` does, and check that the cheap byte
+        counts of :func:`_count_batched` equal the parsed counts."""
+        bodies = output.split(TERM)
+        if bodies[-1].strip():
+            raise BenchError(f"output ends with a partial frame: {bodies[-1][:200]!r}")
+        events: list[tuple] = []  # ("emit", values, anchors) | ("ack", id)
+        for body in bodies[:-1]:
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise BenchError(f"bad frame {body[:200]!r}: {exc}") from None
+            cmd = obj.get("command") if type(obj) is dict else None
+            if cmd in ("log", "sync", "metrics"):
+                continue
+            if cmd == "batch":
+                if obj.get("fails"):
+                    raise BenchError(f"batch with fails: {body[:200]!r}")
+                for e in obj.get("emits", ()):
+                    if len(e) > 2 and e[2] not in (None, "default"):
+                        raise BenchError(f"batched emit on stream {e[2]!r}: {body[:200]!r}")
+                    events.append(("emit", e[0], e[1] if len(e) > 1 else None))
+                for tid in obj.get("acks", ()):
+                    events.append(("ack", tid))
+            elif cmd == "emit":
+                if obj.get("need_task_ids") is not False:
+                    raise BenchError(f"standard emit wanting task ids in batch mode: {body[:200]!r}")
+                events.append(("emit", obj.get("tuple"), obj.get("anchors")))
+            elif cmd == "ack":
+                events.append(("ack", obj.get("id")))
+            else:
+                raise BenchError(f"unexpected frame {body[:200]!r}")
+        # acks: exactly the input ids, in order; emits: the expected values in
+        # order, anchored to their input, each before that input's ack.
+        acked = [ev[1] for ev in events if ev[0] == "ack"]
+        if acked != self.ids:
+            raise BenchError(f"acks are not the input ids in order ({len(acked)} acks, expected {self.n})")
+        want = [(vals, [tid]) for i, tid in enumerate(self.ids) for vals in self.expected_emits(i)]
+        got = [(list(ev[1]), ev[2]) for ev in events if ev[0] == "emit"]
+        if got != want:
+            bad = next((k for k, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+            raise BenchError(f"emit {bad}: got {got[bad] if bad < len(got) else None!r}, "
+                             f"wanted {want[bad] if bad < len(want) else None!r} ({len(got)} emits, {len(want)} expected)")
+        done: set[str] = set()
+        for ev in events:
+            if ev[0] == "ack":
+                done.add(ev[1])
+            elif ev[2][0] in done:
+                raise BenchError(f"emit {ev[1]!r} anchored to {ev[2][0]} after that tuple's ack")
+        _, a, e = _count_batched(output)
+        if a != self.n or e != len(want):
+            raise BenchError(f"byte counts {a} acks / {e} emits differ from the parse: {self.n} / {len(want)}")
+
+
+def _batch_blob(ids: list[str], values: list[list], size: int) -> bytes:
+    """``{"tuples": [[id, comp, stream, task, values], ...]}`` frames of ``size`` tuples (§9.5)."""
+    out = []
+    for lo in range(0, len(ids), size):
+        out.append(orjson.dumps({"tuples": [[tid, "spout", "default", 2, vals]
+                                            for tid, vals in zip(ids[lo : lo + size], values[lo : lo + size])]}))
+    out.append(b"")
+    return TERM.join(out)
+
 
 # --- driver ----------------------------------------------------------------------
 
@@ -215,6 +327,30 @@ def _count(block: bytes) -> tuple[int, int, int]:
         block.count(ACK_FORMS[0]) + block.count(ACK_FORMS[1]),
         block.count(EMIT_FORMS[0]) + block.count(EMIT_FORMS[1]),
     )
+
+
+BATCH_ACKS = b'"acks":['
+BATCH_EMIT_SEP = b'],["'  # between a batched emit's values and its one-id anchor list
+
+
+def _count_batched(block: bytes) -> tuple[int, int, int]:
+    """Frames, acks and emits in complete frames, batch mode, without parsing.
+
+    Acks: standard ack frames, plus for each ``"acks":[`` the commas up to
+    the next ``]`` + 1 (ids are digit strings, so the first ``]`` closes the
+    array). Emits: standard emit frames plus ``],["`` (a batched emit's
+    values followed by its anchor list; the workloads' values are lowercase
+    words and integers). Proven equal to a full parse by the verified warm-up."""
+    frames, acks, emits = _count(block)
+    find, count = block.find, block.count
+    pos = find(BATCH_ACKS)
+    while pos >= 0:
+        start = pos + len(BATCH_ACKS)
+        end = find(b"]", start)
+        if end > start:
+            acks += count(b",", start, end) + 1
+        pos = find(BATCH_ACKS, end)
+    return frames, acks, emits + count(BATCH_EMIT_SEP)
 
 
 class RunResult:
@@ -261,6 +397,9 @@ def drive(
         first, _, data = buf.partition(TERM)
         if b'"pid"' not in first:
             raise fail(f"first frame is not the pid reply: {first[:200]!r}")
+        if wl.batch and b'"batch"' not in first:
+            raise fail(f"the batch extension was offered but not accepted: {first[:200]!r}")
+        counter = _count_batched if wl.batch else _count
 
         writer_done = [0.0]
         writer_err: list[BaseException] = []
@@ -288,7 +427,7 @@ def drive(
                     block, data = data, b""
                 else:
                     block, data = data[:cut], data[cut:]
-                f, a, e = _count(block)
+                f, a, e = counter(block)
                 frames += f
                 acks += a
                 emits += e
@@ -314,7 +453,7 @@ def drive(
                 break
             data += chunk
         if data:
-            f, a, e = _count(data)
+            f, a, e = counter(data)
             frames += f
             acks += a
             emits += e
@@ -352,6 +491,43 @@ def component_cmds(kind: str, reply_path: str) -> dict[str, tuple[list[str], tup
     }
 
 
+def time_components(
+    plan: dict[str, tuple[list[str], tuple[int, ...], Workload]], repeat: int,
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Warm up every component once (output parsed and verified in full),
+    then ``repeat`` timed runs, round-robin; return best tuples/s and the
+    seconds of every timed run, per component."""
+    best: dict[str, float] = {}
+    secs: dict[str, list[float]] = {name: [] for name in plan}
+    for name, (cmd, ok, wl) in plan.items():  # warm-up, fully verified
+        drive(cmd, wl, verify=True, ok_codes=ok)
+    for _ in range(repeat):
+        for name, (cmd, ok, wl) in plan.items():
+            r = drive(cmd, wl, ok_codes=ok)
+            secs[name].append(r.seconds)
+            best[name] = max(best.get(name, 0.0), r.rate)
+    return best, secs
+
+
+def bench_batched(kind: str, n: int, scale: int, repeat: int, tmp: str, size: int) -> dict[str, float]:
+    """The batched fast path (``--batch``): our bolt and the driver ceiling,
+    the driver offering ``batch`` and sending frames of ``size`` tuples."""
+    pid_dir = tempfile.mkdtemp(dir=tmp, prefix=f"pids-{kind}-b-")
+    full = Workload(kind, n * scale, pid_dir).batched(size)
+    reply_path = os.path.join(tmp, f"reply-{kind}-batch.bin")
+    with open(reply_path, "wb") as f:
+        f.write(full.reply_stream())
+    cmds = component_cmds(kind, reply_path)
+    plan = {name: (cmds[name][0], cmds[name][1], full) for name in ("driver (cat)", "ours")}
+    best, secs = time_components(plan, repeat)
+    print(f"\n[{kind}, batch {size}] tuple frames of {size}; {len(full.blob) / full.n:.0f} B/tuple in; "
+          f"warm-up run of each verified frame by frame; best of {repeat}")
+    for name, (cmd, ok, wl) in plan.items():
+        runs = ", ".join(f"{x:.2f}" for x in secs[name])
+        print(f"  {name:<13} N={wl.n:>7,}  {best[name]:>11,.0f} tuples/s  {1e6 / best[name]:6.2f} us/tuple   runs (s): {runs}")
+    return best
+
+
 def bench_workload(kind: str, n: int, scale: int, repeat: int, tmp: str) -> dict[str, float]:
     """Warm up (verified) and time every component; return best tuples/s.
 
@@ -367,15 +543,7 @@ def bench_workload(kind: str, n: int, scale: int, repeat: int, tmp: str) -> dict
         f.write(full.reply_stream())
     cmds = component_cmds(kind, reply_path)
     plan = {name: (cmd, ok, full if name in ("driver (cat)", "hand-written") else small) for name, (cmd, ok) in cmds.items()}
-    best: dict[str, float] = {}
-    secs: dict[str, list[float]] = {name: [] for name in plan}
-    for name, (cmd, ok, wl) in plan.items():  # warm-up, fully verified
-        drive(cmd, wl, verify=True, ok_codes=ok)
-    for _ in range(repeat):
-        for name, (cmd, ok, wl) in plan.items():
-            r = drive(cmd, wl, ok_codes=ok)
-            secs[name].append(r.seconds)
-            best[name] = max(best.get(name, 0.0), r.rate)
+    best, secs = time_components(plan, repeat)
     print(f"\n[{kind}] {small.n_emits // small.n} emit(s) + 1 ack per tuple; {len(small.blob) / small.n:.0f} B/tuple in; "
           f"warm-up run of each verified frame by frame; best of {repeat}")
     for name, (cmd, ok, wl) in plan.items():
@@ -429,7 +597,7 @@ def profile_ours(n: int, tmp: str, top: int = 25) -> None:
             print(f"   {tt / n * 1e6:>11.3f} {ct / n * 1e6:>10.3f} {nc / n:>9.2f}  {label}")
 
 
-def stage_breakdown(n: int) -> None:
+def stage_breakdown(n: int, batch: int = 0) -> None:
     """Time our library's per-tuple stages in-process, without a profiler.
 
     Uses multilang's public-ish pieces exactly as component.Bolt does, on the
@@ -598,6 +766,47 @@ def stage_breakdown(n: int) -> None:
 
     results.append(("hand-written loop, no syscalls (same work)", best(hand_floor)))
 
+    if batch:  # the same loop on the batched fast path (§9.5), --batch
+        wlb = wl.batched(batch)
+        bchunks = [wlb.blob[i : i + 65536] for i in range(0, len(wlb.blob), 65536)]
+
+        def fresh_batched() -> Connection:
+            c = Connection(Role.BOLT, Side.COMPONENT)
+            c.receive_data(wlb.handshake)
+            c.next_event()
+            c.send(Pid(pid=1, extensions=("batch",)))
+            return c
+
+        def events_batched(c):
+            for ch in bchunks:
+                c.receive_data(ch)
+                while c.next_event() is not NEED_DATA:
+                    pass
+
+        results.append((f"batched {batch}: Connection receive_data+next_event (input side)",
+                        best(events_batched, fresh_batched)))
+
+        def whole_batched_setup():
+            b = Echo()
+            b._conn = fresh_batched()
+            return b
+
+        def whole_batched(b):
+            conn = b._conn
+            out = b._out
+            for ch in bchunks:
+                conn.receive_data(ch)
+                while True:
+                    ev = conn.next_event()
+                    if ev is NEED_DATA:
+                        break
+                    b._on_tuple(ev)
+                out.append(conn.close_batch())
+                b"".join(out)
+                out.clear()
+
+        results.append((f"batched {batch}: whole component loop, no syscalls", best(whole_batched, whole_batched_setup)))
+
     print(f"\n== in-process stage timings, our library, echo, N={n} (us/tuple, best of 5, no profiler) ==")
     for label, us in results:
         print(f"  {us:7.3f}  {label}")
@@ -611,6 +820,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per component; the best is reported (default 3)")
     ap.add_argument("--only", choices=["echo", "split"], help="run one workload")
     ap.add_argument("--profile", action="store_true", help="then profile our echo bolt (cProfile + in-process stage timings)")
+    ap.add_argument("--batch", type=int, default=0, metavar="B",
+                    help="then also time our bolts on the batched fast path (spec §9.5), B tuples per frame")
     args = ap.parse_args()
     split_n = args.split_tuples or max(1, args.tuples // 4)
 
@@ -623,10 +834,20 @@ def main() -> None:
         if args.only in (None, "split"):
             results["split"] = bench_workload("split", split_n, args.ceiling_scale, args.repeat, tmp)
         print_summary(results)
+        if args.batch:
+            batched: dict[str, dict[str, float]] = {}
+            for kind, n in (("echo", args.tuples), ("split", split_n)):
+                if args.only in (None, kind):
+                    batched[kind] = bench_batched(kind, n, args.ceiling_scale, args.repeat, tmp, args.batch)
+            print(f"\n== batched fast path, {args.batch} tuples per frame (tuples/s, best run) ==")
+            for kind, r in batched.items():
+                std = results[kind]["ours"]
+                print(f"{kind:<8} ours batched {r['ours']:>10,.0f}  = {r['ours'] / std:5.2f}x ours standard; "
+                      f"driver ceiling {r['driver (cat)']:>11,.0f} = {r['driver (cat)'] / r['ours']:.1f}x ours batched")
         print(f"load avg at end {os.getloadavg()[0]:.2f}")
         if args.profile:
             profile_ours(args.tuples, tmp)
-            stage_breakdown(min(args.tuples, 100_000))
+            stage_breakdown(min(args.tuples, 100_000), args.batch)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
