@@ -269,7 +269,7 @@ def _tuple_batch(items: Any, body: bytes) -> TupleBatch:
     return TupleBatch(tuples=out)
 
 
-_new_tuple = tuple.__new__
+_new_tuple = tuple.__new__  # builds a Tuple without its generated keyword __new__
 
 
 # --- decoding: what a host wrote (component side) -----------------------------

@@ -30,7 +30,7 @@ import orjson
 from typing import Any, Iterable
 
 from ._state import SENDER, TRANSITIONS, Role, Side, State
-from .codec import decode_component_frame, decode_host_frame, dumps, encode
+from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader
 from .messages import (
@@ -63,7 +63,6 @@ for _role, _table in TRANSITIONS.items():
     for (_state, _msg), _new in _table.items():
         _BY_STATE.setdefault(_role, {}).setdefault(_state, {})[_msg] = _new
 _NOTHING: dict[type, State] = {}
-_new_tuple = tuple.__new__  # builds a Tuple without its generated keyword __new__
 # Elements per output batch before it is closed: keeps a frame far below the
 # size limit for ordinary tuples (§9.5).
 _BATCH_MAX = 1024
@@ -131,7 +130,7 @@ class Connection:
         self._open_emits: list[list[Any]] = []
         self._open_acks: list[str] = []
         self._open_fails: list[str] = []
-        self._open_n = 0
+        self._open_n = 0  # elements in the open batch (every append goes through _batch_full)
         #: The last frames received, for error messages.
         self.last_frames: deque[bytes] = deque(maxlen=3)
 
@@ -267,7 +266,7 @@ class Connection:
                                   need_task_ids=msg.need_task_ids)
         self._may_send(t, msg)
         # §9.5: a standard frame closes the batch being filled, keeping order.
-        head = self.close_batch() if (self._open_emits or self._open_acks or self._open_fails) else b""
+        head = self.close_batch() if self._open_n else b""
         self._check(msg, remote=False, frame=msg)
         new = self._allowed[t]
         if new is not self._state:
@@ -294,7 +293,7 @@ class Connection:
 
     def close_batch(self) -> bytes:
         """Component: the output batch filled so far as one frame (or b"")."""
-        if not (self._open_emits or self._open_acks or self._open_fails):
+        if not self._open_n:
             return b""
         self._open_n = 0
         obj: dict[str, Any] = {"command": "batch"}
@@ -338,10 +337,7 @@ class Connection:
         a non-direct emit that wants task ids is owed a list (§3.4)."""
         if self.batching and task is None and not need_task_ids and self._component_side and Emit in self._allowed:
             if anchors:
-                pending = self.pending
-                for a in anchors:
-                    if a not in pending:
-                        raise LocalProtocolError(self._unknown_id("anchors to", a), frame=values)
+                self._check_anchors(anchors, values)
             second = (anchors if type(anchors) is list else list(anchors)) if anchors else id
             if stream != DEFAULT_STREAM:
                 self._open_emits.append([values, second, stream])
@@ -353,14 +349,11 @@ class Connection:
         obj: dict[str, Any] = {"command": "emit", "tuple": values}
         if Emit not in self._allowed or not self._component_side:
             self._may_send(Emit, obj)
-        head = self.close_batch() if (self._open_emits or self._open_acks or self._open_fails) else b""
+        head = self.close_batch() if self._open_n else b""
         if stream != DEFAULT_STREAM:
             obj["stream"] = stream
         if anchors:
-            pending = self.pending
-            for a in anchors:
-                if a not in pending:
-                    raise LocalProtocolError(self._unknown_id("anchors to", a), frame=obj)
+            self._check_anchors(anchors, obj)
             obj["anchors"] = anchors if type(anchors) is list else list(anchors)
         if id is not None:
             obj["id"] = id
@@ -374,6 +367,13 @@ class Connection:
             return head + orjson.dumps(obj) + TERMINATOR
         except TypeError:
             return head + dumps(obj) + TERMINATOR  # integers beyond 64 bits, or a clear error
+
+    def _check_anchors(self, anchors: Iterable[str], frame: Any) -> None:
+        """§3.5: we may anchor only to tuples still pending."""
+        pending = self.pending
+        for a in anchors:
+            if a not in pending:
+                raise LocalProtocolError(self._unknown_id("anchors to", a), frame=frame)
 
     def send_ack(self, tuple_id: Any) -> bytes:
         """Bolt: ack a pending tuple. Spout host: ack a message id."""
@@ -398,7 +398,7 @@ class Connection:
             if self.batching:
                 (self._open_acks if cls is Ack else self._open_fails).append(tuple_id)
                 return self._batch_full()
-            head = self.close_batch() if (self._open_emits or self._open_acks or self._open_fails) else b""
+            head = self.close_batch() if self._open_n else b""
             return head + orjson.dumps({"command": command, "id": tuple_id}) + TERMINATOR
         return self.send(cls(id=tuple_id))
 
