@@ -84,12 +84,14 @@ class FrameReader:
             if start:
                 del buf[:start]
             self._scan = len(buf)
-        for i, body in enumerate(frames):
-            if len(body) > self.max_frame_size:
-                self._fail(
-                    FrameTooLarge(f"frame of {len(body)} bytes exceeds the {self.max_frame_size}-byte limit", frame=body[:200]),
-                    frames[:i],
-                )
+        if frames and max(map(len, frames)) > self.max_frame_size:  # one pass in C
+            for i, body in enumerate(frames):
+                if len(body) > self.max_frame_size:
+                    self._fail(
+                        FrameTooLarge(f"frame of {len(body)} bytes exceeds the {self.max_frame_size}-byte limit",
+                                      frame=body[:200]),
+                        frames[:i],
+                    )
         if len(buf) > self.max_frame_size:
             self._fail(
                 FrameTooLarge(

@@ -708,3 +708,90 @@ class BoltConversation(RuleBasedStateMachine):
 
 BoltConversation.TestCase.settings = settings(max_examples=60, stateful_step_count=50, deadline=None)
 TestBoltConversation = BoltConversation.TestCase
+
+
+# --- the component bolt's per-tuple fast paths --------------------------------------------
+
+
+def test_take_tuples_takes_the_ordinary_tuples_and_stops_at_anything_else():
+    """A burst is decoded in one pass up to the first frame that is not an
+    ordinary tuple; that frame and those after it come through next_event."""
+    host, comp = pair(BOLT)
+    data = host.send(tup("1")) + host.send(tup("2")) + host.send(Heartbeat(id="h")) + host.send(tup("3"))
+    comp.receive_data(data)
+    assert [t.id for t in comp.take_tuples()] == ["1", "2"]
+    assert comp.take_tuples() == []
+    assert comp.next_event() == Heartbeat(id="h")
+    assert comp.take_tuples() == [tup("3")]
+    assert comp.pending == {"1", "2", "3"}
+
+
+def test_take_tuples_leaves_a_duplicate_id_to_the_general_path():
+    host, comp = pair(BOLT)
+    frame = b'{"id":"7","comp":"s","stream":"default","task":1,"tuple":[1]}\nend\n'
+    comp.receive_data(frame + frame)
+    assert [t.id for t in comp.take_tuples()] == ["7"]
+    with pytest.raises(RemoteProtocolError, match="already pending"):
+        comp.next_event()
+
+
+@pytest.mark.parametrize("frame", [
+    b'{"id":7,"comp":"s","stream":"default","task":1,"tuple":[1]}',  # id not a string
+    b'{"id":"7","comp":"s","stream":"default","task":"1","tuple":[1]}',  # task not an int
+    b'{"id":"7","comp":"s","stream":"default","task":1,"tuple":{}}',  # values not a list
+    b'{"id":"7","comp":"s","task":1,"tuple":[1]}',  # no stream
+    b'[1,2]',
+    b'{"id":"7",',
+])
+def test_take_tuples_never_accepts_a_bad_tuple(frame):
+    host, comp = pair(BOLT)
+    comp.receive_data(frame + b"\nend\n")
+    assert comp.take_tuples() == []
+    with pytest.raises(RemoteProtocolError):
+        comp.next_event()
+
+
+def fast_paths(comp):
+    out, slow = [], []
+
+    def emit(values, stream, anchors, task, need):
+        slow.append("emit")
+        out.append(comp.send_emit(values, stream=stream or "default", task=task, need_task_ids=need,
+                                  anchors=[a if isinstance(a, str) else a.id for a in anchors or ()]))
+
+    def ack(t):
+        slow.append("ack")
+        out.append(comp.send_ack(t if isinstance(t, str) else t.id))
+
+    return out, slow, *comp.bolt_fast_paths(out, emit, ack)
+
+
+def test_bolt_fast_paths_write_the_same_bytes_as_the_general_path():
+    host, comp = pair(BOLT)
+    deliver(comp, host.send(tup("1")) + host.send(tup("2")))
+    out, slow, emit, ack = fast_paths(comp)
+    emit(["a", 1, {"k": None}], anchors=[tup("1")])
+    emit([2 ** 70], anchors=["1"])  # beyond orjson: the general path encodes it
+    ack(tup("1"))
+    assert slow == ["emit"]
+    assert out[0] == encode(Emit(values=["a", 1, {"k": None}], anchors=("1",), need_task_ids=False))
+    assert deliver(host, b"".join(out)) == [
+        Emit(values=["a", 1, {"k": None}], anchors=("1",), need_task_ids=False),
+        Emit(values=[2 ** 70], anchors=("1",), need_task_ids=False),
+        Ack(id="1"),
+    ]
+    assert comp.pending == {"2"}
+
+
+def test_bolt_fast_paths_refuse_what_the_general_path_refuses():
+    host, comp = pair(BOLT)
+    deliver(comp, host.send(tup("1")))
+    out, slow, emit, ack = fast_paths(comp)
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        emit(["x"], anchors=[tup("9")])
+    ack(tup("1"))
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        ack(tup("1"))  # twice
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        emit(["x"], anchors=["1"])  # anchored to an acked tuple
+    assert slow == ["emit", "ack", "emit"]
