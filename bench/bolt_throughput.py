@@ -519,6 +519,8 @@ def bench_batched(kind: str, n: int, scale: int, repeat: int, tmp: str, size: in
         f.write(full.reply_stream())
     cmds = component_cmds(kind, reply_path)
     plan = {name: (cmds[name][0], cmds[name][1], full) for name in ("driver (cat)", "ours")}
+    if kind == "echo":  # the same bolt on the batch-level API (Bolt.process_batch)
+        plan["ours, batch API"] = ([sys.executable, str(COMPONENTS / "ours_echo_batch.py")], (0,), full)
     best, secs = time_components(plan, repeat)
     print(f"\n[{kind}, batch {size}] tuple frames of {size}; {len(full.blob) / full.n:.0f} B/tuple in; "
           f"warm-up run of each verified frame by frame; best of {repeat}")
@@ -844,6 +846,10 @@ def main() -> None:
                 std = results[kind]["ours"]
                 print(f"{kind:<8} ours batched {r['ours']:>10,.0f}  = {r['ours'] / std:5.2f}x ours standard; "
                       f"driver ceiling {r['driver (cat)']:>11,.0f} = {r['driver (cat)'] / r['ours']:.1f}x ours batched")
+                if "ours, batch API" in r:
+                    api = r["ours, batch API"]
+                    print(f"{kind:<8} ours batched, process_batch {api:>10,.0f}  = {api / std:5.2f}x ours standard "
+                          f"(target 4x: {'MET' if api / std >= 4 else 'NOT MET'})")
         print(f"load avg at end {os.getloadavg()[0]:.2f}")
         if args.profile:
             profile_ours(args.tuples, tmp)

@@ -31,7 +31,7 @@ from .errors import (
     RemoteProtocolError,
     TopologyError,
 )
-from .messages import Tick, TopologyContext, Tuple
+from .messages import Tick, TopologyContext, Tuple, Tuples
 
 __version__ = "0.1.0"
 
@@ -41,6 +41,7 @@ __all__ = [
     "Spout",
     "Component",
     "Tuple",
+    "Tuples",
     "Tick",
     "TopologyContext",
     "Connection",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgpack
 import orjson
 
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -71,6 +72,65 @@ def loads(body: bytes) -> Any:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise RemoteProtocolError(f"frame is not valid JSON: {exc}", frame=body) from None
+
+
+# --- extension msgpack (§9.6) ---------------------------------------------------
+
+# Format bytes of bin (c4-c6) and ext (c7-c9, d4-d8). They may also occur
+# inside strings and numbers; only a body holding one is walked in full.
+_NOT_JSON_MARKERS = tuple(bytes([b]) for b in (0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8))
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"ext type {code} is not part of the data model")
+
+
+def _check_json_model(value: Any, body: bytes) -> None:
+    t = type(value)
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                raise RemoteProtocolError(f"msgpack map key {k!r} is not a string (§9.6)", frame=body)
+            _check_json_model(v, body)
+    elif t is list:
+        for v in value:
+            _check_json_model(v, body)
+    elif t not in (str, int, float, bool) and value is not None:
+        raise RemoteProtocolError(f"msgpack {t.__name__} value is not part of the data model (§9.6)", frame=body)
+
+
+def msgpack_loads(body: bytes) -> Any:
+    """Parse one msgpack frame body (§9.6): exactly one object of JSON's data
+    model. bin, ext, non-string keys, bad UTF-8 and trailing bytes raise."""
+    try:
+        # strict_map_key: only str (or bin, caught below) keys, at any depth.
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, ext_hook=_no_ext, timestamp=0)
+    except Exception as exc:  # ExtraData, OutOfData, FormatError, UnicodeDecodeError, ValueError
+        raise RemoteProtocolError(f"frame is not one valid msgpack object: {type(exc).__name__}: {exc}",
+                                  frame=body) from None
+    if any(m in body for m in _NOT_JSON_MARKERS):
+        _check_json_model(obj, body)
+    return obj
+
+
+def _pack_default(obj: Any) -> Any:
+    if type(obj) is int:
+        raise TypeError(f"integer {obj} is beyond 64 bits")
+    raise TypeError(f"{type(obj).__name__} is not part of the data model")
+
+
+def msgpack_frame(obj: Any) -> bytes:
+    """One complete msgpack frame: 4-byte big-endian length + body (§9.6)."""
+    try:
+        body = msgpack.packb(obj, use_bin_type=True, default=_pack_default)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"value cannot be sent as msgpack: {exc}", frame=repr(obj)) from None
+    if any(m in body for m in _NOT_JSON_MARKERS):  # bytes became bin: not ours to send (§9.6)
+        try:
+            _check_json_model(obj, body)
+        except RemoteProtocolError as exc:
+            raise LocalProtocolError(str(exc.args[0]), frame=repr(obj)) from None
+    return len(body).to_bytes(4, "big") + body
 
 
 # --- encoding ----------------------------------------------------------------
@@ -192,8 +252,9 @@ def _emit(obj: dict[str, Any], body: bytes) -> Emit:
     return Emit(values=values, stream=stream, anchors=anchors, id=obj.get("id"), task=task, need_task_ids=need)
 
 
-def decode_component_frame(body: bytes) -> Message:
-    """Decode a frame written by a component (bolt or spout)."""
+def decode_component_frame(body: bytes, *, loads: Any = loads) -> Message:
+    """Decode a frame written by a component (bolt or spout). ``loads``
+    parses the body (JSON; :func:`msgpack_loads` under §9.6)."""
     obj = loads(body)
     if type(obj) is not dict:
         raise RemoteProtocolError("a component frame must be a JSON object", frame=body)
@@ -277,7 +338,7 @@ _new_tuple = tuple.__new__  # builds a Tuple without its generated keyword __new
 _SPOUT_COMMANDS = {"next": Next, "activate": Activate, "deactivate": Deactivate}
 
 
-def decode_host_frame(body: bytes, *, spout: bool) -> Message:
+def decode_host_frame(body: bytes, *, spout: bool, loads: Any = loads) -> Message:
     """Decode a frame written by the host to a bolt (``spout=False``) or spout."""
     obj = loads(body)
     if type(obj) is list:

@@ -36,6 +36,7 @@ except ImportError:  # not on Linux/Unix
 import sys
 import traceback
 from functools import partial
+from operator import itemgetter
 from time import monotonic
 from typing import Any, Iterable
 
@@ -60,6 +61,7 @@ from .messages import (
     Tick,
     TopologyContext,
     Tuple,
+    Tuples,
     UnknownCommand,
 )
 
@@ -71,8 +73,18 @@ _READ_SIZE = 1 << 16
 _PIPE_SIZE = 1 << 20
 _LOG_BUFFER = 1 << 16
 _FLUSH_INTERVAL = 0.1  # stdout text held while waiting for the end of a line
-_CLOCK_EVERY = 8  # input tuples handled between looks at the clock
 _SYNC = Sync()
+
+
+def _ids(tuples: Any) -> Any:
+    if type(tuples) is Tuples:
+        return tuples.ids
+    if type(tuples) is list and set(map(type, tuples)) == {Tuple}:
+        return list(map(_first, tuples))
+    return [t if type(t) is str else t[0] for t in tuples]
+
+
+_first = itemgetter(0)
 
 
 class _Closed(Exception):
@@ -114,7 +126,7 @@ class Component:
     _role = Role.BOLT
     #: Extensions this component accepts when the host offers them (spec §9).
     #: Set to ``()`` to speak the standard protocol only.
-    extensions: tuple[str, ...] = ("batch",)
+    extensions: tuple[str, ...] = ("batch", "msgpack")
 
     def __init__(self) -> None:
         self.conf: dict[str, Any] = {}
@@ -267,6 +279,44 @@ class Bolt(Component):
         passed to :meth:`process`. The default acks it."""
         self.ack(tup)
 
+    def process_batch(self, tuples: Tuples) -> None:
+        """Handle the input tuples that arrived together, in order (a tuple
+        batch under extension ``batch``, or a burst of standard frames).
+
+        Optional: by default each goes to :meth:`process`. Override it to
+        work on many tuples per call, with :meth:`emit_many`,
+        :meth:`ack_many` and :meth:`fail_many`; every tuple must still be
+        acked or failed. Ticks never come here (:meth:`process_tick`).
+        ``tuples`` is a :class:`~multilang.messages.Tuples`: a sequence of
+        :class:`Tuple` with the fields also as columns (``tuples.ids``,
+        ``tuples.values``, ...), which are cheaper than the objects.
+        Output is flushed when it returns, so one call must finish well
+        within ``topology.subprocess.timeout.secs`` (§5.2)."""
+        process = self.process
+        for tup in tuples:
+            process(tup)
+
+    def emit_many(self, values_list: list[list[Any]], anchors: list[Any] | None = None) -> None:
+        """Emit each of ``values_list`` on the default stream. ``anchors``, if
+        given, is a list as long: entry i (a tuple, an id, a list of them, or
+        None) anchors emit i. ``emit_many(vals, anchors=tuples)`` anchors each
+        output to its input. Under ``batch`` this is one step for all."""
+        data = self._conn.send_emits(values_list, anchors)
+        if data:
+            self._out.append(data)
+
+    def ack_many(self, tuples: Iterable[Tuple | str] | Tuples) -> None:
+        """Ack many inputs (tuples or their ids)."""
+        data = self._conn.send_acks(_ids(tuples))
+        if data:
+            self._out.append(data)
+
+    def fail_many(self, tuples: Iterable[Tuple | str]) -> None:
+        """Fail many inputs (tuples or their ids)."""
+        data = self._conn.send_acks(_ids(tuples), fail=True)
+        if data:
+            self._out.append(data)
+
     def emit(
         self,
         values: list[Any],
@@ -337,8 +387,21 @@ class Bolt(Component):
         take = conn.take_tuples
         self._bind_fast_paths()
         handle = self._tuple_handler()
+        batch = self.process_batch if type(self).process_batch is not Bolt.process_batch else None
         while True:
-            tups = take()
+            tups = take(batch is not None)
+            if tups and batch is not None:
+                group = Tuples(tups)
+                try:
+                    batch(group)
+                except _Closed:
+                    raise
+                except Exception:
+                    self._process_failed(group[0], len(group))
+                    raise
+                if monotonic() - self._flushed > _FLUSH_INTERVAL:
+                    self._flush()
+                continue
             if tups:
                 # The input tuples already read, handled in one loop. Output
                 # is otherwise flushed only before a read: flush at least
@@ -346,9 +409,8 @@ class Bolt(Component):
                 # reach the host before its subprocess timeout (§5.2).
                 tup = None
                 try:
-                    for i in range(0, len(tups), _CLOCK_EVERY):
-                        for tup in tups[i : i + _CLOCK_EVERY]:
-                            handle(tup)
+                    for tup in tups:
+                        handle(tup)
                         if monotonic() - self._flushed > _FLUSH_INTERVAL:
                             self._flush()
                 except _Closed:  # stdin EOF while process() waited for task ids: not its fault
@@ -363,8 +425,11 @@ class Bolt(Component):
                 continue
             t = type(ev)
             if t is Tuple:
-                try:  # set aside while an emit waited for task ids
-                    handle(ev)
+                try:  # set aside while an emit waited for task ids, or from a batch holding a tick
+                    if batch is not None:
+                        batch(Tuples([ev]))
+                    else:
+                        handle(ev)
                 except _Closed:
                     raise
                 except Exception:
@@ -383,8 +448,9 @@ class Bolt(Component):
         """What the loop calls per input tuple; an exception ends the bolt."""
         return self.process
 
-    def _process_failed(self, tup: Tuple) -> None:
-        self.report_error(f"{type(self).__name__}.process failed on tuple {tup.id}:\n{traceback.format_exc()}")
+    def _process_failed(self, tup: Tuple, batch: int = 0) -> None:
+        where = f"process_batch failed on {batch} tuples from {tup.id}" if batch else f"process failed on tuple {tup.id}"
+        self.report_error(f"{type(self).__name__}.{where}:\n{traceback.format_exc()}")
         self._flush()
 
     def _on_tick(self, tup: Tick) -> None:
@@ -397,6 +463,12 @@ class BasicBolt(Bolt):
     fails the input and keeps running (Storm's ``BaseBasicBolt``)."""
 
     _current: Tuple | None = None
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "process_batch" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: a BasicBolt acks each tuple after process(); "
+                            "process_batch is for Bolt, which acks explicitly")
 
     def emit(
         self,

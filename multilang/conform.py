@@ -44,10 +44,10 @@ from xml.etree import ElementTree as ET
 import click
 
 from ._state import Role, Side, State
-from .codec import decode_component_frame, decode_host_frame, loads
+from .codec import decode_component_frame, decode_host_frame, loads, msgpack_frame, msgpack_loads
 from .connection import Connection
 from .errors import MultilangError, ProtocolError
-from .framing import TERMINATOR, FrameReader
+from .framing import TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
 from .messages import Emit, Heartbeat, Pid, TaskIds, Tick, Tuple, TupleBatch
 
 __all__ = [
@@ -319,6 +319,9 @@ class Vector:
     handshake: Any = None  # options of the automatic handshake, or "manual"
     auto_task_ids: bool = True
     task_ids: list[int] = field(default_factory=lambda: list(DEFAULT_TASK_IDS))
+    #: The extension (§9) this vector is about: not applicable to a component
+    #: that does not accept it (standard mode is correct, §9.3).
+    extension: str | None = None
 
 
 def _expand(obj: Any) -> Any:
@@ -388,6 +391,7 @@ def load_vectors(directory: str | os.PathLike[str] | None = None) -> list[Vector
                     handshake=_expand(raw.get("handshake")),
                     auto_task_ids=raw.get("auto_task_ids", True),
                     task_ids=raw.get("task_ids", list(DEFAULT_TASK_IDS)),
+                    extension=raw.get("extension"),
                 )
             )
     if not vectors:
@@ -575,6 +579,10 @@ def _instantiate(obj: Any, ids: dict[str, str]) -> Any:
 # ---------------------------------------------------------------------------
 # The process
 # ---------------------------------------------------------------------------
+
+
+class _NotApplicable(Exception):
+    """The component declined the vector's extension at the handshake."""
 
 
 class _Failure(Exception):
@@ -776,8 +784,12 @@ class _Run:
         self.timeout = timeout
         self.handshake_timeout = handshake_timeout
         self.conn = Connection(role, Side.HOST)
-        self.reader = FrameReader()  # component -> us
-        self.sent_reader = FrameReader()  # us -> component (bookkeeping of raw sends)
+        self.reader: FrameReader | LengthPrefixedReader = FrameReader()  # component -> us
+        self.sent_reader: FrameReader | LengthPrefixedReader = FrameReader()  # us -> component (bookkeeping)
+        # Until the pid reply is read, only the first frame goes to the JSON
+        # reader: what follows may be msgpack (§9.6).
+        self.held: bytearray | None = bytearray()
+        self.msgpack = False
         self.bodies: list[bytes] = []
         self.eof = False
         self.transcript: list[tuple[str, bytes, str]] = []  # (direction, bytes, note)
@@ -807,7 +819,8 @@ class _Run:
         """Run what we are about to send through the host-side Connection."""
         for body in self.sent_reader.feed(data):
             try:
-                msg = decode_host_frame(body, spout=self.role is Role.SPOUT)
+                msg = decode_host_frame(body, spout=self.role is Role.SPOUT,
+                                        loads=msgpack_loads if self.msgpack else loads)
                 self.conn.send(msg)
             except ProtocolError as exc:
                 raise VectorBug(f"the vector sends a frame a host may not send: {exc}") from None
@@ -844,24 +857,58 @@ class _Run:
             if not chunk:
                 self.eof = True
                 try:
+                    if self.held:  # bytes before the pid reply that never made a frame
+                        self.bodies.extend(self.reader.feed(bytes(self.held)))
+                        self.held = None
                     self.reader.close()
                 except ProtocolError as exc:
                     raise _Failure("frame.truncated", f"stdout ended in the middle of a frame (§1.2): {exc}") from None
                 continue
+            if self.held is not None:
+                self.held += chunk
+                cut = first_frame_end(self.held)
+                if cut < 0:
+                    continue
+                chunk = bytes(self.held[:cut])
+                del self.held[:cut]
             try:
                 self.bodies.extend(self.reader.feed(chunk))
             except ProtocolError as exc:
                 raise _Failure("frame.too-large", str(exc)) from None
         return self._accept(self.bodies.pop(0))
 
+    def _after_pid(self) -> None:
+        """The pid reply is read: switch to msgpack if it was accepted (§9.6)
+        and hand the bytes that followed it to the reader now in force."""
+        ext = self.v.extension
+        if ext is not None and ext not in self.conn.extensions:
+            raise _NotApplicable(f"the component does not accept extension {ext!r} (offered; it chose standard mode, §9.3)")
+        if self.conn.msgpack:
+            self.msgpack = True
+            self.reader = LengthPrefixedReader()
+            self.sent_reader = LengthPrefixedReader()
+        held, self.held = self.held, None
+        if held:
+            try:
+                self.bodies.extend(self.reader.feed(bytes(held)))
+            except ProtocolError as exc:
+                raise _Failure("frame.too-large", str(exc)) from None
+
     def _accept(self, body: bytes) -> Any:
         self.transcript.append(("<-", body, ""))
         if not self.got_pid:
             return self._accept_pid(body)
-        try:
-            obj = loads(body)
-        except ProtocolError:
-            raise _Failure("frame.json", f"the component wrote a frame that is not JSON (§1.1, §1.2): {_show(body)}") from None
+        if self.msgpack:
+            try:
+                obj = msgpack_loads(body)
+            except ProtocolError as exc:
+                raise _Failure("frame.msgpack", f"the component wrote a frame that is not one msgpack object of "
+                                                f"JSON's data model (§9.6): {exc}") from None
+        else:
+            try:
+                obj = loads(body)
+            except ProtocolError:
+                raise _Failure("frame.json", f"the component wrote a frame that is not JSON (§1.1, §1.2): {_show(body)}") from None
         self.received.append(obj)
         if type(obj) is not dict:
             raise _Failure("frame.invalid", f"a component frame must be a JSON object, got {_jtype(obj)}")
@@ -872,7 +919,7 @@ class _Run:
             raise _Failure("frame.invalid", "every component frame needs a string 'command' (§3, §4)")
         self._rules(cmd, obj)
         try:
-            self.conn.receive_data(body + TERMINATOR)
+            self.conn.receive_data(len(body).to_bytes(4, "big") + body if self.msgpack else body + TERMINATOR)
             ev = self.conn.next_event()
         except ProtocolError as exc:
             raise _Failure("protocol.state", str(exc)) from None
@@ -910,6 +957,7 @@ class _Run:
         self.pid = msg.pid
         obj = loads(body)
         self.received.append(obj)
+        self._after_pid()
         return obj
 
     def _rules(self, cmd: str, obj: dict[str, Any]) -> None:
@@ -1030,12 +1078,16 @@ class _Run:
             code = f" (exit status {self.proc.returncode})" if self.proc.exited else ""
             raise _Failure("process.exited", f"the component closed its stdout{code} before its pid reply (§2.3)")
 
+    def _encode(self, value: Any, opts: dict[str, Any]) -> bytes:
+        # Under msgpack the JSON text options (line endings, indent, ...) do not apply.
+        return msgpack_frame(value) if self.msgpack else _encode_frame(value, opts)
+
     def step_send(self, step: dict[str, Any]) -> None:
-        data = _encode_frame(step["send"], step)
+        data = self._encode(step["send"], step)
         self.send_bytes(data, chunk_size=step.get("chunk_size"), delay_ms=step.get("delay_ms", 0))
 
     def step_send_many(self, step: dict[str, Any]) -> None:
-        data = b"".join(_encode_frame(v, step) for v in step["send_many"])
+        data = b"".join(self._encode(v, step) for v in step["send_many"])
         self.send_bytes(data, chunk_size=step.get("chunk_size"), delay_ms=step.get("delay_ms", 0))
 
     def step_send_raw(self, step: dict[str, Any]) -> None:
@@ -1249,6 +1301,8 @@ def _run_vector(v: Vector, argv, role: Role, timeout: float, handshake_timeout: 
         run.run()
     except _Failure as f:
         result.status, result.rule, result.reason = FAILED, f.rule, f.reason
+    except _NotApplicable as na:
+        result.status, result.reason = NOT_APPLICABLE, str(na)
     except VectorBug as exc:
         result.status, result.rule, result.reason = FAILED, "vector.error", f"the vector is wrong: {exc}"
     finally:

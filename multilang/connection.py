@@ -25,14 +25,15 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
+from operator import itemgetter
 
 import orjson
 from typing import Any, Callable, Iterable
 
 from ._state import SENDER, TRANSITIONS, Role, Side, State
-from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode
+from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json, loads as json_loads, msgpack_frame, msgpack_loads
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader
+from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
 from .messages import (
     DEFAULT_STREAM,
     HEARTBEAT_STREAM,
@@ -68,6 +69,19 @@ _NOTHING: dict[type, State] = {}
 _BATCH_MAX = 1024
 
 
+def _anchor_ids(a: Any) -> list[str]:
+    """Anchors as given to an emit (a Tuple, an id, a list of them, or None) as ids."""
+    if a is None:
+        return []
+    if type(a) is str or isinstance(a, tuple):  # Tuple, Tick
+        return [a if type(a) is str else a[0]]
+    return [x if type(x) is str else x[0] for x in a]
+
+
+def _json_frame(obj: Any) -> bytes:
+    return dumps(obj) + TERMINATOR
+
+
 class _NeedData:
     __slots__ = ()
 
@@ -79,6 +93,10 @@ class _NeedData:
 NEED_DATA = _NeedData()
 
 _SYSTEM_STREAMS = frozenset((HEARTBEAT_STREAM, TICK_STREAM))
+_JUST_LIST, _JUST_FIVE, _JUST_STR, _JUST_INT = {list}, {5}, {str}, {int}
+_make_tuple = partial(_new_tuple, Tuple)
+_JUST_TUPLE = {Tuple}
+_first = itemgetter(0)  # a Tuple from a [id, comp, stream, task, values] list
 # Pieces of the per-tuple frames, so that only the variable parts go through
 # orjson (same bytes as encoding the whole dict).
 _EMIT_HEAD = b'{"command":"emit","tuple":'
@@ -115,13 +133,19 @@ class Connection:
         self._by_state = _BY_STATE[role]
         #: Extension ``batch`` is on (§9.5).
         self.batching = False
+        #: Extension ``msgpack`` is on (§9.6): frames are length-prefixed msgpack.
+        self.msgpack = False
         self.state = State.HANDSHAKE
         self._sender = SENDER[role]
         self._peer = Side.COMPONENT if side is Side.HOST else Side.HOST
-        self._reader = FrameReader(max_frame_size)
-        self._decode = (
-            decode_component_frame if side is Side.HOST else partial(decode_host_frame, spout=role is Role.SPOUT)
-        )
+        self._reader: FrameReader | LengthPrefixedReader = FrameReader(max_frame_size)
+        self._max_frame_size = max_frame_size
+        self._loads = orjson.loads  # the per-tuple fast path's parser
+        self._set_codec(json_loads, _json_frame)
+        # Host side, msgpack offered, pid reply not yet read: bytes after the
+        # first JSON frame wait here until we know the framing (§9.6).
+        self._held: bytearray | None = None
+        self._first_out = False
         self._bolt_component = role is Role.BOLT and side is Side.COMPONENT
         self._component_side = side is Side.COMPONENT
         self._bodies: deque[bytes | _Failed | Message] = deque()
@@ -143,6 +167,31 @@ class Connection:
         #: The last frames received, for error messages.
         self.last_frames: deque[bytes] = deque(maxlen=3)
 
+    def _set_codec(self, loads: Any, frame: Any) -> None:
+        self._frame = frame  # a wire object -> one complete frame
+        self._decode = (
+            partial(decode_component_frame, loads=loads) if self.side is Side.HOST
+            else partial(decode_host_frame, spout=self.role is Role.SPOUT, loads=loads)
+        )
+
+    def _switch_to_msgpack(self) -> None:
+        """§9.6: every frame after the pid reply is length-prefixed msgpack."""
+        self.msgpack = True
+        self._plain_ready = False  # the frames of the JSON fast paths no longer apply
+        self._loads = msgpack_loads
+        self._set_codec(msgpack_loads, msgpack_frame)
+        old, self._reader = self._reader, LengthPrefixedReader(self._max_frame_size)
+        rest = bytes(old._buf) if isinstance(old, FrameReader) else b""
+        if rest.strip():  # component side: bytes the host wrote before our pid reply
+            self._bodies.extend(self._reader.feed(rest))
+
+    def _release_held(self) -> None:
+        """Host side, the pid reply read: what came after it, to the reader
+        of the framing now in force."""
+        held, self._held = self._held, None
+        if held:
+            self.receive_data(bytes(held))
+
     @property
     def state(self) -> State:
         return self._state
@@ -155,13 +204,36 @@ class Connection:
         self._allowed = self._by_state.get(new, _NOTHING)
         # A bolt component in the standard protocol, ready: the per-tuple
         # fast paths apply (batching is settled by the pid reply, before READY).
-        self._plain_ready = new is State.READY and self.role is Role.BOLT and self.side is Side.COMPONENT \
-            and not self.batching
+        ready_bolt = new is State.READY and self.role is Role.BOLT and self.side is Side.COMPONENT
+        self._plain_ready = ready_bolt and not self.batching and not self.msgpack
+        # ... or with extension batch: emits and acks join the open batch (§9.5).
+        self._batch_ready = ready_bolt and self.batching
 
     # -- receiving -----------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
         """Feed bytes from the peer. ``b""`` means end of stream."""
+        if self._held is not None:
+            # Host, msgpack offered, the pid reply not yet decoded: the JSON
+            # reader gets the first frame only; later bytes wait (§9.6).
+            held = self._held
+            if not data or self._first_out:
+                if data:
+                    held += data
+                    return
+                self._held = None  # closed before the pid reply was read
+            else:
+                held += data
+                cut = first_frame_end(held)
+                if cut < 0 and len(held) <= self._max_frame_size:
+                    return
+                if cut < 0:
+                    self._held = None  # let the JSON reader name the oversized frame
+                    data = bytes(held)
+                else:
+                    self._first_out = True
+                    data = bytes(held[:cut])
+                    del held[:cut]
         if data:
             try:
                 self._bodies.extend(self._reader.feed(data))
@@ -193,7 +265,7 @@ class Connection:
             return self._stash.popleft()
         return ev
 
-    def take_tuples(self) -> list[Tuple]:
+    def take_tuples(self, rows: bool = False) -> list[Any]:
         """Component side of a bolt: every ordinary input tuple at the head of
         the received stream, decoded in one pass (the per-tuple fast path).
 
@@ -203,22 +275,32 @@ class Connection:
         duplicate id, bad JSON) stops the pass; :meth:`next_event` then takes
         it the general way, after the caller has handled the tuples before it.
         Returns ``[]`` while events set aside by :meth:`next_task_ids` wait.
+        With ``rows=True`` the result holds each tuple's fields as a row
+        (``[id, comp, stream, task, values]``) instead of a :class:`Tuple`,
+        for :class:`~multilang.messages.Tuples`.
         """
         if self._stash or not self._bolt_component or self._state is not State.READY:
             return []
         bodies = self._bodies
         pending = self.pending
-        loads = orjson.loads
+        loads = self._loads
         system = _SYSTEM_STREAMS
         new = _new_tuple
         out: list[Tuple] = []
         append = out.append
         last = None
         popleft = bodies.popleft
+        batching = self.batching
         while bodies:
             item = popleft()
             try:
                 obj = loads(item)  # a queued error or close is not bytes: TypeError
+                if batching and "tuples" in obj:
+                    if self._take_batch(obj["tuples"], out, rows):
+                        last = item
+                        continue
+                    bodies.appendleft(item)
+                    break
                 tid = obj["id"]
                 stream = obj["stream"]
                 values = obj["tuple"]
@@ -234,10 +316,32 @@ class Connection:
                 break
             last = item
             pending.add(tid)
-            append(new(Tuple, (tid, obj.get("comp"), stream, task, values)))
+            row = (tid, obj.get("comp"), stream, task, values)
+            append(row if rows else new(Tuple, row))
         if last is not None:
             self.last_frames.append(last)
         return out
+
+    def _take_batch(self, items: Any, out: list[Any], rows: bool) -> bool:
+        """A tuple batch (§9.5) of ordinary tuples onto ``out``; False (and
+        nothing taken) if any element is anything else: a tick, a bad or
+        duplicate element. The general path then delivers or refuses it."""
+        if type(items) is not list or not items:
+            return False
+        # Column-wise checks: each a loop in C, not per element in Python.
+        if set(map(type, items)) != _JUST_LIST or set(map(len, items)) != _JUST_FIVE:
+            return False
+        ids, _comps, streams, tasks, valuess = zip(*items)
+        if (set(map(type, ids)) != _JUST_STR or set(map(type, streams)) != _JUST_STR
+                or set(map(type, tasks)) != _JUST_INT or set(map(type, valuess)) != _JUST_LIST
+                or not _SYSTEM_STREAMS.isdisjoint(streams)):
+            return False
+        pending = self.pending
+        if not pending.isdisjoint(ids) or len(set(ids)) != len(ids):
+            return False
+        pending.update(ids)
+        out.extend(items if rows else map(_make_tuple, items))
+        return True
 
     def next_task_ids(self) -> TaskIds | _NeedData:
         """Component side: the next task-id list, keeping earlier events queued.
@@ -308,11 +412,12 @@ class Connection:
         self._may_send(t, msg)
         # §9.5: a standard frame closes the batch being filled, keeping order.
         head = self.close_batch() if self._open_n else b""
+        frame = self._frame(encode_json(msg))  # before _check: the pid reply is JSON even if it accepts msgpack
         self._check(msg, remote=False, frame=msg)
         new = self._allowed[t]
         if new is not self._state:
             self.state = new
-        return head + encode(msg)
+        return head + frame
 
     # -- extension batch (§9.5) -------------------------------------------------
 
@@ -324,7 +429,7 @@ class Connection:
         if not self.batching or len(tuples) == 1:
             return [(self.send(t), [t]) for t in tuples]
         batch = TupleBatch(tuples=tuples)
-        frame = encode(batch)
+        frame = self._frame(encode_json(batch))
         if max_size is not None and len(frame) > max_size:
             mid = len(tuples) // 2
             return self.send_tuples(tuples[:mid], max_size) + self.send_tuples(tuples[mid:], max_size)
@@ -347,7 +452,7 @@ class Connection:
         if self._open_fails:
             obj["fails"] = self._open_fails
             self._open_fails = []
-        return dumps(obj) + TERMINATOR
+        return self._frame(obj)
 
     def _batch_full(self) -> bytes:
         self._open_n += 1
@@ -404,6 +509,8 @@ class Connection:
             self.owed_task_ids += 1
         if not need_task_ids:
             obj["need_task_ids"] = False
+        if self.msgpack:
+            return head + msgpack_frame(obj)
         try:
             return head + orjson.dumps(obj) + TERMINATOR
         except TypeError:
@@ -416,10 +523,11 @@ class Connection:
 
         They take the arguments of :meth:`multilang.Bolt.emit` and
         :meth:`multilang.Bolt.ack` and append frames to ``out``. The common
-        case (standard protocol, ready, default stream, one anchor given as a
-        pending :class:`Tuple` or id, no task ids wanted) is checked and
-        encoded here, as :meth:`send_emit` / :meth:`send_ack` would (§3.5,
-        §3.6), without further calls; anything else is passed to the
+        case (ready, default stream, one anchor given as a pending
+        :class:`Tuple` or id, no task ids wanted) is checked here as
+        :meth:`send_emit` / :meth:`send_ack` would (§3.5, §3.6), and encoded
+        as a JSON frame or added to the open batch (§9.5), without further
+        calls; anything else (msgpack included) is passed to the
         ``emit`` / ``ack`` given, the general path. Closures, so that a bolt
         can bind them as its own methods: a Python call layer per emit and
         per ack is a tenth of the component's time (bench/).
@@ -432,27 +540,101 @@ class Connection:
         def fast_emit(values: Any, stream: Any = None, anchors: Any = None, direct_task: Any = None,
                       need_task_ids: bool = False) -> Any:
             if (stream is None and direct_task is None and not need_task_ids and type(anchors) is list
-                    and len(anchors) == 1 and type(values) is list and conn._plain_ready):
+                    and len(anchors) == 1 and type(values) is list):
                 a = anchors[0]
                 if type(a) is Tuple:
                     a = a[0]
                 try:  # pending holds id strings only; an unhashable anchor raises
-                    if a in pending:  # the frame from pre-encoded pieces: no dict
-                        append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + dumps([a]) + _EMIT_TAIL)
-                        return None
+                    if a in pending:
+                        if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
+                            append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + dumps([a]) + _EMIT_TAIL)
+                            return None
+                        if conn._batch_ready:
+                            conn._open_emits.append([values, [a]])
+                            conn._open_n += 1
+                            if conn._open_n >= _BATCH_MAX:
+                                append(conn.close_batch())
+                            return None
                 except TypeError:
                     pass  # integers beyond 64 bits, or a clear error: the general path
             return emit(values, stream, anchors, direct_task, need_task_ids)
 
         def fast_ack(tup: Any) -> None:
-            if type(tup) is Tuple and conn._plain_ready and tup[0] in pending:
+            if type(tup) is Tuple and tup[0] in pending:
                 tid = tup[0]
-                pending.remove(tid)
-                append(_ACK_HEAD + dumps(tid) + _FRAME_TAIL)
-            else:
-                ack(tup)
+                if conn._plain_ready:
+                    pending.remove(tid)
+                    append(_ACK_HEAD + dumps(tid) + _FRAME_TAIL)
+                    return
+                if conn._batch_ready:
+                    pending.remove(tid)
+                    conn._open_acks.append(tid)
+                    conn._open_n += 1
+                    if conn._open_n >= _BATCH_MAX:
+                        append(conn.close_batch())
+                    return
+            ack(tup)
 
         return fast_emit, fast_ack
+
+    def send_emits(self, values_list: list[Any], anchors_list: list[Any] | None = None) -> bytes:
+        """Component bolt: many emits on the default stream, none wanting task
+        ids. ``anchors_list[i]`` anchors ``values_list[i]``: a :class:`Tuple`,
+        an id, a list of them, or None. Under ``batch`` they join the output
+        batch (§9.5) in one step; else standard frames."""
+        if anchors_list is None:
+            anchors_list = [None] * len(values_list)
+        elif len(anchors_list) != len(values_list):
+            raise ValueError(f"{len(values_list)} emits but {len(anchors_list)} anchor entries")
+        if not (self.batching and self._state is State.READY and self._bolt_component):
+            return b"".join([self.send_emit(v if type(v) is list else list(v), anchors=_anchor_ids(a),
+                                            need_task_ids=False) for v, a in zip(values_list, anchors_list)])
+        pending = self.pending
+        kinds = set(map(type, anchors_list))
+        if (kinds == _JUST_TUPLE or kinds == _JUST_STR) and set(map(type, values_list)) == _JUST_LIST:
+            # one input tuple (or id) per emit: the common shape
+            ids = list(map(_first, anchors_list)) if kinds == _JUST_TUPLE else anchors_list
+            if pending.issuperset(ids):
+                self._open_emits.extend([[v, [i]] for v, i in zip(values_list, ids)])
+                self._open_n += len(ids)
+                return self.close_batch() if self._open_n >= _BATCH_MAX else b""
+        elems = []
+        append = elems.append
+        for values, a in zip(values_list, anchors_list):
+            if type(values) is not list:
+                values = list(values)
+            if a is None:
+                append([values])
+                continue
+            if type(a) is Tuple:
+                a = a[0]
+            if type(a) is str and a in pending:
+                append([values, [a]])
+                continue
+            ids = _anchor_ids(a)
+            self._check_anchors(ids, values)
+            append([values, ids])
+        self._open_emits.extend(elems)
+        self._open_n += len(elems)
+        return self.close_batch() if self._open_n >= _BATCH_MAX else b""
+
+    def send_acks(self, tuple_ids: list[str], fail: bool = False) -> bytes:
+        """Component bolt: ack (or fail) many pending tuples (§3.6); one
+        step into the output batch under ``batch``, else standard frames."""
+        if not (self.batching and self._state is State.READY and self._bolt_component):
+            send = self.send_fail if fail else self.send_ack
+            return b"".join([send(t) for t in tuple_ids])
+        pending = self.pending
+        if not pending.issuperset(tuple_ids) or len(set(tuple_ids)) != len(tuple_ids):
+            bad = next((t for t in tuple_ids if t not in pending), None)
+            what = "fails" if fail else "acks"
+            if bad is None:
+                raise LocalProtocolError(f"component {what} the same tuple twice in one call", frame=tuple_ids)
+            raise LocalProtocolError(self._unknown_id(what, bad), frame=tuple_ids)
+        pending.difference_update(tuple_ids)
+        (self._open_fails if fail else self._open_acks).extend(tuple_ids)
+        self._open_n += len(tuple_ids)
+        return self.close_batch() if self._open_n >= _BATCH_MAX else b""
 
     def _check_anchors(self, anchors: Iterable[str], frame: Any) -> None:
         """§3.5: we may anchor only to tuples still pending."""
@@ -482,7 +664,7 @@ class Connection:
                 (self._open_acks if cls is Ack else self._open_fails).append(tuple_id)
                 return self._batch_full()
             head = self.close_batch() if self._open_n else b""
-            return head + orjson.dumps({"command": command, "id": tuple_id}) + TERMINATOR
+            return head + self._frame({"command": command, "id": tuple_id})
         return self.send(cls(id=tuple_id))
 
     def send_many(self, msgs: Iterable[Message]) -> bytes:
@@ -533,6 +715,8 @@ class Connection:
         elif t is Handshake:
             offered = (msg.conf or {}).get("multilang.extensions") or ()
             self.offered = tuple(offered) if isinstance(offered, list) else ()
+            if not remote and "msgpack" in self.offered:
+                self._held = bytearray()
         elif t is Pid:
             bad = [e for e in msg.extensions if e not in self.offered]
             if bad or len(set(msg.extensions)) != len(msg.extensions):
@@ -540,6 +724,10 @@ class Connection:
                           "or twice (§9.2)", frame=frame)
             self.extensions = msg.extensions
             self.batching = "batch" in msg.extensions
+            if "msgpack" in msg.extensions:
+                self._switch_to_msgpack()
+            if remote:
+                self._release_held()
         if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT:
             if t is Activate:
                 self._activated = True

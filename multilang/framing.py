@@ -13,7 +13,7 @@ import re
 
 from .errors import FrameTooLarge, RemoteProtocolError
 
-__all__ = ["FrameReader", "TERMINATOR", "DEFAULT_MAX_FRAME_SIZE"]
+__all__ = ["FrameReader", "LengthPrefixedReader", "TERMINATOR", "DEFAULT_MAX_FRAME_SIZE"]
 
 #: What our writer puts after each JSON text (§1.1).
 TERMINATOR = b"\nend\n"
@@ -127,4 +127,73 @@ class FrameReader:
     @property
     def buffered(self) -> int:
         """Bytes held for an incomplete frame."""
+        return len(self._buf)
+
+
+def first_frame_end(data: bytes | bytearray) -> int:
+    """The offset just past the first terminator in ``data``, or -1.
+
+    Used at the switch to a length-prefixed framing (§9.6): the last JSON
+    frame (the pid reply) is cut off exactly where it ends, and the bytes
+    after it go to the new reader untouched."""
+    m = _TERM.search(data)
+    return -1 if m is None else m.end()
+
+
+class LengthPrefixedReader:
+    """Framing of extension ``msgpack`` (§9.6): a 4-byte big-endian length,
+    then that many bytes of body. Same interface as :class:`FrameReader`.
+
+    A length over ``max_frame_size`` raises ``FrameTooLarge`` as soon as the
+    prefix is read; the body is never buffered."""
+
+    __slots__ = ("_buf", "max_frame_size", "closed", "_failed")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self.max_frame_size = max_frame_size
+        self.closed = False
+        self._failed = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if not data:
+            return []
+        if self._failed:
+            raise FrameTooLarge("the stream already broke the frame size limit; no further frames are read")
+        buf = self._buf
+        buf += data  # a bytearray: a large frame arriving in small reads is not copied again and again
+        frames: list[bytes] = []
+        pos, end = 0, len(buf)
+        limit = self.max_frame_size
+        while end - pos >= 4:
+            n = int.from_bytes(buf[pos : pos + 4], "big")
+            if n > limit or n == 0:
+                head = bytes(buf[pos : pos + 200])
+                buf.clear()
+                if n == 0:
+                    exc: RemoteProtocolError = RemoteProtocolError("a msgpack frame of length 0 (§9.6)", frame=head)
+                else:
+                    self._failed = True
+                    exc = FrameTooLarge(f"frame of {n} bytes exceeds the {limit}-byte limit", frame=head)
+                exc.frames_before = frames  # type: ignore[attr-defined]
+                raise exc
+            if end - pos - 4 < n:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + n]))
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return frames
+
+    def close(self) -> list[bytes]:
+        """End of stream: fine at a frame boundary, an error inside a frame."""
+        self.closed = True
+        if self._buf:
+            rest = bytes(self._buf[:200])
+            self._buf.clear()
+            raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest)
+        return []
+
+    @property
+    def buffered(self) -> int:
         return len(self._buf)

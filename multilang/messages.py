@@ -8,7 +8,9 @@ serves both; the connection's role decides which direction is legal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -141,6 +143,65 @@ class Tick(Tuple):
     """A tick tuple (§3.3): an ordinary, ackable input on ``__system/__tick``."""
 
     __slots__ = ()
+
+
+class Tuples(Sequence):
+    """The input tuples of one :meth:`multilang.Bolt.process_batch` call.
+
+    A read-only sequence of :class:`Tuple` (built when indexed or iterated),
+    plus the fields as columns: ``ids``, ``components``, ``streams``,
+    ``tasks``, ``values`` (tuples, in order). A batch-level bolt that works on
+    the columns never builds a per-tuple object::
+
+        def process_batch(self, tuples):
+            self.emit_many([[v[0].upper()] for v in tuples.values], anchors=tuples.ids)
+            self.ack_many(tuples.ids)
+    """
+
+    __slots__ = ("_rows", "_cols")
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows  # each [id, comp, stream, task, values]
+        self._cols: list[tuple[Any, ...]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [tuple.__new__(Tuple, r) for r in self._rows[i]]
+        return tuple.__new__(Tuple, self._rows[i])
+
+    def __iter__(self) -> Any:
+        return map(partial(tuple.__new__, Tuple), self._rows)
+
+    def __repr__(self) -> str:
+        return f"Tuples({list(self)!r})"
+
+    def _col(self, i: int) -> tuple[Any, ...]:
+        if self._cols is None:
+            self._cols = list(zip(*self._rows)) or [()] * 5
+        return self._cols[i]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return self._col(0)
+
+    @property
+    def components(self) -> tuple[str | None, ...]:
+        return self._col(1)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self._col(2)
+
+    @property
+    def tasks(self) -> tuple[int, ...]:
+        return self._col(3)
+
+    @property
+    def values(self) -> tuple[list[Any], ...]:
+        return self._col(4)
 
 
 @dataclass(**_FROZEN)

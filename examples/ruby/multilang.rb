@@ -4,12 +4,17 @@
 # One file, standard library only (json, monitor, io/wait).
 #
 # It speaks Storm's standard multilang protocol, so components built on it run
-# both under multilang-bridge and under Storm's own ShellBolt / ShellSpout. When
-# the host offers the `batch` extension (conf "multilang.extensions", spec §9)
-# it is accepted: input tuples may then arrive many per frame, and emits that
-# want no task ids, acks and fails are collected into `batch` frames. Set
-# `self.extensions = []` in a subclass body (or `MyBolt.run(extensions: [])`,
-# or `bolt.extensions = []` before `run`) to speak the standard protocol only.
+# both under multilang-bridge and under Storm's own ShellBolt / ShellSpout.
+# Extensions (conf "multilang.extensions", spec §9) are accepted when the host
+# offers them. `batch` (§9.5): input tuples may then arrive many per frame, and
+# emits that want no task ids, acks and fails are collected into `batch`
+# frames. `msgpack` (§9.6): after the JSON handshake and pid reply, every frame
+# both ways is a 4-byte big-endian length + one MessagePack object (JSON's data
+# model only; a built-in pure-Ruby codec, no gem). Both combine. The accepted
+# list is `extensions` (default ["batch", "msgpack"]): set
+# `self.extensions = ["batch"]` in a subclass body (or
+# `MyBolt.run(extensions: ["batch"])`, or `bolt.extensions = [...]` before
+# `run`) to decline msgpack, and `[]` to speak the standard protocol only.
 #
 #   require_relative 'multilang'
 #
@@ -41,7 +46,9 @@
 # Errors: an exception escaping BasicBolt#process / #process_tick is sent as an
 # `error` frame (message, class, backtrace), the input is failed, and the bolt
 # keeps running. Any other exception escaping a hook is sent as an `error`
-# frame and the process exits with status 1 (the host restarts it).
+# frame and the process exits with status 1 (the host restarts it); so does a
+# protocol error (a bad frame, and in msgpack mode bin/ext values, a length
+# over conf multilang.max.frame.bytes, EOF inside a frame).
 # stdin EOF (the host went away) exits with status 0.
 #
 # stdout belongs to the protocol. Loading this file installs a guard: protocol
@@ -69,6 +76,9 @@ module Multilang
   # The host broke the protocol (unparsable frame, bad handshake).
   class ProtocolError < StandardError; end
 
+  # A frame over the size limit (conf multilang.max.frame.bytes, spec §1.3).
+  class FrameTooLarge < ProtocolError; end
+
   # An input tuple. `id` is the host's string, echoed back byte for byte.
   Tuple = Struct.new(:id, :component, :stream, :task, :values) do
     def tick?
@@ -80,6 +90,296 @@ module Multilang
     end
   end
 
+  # MessagePack for the `msgpack` extension (spec §9.6), restricted to JSON's
+  # data model: map with string keys, array, str (UTF-8), int within 64 bits,
+  # float, true/false/nil. Anything else (bin, ext, non-string keys, invalid
+  # UTF-8, NaN/Infinity) is a ProtocolError when read and an error when written.
+  module MsgPack
+    UTF_8 = Encoding::UTF_8
+    BINARY = Encoding::BINARY
+    UINT64_MAX = (1 << 64) - 1
+    INT64_MIN = -(1 << 63)
+
+    # Frame errors are ProtocolErrors; encode errors are these.
+    class EncodeError < ArgumentError; end
+
+    module_function
+
+    # One frame: the 4-byte big-endian body length, then the body.
+    def frame(obj)
+      out = String.new("\0\0\0\0", encoding: BINARY, capacity: 256)
+      pack(obj, out)
+      set_length(out)
+    end
+
+    # Write the body length into the 4 placeholder bytes at the start of out.
+    def set_length(out)
+      n = out.bytesize - 4
+      raise EncodeError, "a frame of #{n} bytes does not fit a 4-byte length prefix" if n > 0xFFFF_FFFF
+
+      out.setbyte(0, n >> 24)
+      out.setbyte(1, (n >> 16) & 0xff)
+      out.setbyte(2, (n >> 8) & 0xff)
+      out.setbyte(3, n & 0xff)
+      out
+    end
+
+    # Append obj's encoding to the binary string out. Like JSON.generate,
+    # non-string map keys and objects of other classes become their #to_s.
+    def pack(obj, out)
+      case obj
+      when String
+        # short ASCII (valid UTF-8 by definition) inline: the usual string
+        if (n = obj.bytesize) < 32 && obj.ascii_only?
+          out << (0xa0 | n) << obj
+        else
+          pack_str(obj, out)
+        end
+      when Integer
+        obj >= 0 && obj < 0x80 ? out << obj : pack_int(obj, out)
+      when Array
+        n = obj.size
+        n < 16 ? out << (0x90 | n) : array_header(n, out)
+        i = 0
+        while i < n
+          pack(obj[i], out)
+          i += 1
+        end
+      when Hash
+        map_header(obj.size, out)
+        obj.each do |k, v|
+          pack_str(k.is_a?(String) ? k : k.to_s, out)
+          pack(v, out)
+        end
+      when Float
+        raise EncodeError, "#{obj} is not allowed in JSON's data model (spec §9.6)" unless obj.finite?
+
+        [0xcb, obj].pack('CG', buffer: out)
+      when nil then out << 0xc0
+      when false then out << 0xc2
+      when true then out << 0xc3
+      else pack_str(obj.to_s, out)
+      end
+      out
+    end
+
+    def pack_int(v, out)
+      if v >= 0
+        if v < 0x80 then out << v
+        elsif v < 0x100 then out << 0xcc << v
+        elsif v < 0x10000 then [0xcd, v].pack('Cn', buffer: out)
+        elsif v < 0x1_0000_0000 then [0xce, v].pack('CN', buffer: out)
+        elsif v <= UINT64_MAX then [0xcf, v].pack('CQ>', buffer: out)
+        else raise EncodeError, "integer #{v} does not fit in 64 bits (MessagePack uint 64, spec §9.6)"
+        end
+      elsif v >= -32 then out << (v & 0xff)
+      elsif v >= -0x80 then out << 0xd0 << (v & 0xff)
+      elsif v >= -0x8000 then [0xd1, v].pack('Cs>', buffer: out)
+      elsif v >= -0x8000_0000 then [0xd2, v].pack('Cl>', buffer: out)
+      elsif v >= INT64_MIN then [0xd3, v].pack('Cq>', buffer: out)
+      else raise EncodeError, "integer #{v} does not fit in 64 bits (MessagePack int 64, spec §9.6)"
+      end
+    end
+
+    def pack_str(s, out)
+      s = s.to_s if s.is_a?(Symbol)
+      unless s.encoding == UTF_8 && s.valid_encoding?
+        s = utf8(s)
+      end
+      n = s.bytesize
+      if n < 32 then out << (0xa0 | n)
+      elsif n < 0x100 then out << 0xd9 << n
+      elsif n < 0x10000 then [0xda, n].pack('Cn', buffer: out)
+      elsif n <= 0xFFFF_FFFF then [0xdb, n].pack('CN', buffer: out)
+      else raise EncodeError, "a string of #{n} bytes is too long for MessagePack"
+      end
+      # A binary buffer takes non-ASCII UTF-8 only as bytes (#b shares memory).
+      out << (s.ascii_only? ? s : s.b)
+    end
+
+    # s as valid UTF-8, as JSON.generate takes it: binary strings holding
+    # UTF-8 as they are, other encodings converted.
+    def utf8(s)
+      if s.encoding == UTF_8 || s.encoding == BINARY || s.encoding == Encoding::US_ASCII
+        u = s.dup.force_encoding(UTF_8)
+        return u if u.valid_encoding?
+
+        raise EncodeError, "string is not valid UTF-8: #{s.byteslice(0, 60).inspect}"
+      end
+      s.encode(UTF_8)
+    rescue EncodingError => e
+      raise EncodeError, "string cannot be converted to UTF-8 (#{e.message})"
+    end
+
+    def array_header(n, out)
+      if n < 16 then out << (0x90 | n)
+      elsif n < 0x10000 then [0xdc, n].pack('Cn', buffer: out)
+      else [0xdd, n].pack('CN', buffer: out)
+      end
+    end
+
+    def map_header(n, out)
+      if n < 16 then out << (0x80 | n)
+      elsif n < 0x10000 then [0xde, n].pack('Cn', buffer: out)
+      else [0xdf, n].pack('CN', buffer: out)
+      end
+    end
+
+    # Decode the frame body buf[start, len]: exactly one map or array.
+    def decode_frame(buf, start, len)
+      Decoder.new(buf, start, start + len).frame
+    end
+
+    # Reads one object from a binary string between two byte positions,
+    # without copying the buffer (getbyte / unpack1 with offset:).
+    class Decoder
+      def initialize(buf, pos, stop)
+        @buf = buf
+        @pos = pos
+        @stop = stop
+        @start = pos
+      end
+
+      def frame
+        enc = @buf.encoding
+        @buf.force_encoding(UTF_8) # so byteslice gives UTF-8 strings; restored below
+        obj = value
+        unless @pos == @stop
+          error("#{@stop - @pos} trailing byte(s) after the frame's object (a body holds exactly one object)")
+        end
+        unless obj.is_a?(Hash) || obj.is_a?(Array)
+          error("the frame's object is a #{obj.nil? ? 'nil' : obj.class.name.downcase}, not a map or an array")
+        end
+        obj
+      rescue SystemStackError
+        error('objects nested too deeply')
+      ensure
+        @buf.force_encoding(enc)
+      end
+
+      private
+
+      def value
+        error('the object is cut short (truncated frame)') if @pos >= @stop
+        b = @buf.getbyte(@pos)
+        @pos += 1
+        return b if b < 0x80                # positive fixint
+        return b - 0x100 if b >= 0xe0       # negative fixint
+        if b >= 0xa0 && b < 0xc0 # fixstr, inline: the most common value
+          pos = @pos
+          stop = pos + (b & 0x1f)
+          error('the object is cut short (truncated frame)') if stop > @stop
+          s = @buf.byteslice(pos, stop - pos)
+          @pos = stop
+          return s if s.valid_encoding?
+
+          error("a str that is not valid UTF-8: #{s.b.inspect}")
+        end
+        return map(b & 0x0f) if b < 0x90
+        return array(b & 0x0f) if b < 0xa0
+
+        case b
+        when 0xc0 then nil
+        when 0xc2 then false
+        when 0xc3 then true
+        when 0xcc then fixed(1, 'C')
+        when 0xcd then fixed(2, 'n')
+        when 0xce then fixed(4, 'N')
+        when 0xcf then fixed(8, 'Q>')
+        when 0xd0 then fixed(1, 'c')
+        when 0xd1 then fixed(2, 's>')
+        when 0xd2 then fixed(4, 'l>')
+        when 0xd3 then fixed(8, 'q>')
+        when 0xca then float(4, 'g')
+        when 0xcb then float(8, 'G')
+        when 0xd9 then str(fixed(1, 'C'))
+        when 0xda then str(fixed(2, 'n'))
+        when 0xdb then str(fixed(4, 'N'))
+        when 0xdc then array(fixed(2, 'n'))
+        when 0xdd then array(fixed(4, 'N'))
+        when 0xde then map(fixed(2, 'n'))
+        when 0xdf then map(fixed(4, 'N'))
+        when 0xc4, 0xc5, 0xc6
+          error(format('bin (type 0x%02x) is not part of the data model (only JSON values, spec §9.6)', b))
+        when 0xc7, 0xc8, 0xc9, 0xd4, 0xd5, 0xd6, 0xd7, 0xd8
+          error(format('ext (type 0x%02x) is not part of the data model (only JSON values, spec §9.6)', b))
+        else error(format('byte 0x%02x is not a MessagePack type', b))
+        end
+      end
+
+      def need(n)
+        error('the object is cut short (truncated frame)') if @pos + n > @stop
+      end
+
+      def fixed(n, fmt)
+        need(n)
+        v = @buf.unpack1(fmt, offset: @pos)
+        @pos += n
+        v
+      end
+
+      def float(n, fmt)
+        v = fixed(n, fmt)
+        error("float #{v} is not a JSON number (spec §9.6)") unless v.finite?
+        v
+      end
+
+      def str(n)
+        pos = @pos
+        error('the object is cut short (truncated frame)') if pos + n > @stop
+        s = @buf.byteslice(pos, n)
+        @pos = pos + n
+        error("a str that is not valid UTF-8: #{s.b.byteslice(0, 60).inspect}") unless s.valid_encoding?
+        s
+      end
+
+      # (while loops: no block call per element on the hot path)
+      def array(n)
+        # Every element takes a byte at least: a count the body cannot hold
+        # is an error before anything is allocated.
+        error('the object is cut short (truncated frame)') if n > @stop - @pos
+        a = []
+        i = 0
+        while i < n
+          a << value
+          i += 1
+        end
+        a
+      end
+
+      def map(n)
+        error('the object is cut short (truncated frame)') if 2 * n > @stop - @pos
+        h = {}
+        i = 0
+        while i < n
+          error('the object is cut short (truncated frame)') if @pos >= @stop
+          b = @buf.getbyte(@pos)
+          k = if b >= 0xa0 && b < 0xc0 # fixstr, the usual key: inline
+                pos = @pos + 1
+                stop = pos + (b & 0x1f)
+                error('the object is cut short (truncated frame)') if stop > @stop
+                @pos = stop
+                s = @buf.byteslice(pos, stop - pos)
+                error("a str that is not valid UTF-8: #{s.b.inspect}") unless s.valid_encoding?
+                s
+              elsif b == 0xd9 || b == 0xda || b == 0xdb
+                value
+              else
+                error(format('a map key that is not a str (type byte 0x%02x; keys are strings, spec §9.6)', b))
+              end
+          h[k] = value
+          i += 1
+        end
+        h
+      end
+
+      def error(what)
+        body = @buf.byteslice(@start, [@stop - @start, 200].min).b
+        raise ProtocolError, "bad msgpack frame from the host: #{what} (frame: #{body.inspect})"
+      end
+    end
+  end
+
   # Everything that touches the process's stdin/stdout. There is one stdout
   # per process, so this is a module-level singleton.
   module Wire
@@ -88,6 +388,13 @@ module Multilang
     FLUSH_BYTES = 64 * 1024 # flush early once this much is buffered
     FLUSH_SECS = 0.5        # ... or when the oldest buffered frame is this old
     BATCH_MAX = 1024        # elements per output batch: far below any frame limit
+    MAX_FRAME_BYTES = 64 * 1024 * 1024 # spec §1.3 default; conf multilang.max.frame.bytes
+    MSGPACK_SYNC = MsgPack.frame({ 'command' => 'sync' }).freeze
+    # Pieces of a msgpack output batch (spec §9.5, §9.6).
+    MP_BATCH_HEAD = MsgPack.pack({ 'command' => 'batch' }, String.new(encoding: Encoding::BINARY)).byteslice(1..).freeze
+    MP_BATCH_KEYS = %w[emits acks fails].map do |k|
+      MsgPack.pack(k, String.new(encoding: Encoding::BINARY)).freeze
+    end.freeze
 
     @lock = Monitor.new
     @out = nil      # private dup of fd 1: the protocol channel
@@ -102,13 +409,20 @@ module Multilang
     @dead = false
     @reading = false
     @batching = false # extension batch accepted (spec §9.5)
+    @msgpack = false  # extension msgpack accepted (spec §9.6): frames after the pid reply
+    @max_frame = MAX_FRAME_BYTES
     @b_emits = []     # the output batch being filled
     @b_acks = []
     @b_fails = []
     @b_size = 0
+    # The output batch being filled in msgpack mode: emits, acks and fails,
+    # each already encoded (so a bad value raises in the call that gave it).
+    @mb = Array.new(3) { String.new(encoding: Encoding::BINARY) }
+    @mb_count = [0, 0, 0]
+    @mb_bytes = 0
 
     class << self
-      attr_reader :logger, :batching
+      attr_reader :logger, :batching, :msgpack, :max_frame
 
       # Idempotent; called when this file is loaded.
       def install
@@ -130,13 +444,16 @@ module Multilang
         @lock.synchronize(&block)
       end
 
-      # Queue one frame (any JSON-able object).
+      # Queue one frame (any JSON-able object): JSON text + "end", or a
+      # length-prefixed msgpack frame once msgpack is accepted.
       def send_frame(obj)
-        send_raw(JSON.generate(obj) << FRAME_END)
+        @lock.synchronize do
+          send_raw(@msgpack ? MsgPack.frame(obj) : JSON.generate(obj) << FRAME_END)
+        end
       end
 
       def send_sync
-        send_raw(SYNC_FRAME)
+        send_raw(@msgpack ? MSGPACK_SYNC : SYNC_FRAME)
       end
 
       def send_raw(data)
@@ -161,7 +478,7 @@ module Multilang
       def batch_emit(elem)
         @lock.synchronize do
           @logger&.drain
-          @b_emits << elem
+          @msgpack ? mp_batch_add(0, elem) : @b_emits << elem
           batch_added
         end
         nil
@@ -170,7 +487,7 @@ module Multilang
       def batch_ack(id)
         @lock.synchronize do
           @logger&.drain
-          @b_acks << id
+          @msgpack ? mp_batch_add(1, id) : @b_acks << id
           batch_added
         end
         nil
@@ -179,7 +496,7 @@ module Multilang
       def batch_fail(id)
         @lock.synchronize do
           @logger&.drain
-          @b_fails << id
+          @msgpack ? mp_batch_add(2, id) : @b_fails << id
           batch_added
         end
         nil
@@ -189,6 +506,7 @@ module Multilang
       def close_batch
         @lock.synchronize do
           return if @b_size.zero?
+          return mp_close_batch if @msgpack
 
           frame = { 'command' => 'batch' }
           frame['emits'] = @b_emits unless @b_emits.empty?
@@ -254,14 +572,20 @@ module Multilang
           end
         end
         conf = msg['conf'].is_a?(Hash) ? msg['conf'] : {}
+        limit = conf['multilang.max.frame.bytes']
+        @max_frame = limit if limit.is_a?(Integer) && limit.positive?
         offered = conf['multilang.extensions']
         accepted = offered.is_a?(Array) ? Array(accept).map(&:to_s).uniq.select { |e| offered.include?(e) } : []
         reply = { 'pid' => pid }
         reply['extensions'] = accepted unless accepted.empty?
         @lock.synchronize do
           @batching = accepted.include?('batch')
+          @msgpack = accepted.include?('msgpack')
           @buf.unshift(JSON.generate(reply) << FRAME_END)
-          @buf.concat(@early)
+          # Frames produced before the reply were encoded as JSON: re-encode.
+          @early.each do |data|
+            @buf << (@msgpack ? MsgPack.frame(JSON.parse(data.chomp(FRAME_END), max_nesting: false)) : data)
+          end
           @early = []
           @ready = true
           flush
@@ -314,14 +638,7 @@ module Multilang
           end
           @rbuf = @rbuf.byteslice(@rpos..) if @rpos.positive?
           @rpos = 0
-          flush_before_read
-          @reading = true
-          chunk = begin
-            @in.readpartial(READ_SIZE)
-          rescue EOFError
-            nil
-          end
-          @reading = false
+          chunk = read_chunk
           if chunk.nil?
             return nil if @rbuf.empty?
 
@@ -330,14 +647,76 @@ module Multilang
             @rpos = 0
             return line
           end
-          chunk = chunk.b
-          chunk = chunk.byteslice(1..) if @skip_lf && chunk.start_with?("\n")
-          @skip_lf = false
           @rbuf << chunk
         end
       end
 
+      # The next chunk of stdin (binary), or nil at EOF. Flushes first if
+      # the read may block.
+      def read_chunk
+        flush_before_read
+        @reading = true
+        chunk = begin
+          @in.readpartial(READ_SIZE)
+        rescue EOFError
+          nil
+        end
+        @reading = false
+        return nil if chunk.nil?
+
+        chunk = chunk.b
+        chunk = chunk.byteslice(1..) if @skip_lf && chunk.start_with?("\n")
+        @skip_lf = false
+        chunk
+      end
+
+      # msgpack mode (spec §9.6): a 4-byte big-endian length N, then N bytes
+      # holding one map or array. nil at EOF on a frame boundary.
+      def read_msgpack_frame
+        @rbuf ||= String.new(encoding: Encoding::BINARY)
+        @rpos ||= 0
+        loop do
+          avail = @rbuf.bytesize - @rpos
+          if avail >= 4
+            n = @rbuf.unpack1('N', offset: @rpos)
+            check_length(n) # at once, before the body is read
+            if avail >= n + 4
+              start = @rpos + 4
+              @rpos = start + n
+              return MsgPack.decode_frame(@rbuf, start, n)
+            end
+          end
+          if @rpos.positive? # drop what was consumed, keep the partial frame
+            @rbuf = @rbuf.byteslice(@rpos..)
+            @rpos = 0
+          end
+          chunk = read_chunk
+          if chunk.nil?
+            return nil if @rbuf.empty?
+
+            want = avail >= 4 ? "#{n + 4}-byte frame" : '4-byte length prefix'
+            raise ProtocolError, "stream ended in the middle of a frame (#{@rbuf.bytesize} bytes of a #{want}: " \
+                                 "#{snippet(@rbuf)})"
+          end
+          @rbuf << chunk
+        end
+      end
+
+      def check_length(n)
+        if n.zero?
+          raise ProtocolError, 'bad msgpack frame from the host: length 0 (a body holds exactly one object, spec §9.6)'
+        end
+        return if n <= @max_frame
+
+        prefix = @rbuf.byteslice(@rpos, 4)
+        hint = prefix.match?(/\A[\[{\s]/n) ? ' (a JSON frame after msgpack was accepted?)' : ''
+        raise FrameTooLarge, "frame of #{n} bytes exceeds the #{@max_frame}-byte limit (multilang.max.frame.bytes)" \
+                             "#{hint}; length prefix #{prefix.inspect}"
+      end
+
       def read_frame
+        return read_msgpack_frame if @msgpack
+
         first = nil
         more = nil
         loop do
@@ -401,6 +780,52 @@ module Multilang
         @since ||= now
         close_batch if @b_size >= BATCH_MAX
         flush if @reading || @bytes >= FLUSH_BYTES || now - @since >= FLUSH_SECS
+      end
+
+      # msgpack mode: encode value onto the batch list i (0 emits, 1 acks,
+      # 2 fails). On an encode error nothing is added. A batch that would
+      # outgrow the frame limit is closed first (spec §9.5).
+      def mp_batch_add(i, value)
+        buf = @mb[i]
+        mark = buf.bytesize
+        begin
+          MsgPack.pack(value, buf)
+        rescue Exception # rubocop:disable Lint/RescueException -- undo, then re-raise
+          buf.slice!(mark..)
+          raise
+        end
+        size = buf.bytesize - mark
+        if @b_size.positive? && @mb_bytes + size > @max_frame - 64
+          piece = buf.byteslice(mark..)
+          buf.slice!(mark..)
+          mp_close_batch
+          @mb[i] << piece
+        end
+        @mb_count[i] += 1
+        @mb_bytes += size
+      end
+
+      # Write the open msgpack batch into the output buffer (lock held).
+      def mp_close_batch
+        data = String.new("\0\0\0\0", encoding: Encoding::BINARY, capacity: @mb_bytes + 64)
+        MsgPack.map_header(1 + @mb_count.count(&:positive?), data)
+        data << MP_BATCH_HEAD
+        3.times do |i|
+          next if @mb_count[i].zero?
+
+          data << MP_BATCH_KEYS[i]
+          MsgPack.array_header(@mb_count[i], data)
+          data << @mb[i]
+          @mb[i] = String.new(encoding: Encoding::BINARY)
+          @mb_count[i] = 0
+        end
+        @mb_bytes = 0
+        @b_size = 0
+        MsgPack.set_length(data)
+        @since ||= now
+        @buf << data
+        @bytes += data.bytesize
+        nil
       end
 
       def snippet(text)
@@ -538,8 +963,9 @@ module Multilang
     attr_reader :conf, :context
 
     # Extensions accepted when the host offers them (spec §9). A subclass
-    # overrides it with `self.extensions = []` (standard protocol only).
-    DEFAULT_EXTENSIONS = ['batch'].freeze
+    # overrides it with `self.extensions = ['batch']` (no msgpack) or
+    # `self.extensions = []` (standard protocol only).
+    DEFAULT_EXTENSIONS = %w[batch msgpack].freeze
 
     class << self
       attr_writer :extensions

@@ -85,7 +85,7 @@ def test_missing_sync_spout(conform):
 def test_spins_on_eof(conform):
     report = conform(_script("spins_on_eof"), timeout=0.5, select="eof.after")
     _assert_failed(report, ["eof.after-handshake", "eof.after-tuples"], "process.exit", contains="did not exit within 2000 ms")
-    assert len(report.results) == 2
+    assert len([r for r in report.results if r.status != "not-applicable"]) == 2  # msgpack.eof.*: no msgpack here
 
 
 @pytest.mark.parametrize("role", ["bolt", "spout"])

@@ -42,7 +42,7 @@ def test_not_applicable_reported_but_not_counted():
     assert res.exit_code == 0, res.output
     lines = res.output.rstrip("\n").splitlines()
     assert lines[-1] == "0 passed, 0 failed"
-    assert lines[-2] == "2 not applicable"
+    assert lines[-2] == "4 not applicable"  # bolt-api.tick, basic.tick, and both again over msgpack
     assert any(line.startswith("N/A  bolt-api.tick") for line in lines)
 
 
@@ -69,8 +69,9 @@ def test_format_junit():
     assert res.exit_code == 1
     suite = ET.fromstring(res.output.encode()).find("testsuite")
     assert suite.get("failures") == "4"
-    fails = [c.find("failure") for c in suite.findall("testcase")]
-    assert all(f is not None and f.get("type") == "ids.string-echo" for f in fails)
+    # the msgpack.bolt.ack-id.* repeats are skipped: this raw bolt speaks no msgpack
+    fails = [c.find("failure") for c in suite.findall("testcase") if c.find("skipped") is None]
+    assert len(fails) == 4 and all(f is not None and f.get("type") == "ids.string-echo" for f in fails)
 
 
 def test_junit_skipped_for_not_applicable():

@@ -771,7 +771,7 @@ def test_batch_subclass_inherits_class_setting(spawn, script):
     path = script(
         'class Base < Multilang::Bolt\n  self.extensions = []\nend\n'
         'class B < Base\n  def process(t); ack(t); end\nend\n'
-        'raise "inherit" unless B.extensions == [] && Multilang::Bolt.extensions == ["batch"]\n'
+        'raise "inherit" unless B.extensions == [] && Multilang::Bolt.extensions == ["batch", "msgpack"]\n'
         'B.run\n'
     )
     host = spawn(path)

@@ -701,3 +701,58 @@ def test_crashing_bolt_gives_up_after_its_restart_budget():
     assert "bolt" in msg and "exit status 3" in msg
     assert res.stats["bolt"].restarts == 2
     assert_no_orphans(run)
+
+
+# --- extension msgpack (§9.6) through the whole runtime ------------------------------------
+
+
+@pytest.mark.parametrize("offer", [["msgpack"], ["batch", "msgpack"]])
+def test_wordcount_in_python_over_msgpack_gives_exact_counts(offer):
+    """Python spout, split and count over length-prefixed msgpack frames
+    (with and without batch): the same exact counts as over JSON."""
+    b = TopologyBuilder()
+    b.set_spout("sentences", ShellSpout(LANG["python"]("sentence_spout") + ["data/alice.txt"], fields=["sentence"]))
+    b.set_bolt("split", ShellBolt(LANG["python"]("split_bolt"), fields=["word"]), parallelism=2) \
+        .shuffle_grouping("sentences")
+    b.set_bolt("count", ShellBolt(LANG["python"]("count_bolt"), fields=["word", "count"]), parallelism=2) \
+        .fields_grouping("split", ["word"])
+    topo = b.create_topology({"topology.max.spout.pending": 200, "multilang.extensions": offer},
+                             resource_dir=EXAMPLES, output=OutputSpec(component="count", key=["word"]))
+    negotiated = []
+
+    async def note(rt):
+        import trio
+        while len(negotiated) < 5:
+            negotiated[:] = [t.proc.conn.extensions for t in rt.tasks.values()
+                             if getattr(t, "proc", None) is not None and t.proc.conn.extensions]
+            await trio.sleep(0.01)
+
+    run = run_topology(topo, limit=40, during=note)
+    assert run.result.ok, run.result
+    assert {r["word"]: r["count"] for r in run.result.outputs} == expected_wordcount()
+    assert negotiated == [tuple(offer)] * 5
+    assert_no_orphans(run)
+
+
+@pytest.mark.parametrize("offer", [[], ["batch"], ["batch", "msgpack"]])
+def test_batch_level_python_bolt_every_input_once_failures_replayed(offer):
+    """Bolt.process_batch as a real subprocess, in every protocol mode: each
+    input comes out once, upper-cased and anchored to its tree; a failed
+    input fails its tree and the spout replays it; ticks still reach
+    process_tick."""
+    words = [f"w{i}" for i in range(300)] + ["bad"]
+    items = [{"values": [w], "id": i} for i, w in enumerate(words)]
+    b = TopologyBuilder()
+    b.set_spout("spout", scripted_spout(items, ["word"]))
+    b.set_bolt("upper", ShellBolt(py(COMPONENTS / "upper_batch_bolt.py"), fields=["word"])) \
+        .shuffle_grouping("spout")
+    topo = build(b, **{"multilang.extensions": offer, "topology.tick.tuple.freq.secs": 1})
+    run = run_topology(topo, limit=30, duration=2.5)
+    res = run.result
+    got = [r["word"] for r in run.records("upper")]
+    assert sorted(w for w in got if w != "tick") == sorted(w.upper() for w in words[:-1])
+    assert "tick" in got
+    fails = [m for e, m in run.events() if e == "failed"]
+    assert fails and set(fails) == {len(words) - 1}  # only "bad", failed and replayed
+    assert res.stats["upper"].restarts == 0
+    assert_no_orphans(run)

@@ -11,6 +11,7 @@ from multilang.codec import encode, encode_json
 from multilang.messages import (
     Ack,
     Activate,
+    Batch,
     ConnectionClosed,
     Deactivate,
     Emit,
@@ -795,3 +796,72 @@ def test_bolt_fast_paths_refuse_what_the_general_path_refuses():
     with pytest.raises(LocalProtocolError, match="not a pending tuple"):
         emit(["x"], anchors=["1"])  # anchored to an acked tuple
     assert slow == ["emit", "ack", "emit"]
+
+
+def batched_pair():
+    host, comp = Connection(BOLT, HOST), Connection(BOLT, COMP)
+    deliver(comp, host.send(Handshake(pid_dir="/tmp", conf={"multilang.extensions": ["batch"]}, context={})))
+    deliver(host, comp.send(Pid(pid=5, extensions=("batch",))))
+    return host, comp
+
+
+def test_take_tuples_takes_a_tuple_batch_whole_or_not_at_all():
+    from multilang.messages import TupleBatch
+    host, comp = batched_pair()
+    ok = [tup(str(i)) for i in range(3)]
+    with_tick = [tup("a"), tick("t"), tup("b")]
+    [(f1, _)] = host.send_tuples(ok)
+    [(f2, _)] = host.send_tuples(with_tick)
+    comp.receive_data(f1 + f2)
+    assert comp.take_tuples() == ok
+    assert comp.take_tuples() == []  # a tick inside: the general path, nothing half-taken
+    assert comp.pending == {"0", "1", "2"}
+    assert events(comp) == with_tick
+    assert comp.pending == {"0", "1", "2", "a", "t", "b"}
+    assert TupleBatch  # (the frame type the general path decodes)
+
+
+def test_take_tuples_as_rows_and_the_tuples_view():
+    from multilang.messages import Tuples
+    host, comp = batched_pair()
+    ts = [tup(str(i), values=[i]) for i in range(3)]
+    [(frame, _)] = host.send_tuples(ts)
+    comp.receive_data(frame + host.send(tup("x")))
+    view = Tuples(comp.take_tuples(rows=True))
+    assert list(view) == ts + [tup("x")] and view[1] == ts[1] and len(view) == 4
+    assert view.ids == ("0", "1", "2", "x") and view.values == ([0], [1], [2], ["x"])
+    assert Tuples([]).ids == ()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_send_emits_and_acks_many_at_once(batched):
+    host, comp = batched_pair() if batched else pair(BOLT)
+    ts = [tup(str(i), values=[i]) for i in range(3)]
+    for t in ts:
+        deliver(comp, host.send(t))
+    data = comp.send_emits([[0], [1]], [ts[0], "1"]) + comp.send_emits([[9]], [[ts[0], ts[2]]])
+    data += comp.send_acks(["0", "1"]) + comp.send_acks(["2"], fail=True)
+    if batched:
+        data += comp.close_batch()
+    got = deliver(host, data)
+    if batched:
+        assert got == [Batch(emits=[[[0], ["0"]], [[1], ["1"]], [[9], ["0", "2"]]], acks=["0", "1"], fails=["2"])]
+    else:
+        assert got == [Emit(values=[0], anchors=("0",), need_task_ids=False),
+                       Emit(values=[1], anchors=("1",), need_task_ids=False),
+                       Emit(values=[9], anchors=("0", "2"), need_task_ids=False), Ack(id="0"), Ack(id="1"), Fail(id="2")]
+    assert comp.pending == set() == host.pending
+
+
+def test_send_emits_and_acks_refuse_unknown_or_repeated_ids():
+    host, comp = batched_pair()
+    deliver(comp, host.send(tup("1")))
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        comp.send_emits([["x"]], ["9"])
+    with pytest.raises(ValueError, match="1 emits but 2 anchor entries"):
+        comp.send_emits([["x"]], ["1", "1"])
+    with pytest.raises(LocalProtocolError, match="same tuple twice"):
+        comp.send_acks(["1", "1"])
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        comp.send_acks(["2"])
+    assert comp.pending == {"1"}
