@@ -8,9 +8,13 @@
  * When the host offers the `batch` extension (conf "multilang.extensions",
  * spec §9) it is accepted: input tuples may then arrive many per frame, and
  * emits that want no task ids, acks and fails are collected into `batch`
- * frames, written at the end of each event-loop turn. `static extensions = []`
- * in a subclass (or `component.extensions = []` before run()) keeps the
- * standard protocol only.
+ * frames, written at the end of each event-loop turn. When the host offers
+ * `msgpack` (spec §9.6) it is accepted too: after the JSON handshake and pid
+ * reply every frame, both ways, is a 4-byte big-endian length followed by one
+ * MessagePack object (JSON's data model only; combines with `batch`).
+ * Opt-out: `static extensions = ['batch']` in a subclass (or
+ * `component.extensions = ['batch']` before run()) declines msgpack only;
+ * `static extensions = []` keeps the standard protocol only.
  *
  *   const { BasicBolt } = require('./multilang');
  *   class Upper extends BasicBolt {
@@ -41,6 +45,463 @@ const BATCH_MAX = 1024;   // elements per output batch: far below any frame limi
 const DONE = Symbol('multilang.done');
 
 // ---------------------------------------------------------------------------
+// MessagePack (extension msgpack, spec §9.6): JSON's data model only.
+//
+// Encoder: values are written straight into one growable output slab (see
+// `out`), as JSON.stringify would see them: integers (Number.isInteger, within
+// 64 bits) in their shortest int form, other finite numbers as float 64,
+// NaN / Infinity / undefined / functions in arrays as nil (JSON: null),
+// undefined / function members of objects left out, toJSON() honoured, BigInt
+// a TypeError (as JSON.stringify). Integers outside [-2^63, 2^64) go out as
+// float 64 (JSON would print them as 1e+300 and the like).
+//
+// Decoder: a position index over one Buffer. int 64 / uint 64 become the
+// nearest Number, exactly as JSON.parse reads a 64-bit integer written in
+// decimal: integers up to 2^53 are exact, larger ones lose their low bits
+// (never BigInt, so a value behaves the same whichever encoding brought it).
+// float 32 is accepted. bin, ext, non-string map keys, invalid UTF-8, trailing
+// bytes and truncated objects are protocol errors (MsgpackError).
+// ---------------------------------------------------------------------------
+
+const { isUtf8 } = require('buffer');
+
+const MAX_FRAME_BYTES = 67108864;   // spec §1.3 default, multilang.max.frame.bytes
+const SLAB_BYTES = 64 * 1024;
+const TWO32 = 4294967296;
+
+class MsgpackError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'MsgpackError';
+  }
+}
+
+const utf8Fatal = typeof isUtf8 === 'function' ? null : new TextDecoder('utf-8', { fatal: true });
+function validUtf8(buf, a, b) {
+  if (utf8Fatal === null) return isUtf8(buf.subarray(a, b));
+  try { utf8Fatal.decode(buf.subarray(a, b)); return true; } catch (_) { return false; }
+}
+
+// ---- encoder ----------------------------------------------------------------
+// EB[ES, EO) holds encoded frames not yet handed to stdout. Bytes before ES
+// may still be referenced by a pending stdout write, so they are never
+// written again: growing allocates a new slab (copying only [ES, EO)).
+
+let EB = Buffer.allocUnsafe(SLAB_BYTES);
+let ES = 0;
+let EO = 0;
+
+function mpEnsure(n) {
+  if (EO + n <= EB.length) return;
+  const used = EO - ES;
+  const nb = Buffer.allocUnsafe(Math.max(SLAB_BYTES, (used + n) * 2));
+  EB.copy(nb, 0, ES, EO);
+  EB = nb;
+  ES = 0;
+  EO = used;
+}
+
+function mpString(s) {
+  const n = s.length;
+  if (n < 32) {
+    // Short: ASCII written by hand (no call into C++); else the general path.
+    if (EO + 1 + n > EB.length) mpEnsure(1 + n);
+    const buf = EB;
+    const at = EO;
+    let i = 0;
+    for (; i < n; i++) {
+      const c = s.charCodeAt(i);
+      if (c >= 0x80) break;
+      buf[at + 1 + i] = c;
+    }
+    if (i === n) {
+      buf[at] = 0xa0 | n;
+      EO = at + 1 + n;
+      return;
+    }
+  }
+  const len = Buffer.byteLength(s, 'utf8');
+  mpEnsure(5 + len);
+  if (len < 32) {
+    EB[EO++] = 0xa0 | len;
+  } else if (len < 0x100) {
+    EB[EO++] = 0xd9; EB[EO++] = len;
+  } else if (len < 0x10000) {
+    EB[EO++] = 0xda; EB.writeUInt16BE(len, EO); EO += 2;
+  } else {
+    EB[EO++] = 0xdb; EB.writeUInt32BE(len, EO); EO += 4;
+  }
+  EO += EB.write(s, EO, len, 'utf8');
+}
+
+function mpNumber(v) {
+  if (!Number.isFinite(v)) {         // JSON.stringify: null
+    mpEnsure(1); EB[EO++] = 0xc0;
+    return;
+  }
+  mpEnsure(9);
+  if (Number.isInteger(v)) {
+    if (v >= 0) {
+      if (v < 0x80) { EB[EO++] = v; return; }
+      if (v < 0x100) { EB[EO++] = 0xcc; EB[EO++] = v; return; }
+      if (v < 0x10000) { EB[EO++] = 0xcd; EB.writeUInt16BE(v, EO); EO += 2; return; }
+      if (v < TWO32) { EB[EO++] = 0xce; EB.writeUInt32BE(v, EO); EO += 4; return; }
+      if (v < 18446744073709551616) {
+        const hi = Math.floor(v / TWO32);
+        EB[EO++] = 0xcf; EB.writeUInt32BE(hi, EO); EB.writeUInt32BE(v - hi * TWO32, EO + 4); EO += 8;
+        return;
+      }
+    } else {
+      if (v >= -32) { EB[EO++] = v & 0xff; return; }
+      if (v >= -0x80) { EB[EO++] = 0xd0; EB.writeInt8(v, EO); EO += 1; return; }
+      if (v >= -0x8000) { EB[EO++] = 0xd1; EB.writeInt16BE(v, EO); EO += 2; return; }
+      if (v >= -0x80000000) { EB[EO++] = 0xd2; EB.writeInt32BE(v, EO); EO += 4; return; }
+      if (v >= -9223372036854775808) {
+        const hi = Math.floor(v / TWO32);  // exact: v and hi * 2^32 are integers below 2^64
+        EB[EO++] = 0xd3; EB.writeInt32BE(hi, EO); EB.writeUInt32BE(v - hi * TWO32, EO + 4); EO += 8;
+        return;
+      }
+    }
+  }
+  EB[EO++] = 0xcb; EB.writeDoubleBE(v, EO); EO += 8;
+}
+
+function mpHeader(n, fix, c16) {
+  mpEnsure(5);
+  if (n < 16) {
+    EB[EO++] = fix | n;
+  } else if (n < 0x10000) {
+    EB[EO++] = c16; EB.writeUInt16BE(n, EO); EO += 2;
+  } else {
+    EB[EO++] = c16 + 1; EB.writeUInt32BE(n, EO); EO += 4;
+  }
+}
+
+/** A member value as JSON.stringify sees it; undefined = leave the member out. */
+function jsonValue(v, key) {
+  if (v !== null && (typeof v === 'object' || typeof v === 'bigint') && typeof v.toJSON === 'function') {
+    v = v.toJSON(key);
+  }
+  const t = typeof v;
+  return t === 'undefined' || t === 'function' || t === 'symbol' ? undefined : v;
+}
+
+function mpValue(v) {
+  switch (typeof v) {
+    case 'string': mpString(v); return;
+    case 'number': mpNumber(v); return;
+    case 'boolean': mpEnsure(1); EB[EO++] = v ? 0xc3 : 0xc2; return;
+    case 'object': break;
+    case 'bigint':
+      if (typeof v.toJSON === 'function') { mpValue(jsonValue(v, '')); return; }
+      throw new TypeError('Do not know how to serialize a BigInt');
+    default:                            // undefined, function, symbol: null
+      mpEnsure(1); EB[EO++] = 0xc0; return;
+  }
+  if (v === null) { mpEnsure(1); EB[EO++] = 0xc0; return; }
+  if (Array.isArray(v)) {
+    const n = v.length;
+    mpHeader(n, 0x90, 0xdc);
+    for (let i = 0; i < n; i++) {
+      const x = v[i];
+      if (x !== null && typeof x === 'object' && typeof x.toJSON === 'function') mpValue(x.toJSON(String(i)));
+      else mpValue(x);
+    }
+    return;
+  }
+  if (typeof v.toJSON === 'function') { mpValue(jsonValue(v, '')); return; }
+  if (v instanceof Number || v instanceof String || v instanceof Boolean) { mpValue(v.valueOf()); return; }
+  const keys = Object.keys(v);
+  if (keys.length < 16) {
+    // At most 15 members: a fixmap whose count is patched at the end.
+    mpEnsure(1);
+    const at = EO - ES;                 // relative: the slab may be replaced meanwhile
+    EO++;
+    let count = 0;
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i];
+      const x = jsonValue(v[k], k);
+      if (x === undefined) continue;
+      mpString(k);
+      mpValue(x);
+      count++;
+    }
+    EB[ES + at] = 0x80 | count;
+    return;
+  }
+  const members = [];
+  for (let i = 0; i < keys.length; i++) {
+    const x = jsonValue(v[keys[i]], keys[i]);
+    if (x !== undefined) members.push(keys[i], x);
+  }
+  mpHeader(members.length / 2, 0x80, 0xde);
+  for (let i = 0; i < members.length; i += 2) {
+    mpString(members[i]);
+    mpValue(members[i + 1]);
+  }
+}
+
+/** Append one frame (4-byte big-endian length + the object) to the slab. */
+function mpFrame(obj) {
+  mpEnsure(4);
+  const at = EO - ES;
+  EO += 4;
+  try {
+    mpValue(obj);
+  } catch (e) {
+    EO = ES + at;                       // no half-written frame
+    throw e;
+  }
+  const start = ES + at;
+  EB.writeUInt32BE(EO - start - 4, start);
+}
+
+/** One value as a standalone MessagePack Buffer (a copy). */
+function encodeMsgpack(value) {
+  const at = EO - ES;
+  try {
+    mpValue(value);
+    return Buffer.from(EB.subarray(ES + at, EO));
+  } finally {
+    EO = ES + at;
+  }
+}
+
+// ---- decoder ----------------------------------------------------------------
+
+let D = null;   // the buffer being decoded
+let DP = 0;     // read position
+let DE = 0;     // end of the frame's body
+let DS = 0;     // start of the body (offsets in messages are relative to it)
+
+function mpFail(what) {
+  throw new MsgpackError(what);
+}
+
+function mpNeed(n) {
+  if (DE - DP < n) mpFail(`truncated object: ${n} more bytes needed at body offset ${DP - DS}, ${DE - DP} left`);
+}
+
+// Short ASCII strings (map keys above all: "id", "tuple", ...) come from a
+// small cache, so repeated keys are one string each, not a new one per frame.
+const KEY_CACHE_BITS = 10;
+const keyCache = new Array(1 << KEY_CACHE_BITS).fill(null);   // [bytes, string] pairs
+
+function mpShortAscii(a, b) {
+  let h = b - a;
+  for (let i = a; i < b; i++) {
+    const c = D[i];
+    if (c >= 0x80) return null;
+    h = (Math.imul(h, 31) + c) | 0;
+  }
+  const slot = (h ^ (h >>> KEY_CACHE_BITS)) & ((1 << KEY_CACHE_BITS) - 1);
+  const hit = keyCache[slot];
+  if (hit !== null && hit[0].length === b - a) {
+    const bytes = hit[0];
+    let i = 0;
+    while (i < bytes.length && bytes[i] === D[a + i]) i++;
+    if (i === bytes.length) return hit[1];
+  }
+  const str = D.toString('latin1', a, b);
+  keyCache[slot] = [Uint8Array.prototype.slice.call(D, a, b), str];
+  return str;
+}
+
+function mpReadKey(len) {
+  if (len <= 16) {
+    mpNeed(len);
+    const s = mpShortAscii(DP, DP + len);
+    if (s !== null) { DP += len; return s; }
+  }
+  return mpReadString(len);
+}
+
+function mpReadString(len) {
+  mpNeed(len);
+  const a = DP;
+  const b = DP + len;
+  DP = b;
+  if (len < 64) {
+    let i = a;
+    if (len <= 12) {
+      let s = '';
+      for (; i < b; i++) {
+        const c = D[i];
+        if (c >= 0x80) break;
+        s += String.fromCharCode(c);
+      }
+      if (i === b) return s;
+    } else {
+      while (i < b && D[i] < 0x80) i++;
+      if (i === b) return D.toString('latin1', a, b);
+    }
+  }
+  if (!validUtf8(D, a, b)) mpFail(`invalid UTF-8 in a str at body offset ${a - DS}`);
+  return D.toString('utf8', a, b);
+}
+
+function mpReadArray(n) {
+  if (n > DE - DP) mpFail(`truncated object: an array of ${n} elements in ${DE - DP} bytes`);
+  const arr = new Array(n);
+  for (let i = 0; i < n; i++) arr[i] = mpRead();
+  return arr;
+}
+
+function mpReadMap(n) {
+  if (n * 2 > DE - DP) mpFail(`truncated object: a map of ${n} members in ${DE - DP} bytes`);
+  const obj = {};
+  for (let i = 0; i < n; i++) {
+    const c = DP < DE ? D[DP] : -1;
+    let key;
+    if (c >= 0xa0 && c <= 0xbf) { DP++; key = mpReadKey(c & 0x1f); }
+    else if (c === 0xd9 || c === 0xda || c === 0xdb) key = mpRead();
+    else if (c === -1) mpNeed(1);
+    else mpFail(`map key at body offset ${DP - DS} is not a string (type byte 0x${c.toString(16)})`);
+    const value = mpRead();
+    // As JSON.parse: "__proto__" is an ordinary own member, not the prototype.
+    if (key === '__proto__') Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
+    else obj[key] = value;
+  }
+  return obj;
+}
+
+function mpRead() {
+  if (DP >= DE) mpNeed(1);
+  const c = D[DP++];
+  if (c < 0x80) return c;                          // positive fixint
+  if (c >= 0xe0) return c - 0x100;                 // negative fixint
+  if (c >= 0xa0 && c <= 0xbf) return mpReadString(c & 0x1f);
+  if (c <= 0x8f) return mpReadMap(c & 0x0f);
+  if (c <= 0x9f) return mpReadArray(c & 0x0f);
+  let v;
+  switch (c) {
+    case 0xc0: return null;
+    case 0xc2: return false;
+    case 0xc3: return true;
+    case 0xca: mpNeed(4); v = D.readFloatBE(DP); DP += 4; return v;
+    case 0xcb: mpNeed(8); v = D.readDoubleBE(DP); DP += 8; return v;
+    case 0xcc: mpNeed(1); return D[DP++];
+    case 0xcd: mpNeed(2); v = D.readUInt16BE(DP); DP += 2; return v;
+    case 0xce: mpNeed(4); v = D.readUInt32BE(DP); DP += 4; return v;
+    case 0xcf: mpNeed(8); v = D.readUInt32BE(DP) * TWO32 + D.readUInt32BE(DP + 4); DP += 8; return v;
+    case 0xd0: mpNeed(1); return D.readInt8(DP++);
+    case 0xd1: mpNeed(2); v = D.readInt16BE(DP); DP += 2; return v;
+    case 0xd2: mpNeed(4); v = D.readInt32BE(DP); DP += 4; return v;
+    case 0xd3: mpNeed(8); v = D.readInt32BE(DP) * TWO32 + D.readUInt32BE(DP + 4); DP += 8; return v;
+    case 0xd9: mpNeed(1); return mpReadString(D[DP++]);
+    case 0xda: mpNeed(2); v = D.readUInt16BE(DP); DP += 2; return mpReadString(v);
+    case 0xdb: mpNeed(4); v = D.readUInt32BE(DP); DP += 4; return mpReadString(v);
+    case 0xdc: mpNeed(2); v = D.readUInt16BE(DP); DP += 2; return mpReadArray(v);
+    case 0xdd: mpNeed(4); v = D.readUInt32BE(DP); DP += 4; return mpReadArray(v);
+    case 0xde: mpNeed(2); v = D.readUInt16BE(DP); DP += 2; return mpReadMap(v);
+    case 0xdf: mpNeed(4); v = D.readUInt32BE(DP); DP += 4; return mpReadMap(v);
+    case 0xc4: case 0xc5: case 0xc6:
+      return mpFail(`bin value (type byte 0x${c.toString(16)}) at body offset ${DP - 1 - DS}: not in the data model`);
+    case 0xc7: case 0xc8: case 0xc9: case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+      return mpFail(`ext value (type byte 0x${c.toString(16)}) at body offset ${DP - 1 - DS}: not in the data model`);
+    default:                                        // 0xc1: never used
+      return mpFail(`invalid type byte 0x${c.toString(16)} at body offset ${DP - 1 - DS}`);
+  }
+}
+
+/**
+ * The frame object held in buf[start, end): exactly one map or array.
+ * Throws MsgpackError.
+ */
+function decodeMsgpackFrame(buf, start, end) {
+  if (start === end) throw new MsgpackError('empty frame (length 0)');
+  const c = buf[start];
+  if (!((c >= 0x80 && c <= 0x9f) || (c >= 0xdc && c <= 0xdf))) {
+    throw new MsgpackError(`the frame's object is not a map or an array (type byte 0x${c.toString(16)})`);
+  }
+  return decodeMsgpack(buf, start, end);
+}
+
+/** Exactly one value from buf[start, end) (whole buffer by default). Throws MsgpackError. */
+function decodeMsgpack(buf, start = 0, end = buf.length) {
+  D = buf; DS = start; DP = start; DE = end;
+  try {
+    if (start === end) mpFail('no value (0 bytes)');
+    const v = mpRead();
+    if (DP !== DE) mpFail(`${DE - DP} trailing bytes after the object`);
+    return v;
+  } catch (e) {
+    if (e instanceof RangeError && !(e instanceof MsgpackError)) throw new MsgpackError(`nesting too deep (${e.message})`);
+    throw e;
+  } finally {
+    D = null;
+  }
+}
+
+/**
+ * Length-prefixed frame reader (spec §9.6): push() chunks split anywhere;
+ * onFrame(buf, start, end) gets each body (a view: valid during the call only),
+ * onTooLarge(length) a length over the limit, after which the reader stops.
+ */
+class MsgpackFrameReader {
+  constructor(maxFrame, onFrame, onTooLarge) {
+    this.max = maxFrame;
+    this.onFrame = onFrame;
+    this.onTooLarge = onTooLarge;
+    this.hdr = Buffer.alloc(4);
+    this.hlen = 0;        // header bytes collected (split header)
+    this.body = null;     // body being collected (split body)
+    this.fill = 0;
+    this.dead = false;
+  }
+
+  /** Inside a frame (an EOF now would cut it)? */
+  midFrame() { return this.hlen > 0 || this.body !== null; }
+
+  _start(len) {
+    if (len > this.max) {
+      this.dead = true;
+      this.onTooLarge(len);
+      return false;
+    }
+    return true;
+  }
+
+  push(chunk) {
+    const n = chunk.length;
+    let i = 0;
+    while (i < n && !this.dead) {
+      if (this.body !== null) {
+        const take = Math.min(this.body.length - this.fill, n - i);
+        chunk.copy(this.body, this.fill, i, i + take);
+        this.fill += take;
+        i += take;
+        if (this.fill === this.body.length) {
+          const body = this.body;
+          this.body = null;
+          this.onFrame(body, 0, body.length);
+        }
+      } else if (this.hlen === 0 && n - i >= 4) {
+        const len = chunk.readUInt32BE(i);
+        if (!this._start(len)) return;
+        if (n - i - 4 >= len) {          // whole frame in this chunk: no copy
+          i += 4 + len;
+          this.onFrame(chunk, i - len, i);
+        } else {
+          this.body = Buffer.allocUnsafe(len);
+          this.fill = 0;
+          i += 4;
+        }
+      } else {
+        while (this.hlen < 4 && i < n) this.hdr[this.hlen++] = chunk[i++];
+        if (this.hlen === 4) {
+          this.hlen = 0;
+          const len = this.hdr.readUInt32BE(0);
+          if (!this._start(len)) return;
+          if (len === 0) this.onFrame(this.hdr, 0, 0);
+          else { this.body = Buffer.allocUnsafe(len); this.fill = 0; }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Output: one writer for the whole process (there is only one stdout).
 // ---------------------------------------------------------------------------
 
@@ -54,12 +515,22 @@ const out = {
   buf: [],            // encoded frames waiting for the next flush
   scheduled: false,
   batching: false,    // extension batch accepted (spec §9.5)
+  msgpack: false,     // extension msgpack accepted (spec §9.6): frames go to the slab EB
   emits: [],          // the output batch being filled
   acks: [],
   fails: [],
   bsize: 0,
 
   send(obj) {
+    if (this.msgpack) {
+      if (this.bsize > 0) this.closeBatch();   // §9.5: keep the order of calls
+      mpFrame(obj);
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+      return;
+    }
     const text = JSON.stringify(obj) + '\nend\n';
     if (!this.ready) { this.early.push(text); return; }
     if (this.bsize > 0) this.closeBatch();   // §9.5: keep the order of calls
@@ -91,15 +562,22 @@ const out = {
     if (this.acks.length > 0) { frame.acks = this.acks; this.acks = []; }
     if (this.fails.length > 0) { frame.fails = this.fails; this.fails = []; }
     this.bsize = 0;
-    this.buf.push(JSON.stringify(frame) + '\nend\n');
+    if (this.msgpack) mpFrame(frame);
+    else this.buf.push(JSON.stringify(frame) + '\nend\n');
   },
 
   sendPid(pid, extensions) {
     const reply = { pid };
     if (extensions && extensions.length > 0) reply.extensions = extensions;
     this.batching = !!extensions && extensions.includes('batch');
-    this.buf.push(JSON.stringify(reply) + '\nend\n');
-    for (const t of this.early) this.buf.push(t);
+    this.buf.push(JSON.stringify(reply) + '\nend\n');   // always JSON (§9.6)
+    if (!!extensions && extensions.includes('msgpack')) {
+      this.msgpack = true;
+      // Frames made before the reply were kept as JSON text: re-encode them.
+      for (const t of this.early) mpFrame(JSON.parse(t.slice(0, -5)));
+    } else {
+      for (const t of this.early) this.buf.push(t);
+    }
     this.early = [];
     this.ready = true;
     this.flush();
@@ -111,9 +589,21 @@ const out = {
   flush() {
     this.scheduled = false;
     if (this.bsize > 0) this.closeBatch();
-    if (this.buf.length === 0) return;
-    const data = this.buf.length === 1 ? this.buf[0] : this.buf.join('');
-    this.buf = [];
+    if (this.buf.length > 0) {
+      const data = this.buf.length === 1 ? this.buf[0] : this.buf.join('');
+      this.buf = [];
+      this.write(data);
+    }
+    if (EO > ES) {
+      // msgpack frames: hand over a view of the slab; it is never reused
+      // until every write has completed (written() below).
+      const data = EB.subarray(ES, EO);
+      ES = EO;
+      this.write(data);
+    }
+  },
+
+  write(data) {
     this.pending++;
     try {
       rawWrite(data, 'utf8', () => this.written());
@@ -124,6 +614,7 @@ const out = {
 
   written() {
     this.pending--;
+    if (this.pending === 0 && ES === EO) { ES = 0; EO = 0; }   // the slab is free again
     if (this.pending === 0 && this.waiters.length > 0) {
       const waiters = this.waiters;
       this.waiters = [];
@@ -270,9 +761,9 @@ class Component {
   /**
    * Extensions accepted when the host offers them (spec §9). Override with
    * `static extensions = []` in a subclass, or set `this.extensions` on an
-   * instance, to speak the standard protocol only.
+   * instance, to speak the standard protocol only (`['batch']`: no msgpack).
    */
-  static extensions = ['batch'];
+  static extensions = ['batch', 'msgpack'];
 
   constructor() {
     this.conf = null;
@@ -283,6 +774,8 @@ class Component {
     this._busy = false;         // an async handler is in progress
     this._pendingIds = [];      // FIFO of resolvers for emits awaiting task ids
     this._handshaken = false;
+    this._extensions = [];      // accepted at the handshake
+    this._mpReader = null;      // input after a msgpack switch-over (§9.6)
     this._eof = false;
     this._exiting = false;
   }
@@ -365,10 +858,49 @@ class Component {
       data = null;
     };
 
-    input.on('data', (chunk) => feed(decoder.write(chunk)));
+    // msgpack (§9.6): the reader switches right after the handshake's "end"
+    // line, so until then input is fed one line at a time (as bytes).
+    let dropLF = false;   // the handshake ended with "end\r": a "\n" next is its tail
+    const feedMsgpack = (chunk) => {
+      if (dropLF && chunk.length > 0) {
+        dropLF = false;
+        if (chunk[0] === 10) chunk = chunk.subarray(1);
+      }
+      this._mpReader.push(chunk);
+    };
+    input.on('data', (chunk) => {
+      if (this._mpReader !== null) { feedMsgpack(chunk); return; }
+      if (this._handshaken) { feed(decoder.write(chunk)); return; }
+      const n = chunk.length;
+      let i = 0;
+      while (i < n) {
+        let j = i;
+        while (j < n && chunk[j] !== 10 && chunk[j] !== 13) j++;
+        if (j < n) j++;
+        feed(decoder.write(j - i === n ? chunk : chunk.subarray(i, j)));
+        i = j;
+        if (this._handshaken) {
+          if (this._mpReader !== null) {
+            dropLF = skipLF;
+            skipLF = false;
+            if (i < n) feedMsgpack(chunk.subarray(i));
+          } else if (i < n) {
+            feed(decoder.write(chunk.subarray(i)));
+          }
+          return;
+        }
+      }
+    });
     input.on('end', () => {
-      feed(decoder.end());
-      if (partial === 'end' || partial === 'end\r') { partial = ''; this._onFrame(lines.join('\n')); }
+      if (this._mpReader !== null) {
+        if (this._mpReader.midFrame() && !this._mpReader.dead) {
+          this._protocolFatal('stream ended in the middle of a frame');
+          return;
+        }
+      } else {
+        feed(decoder.end());
+        if (partial === 'end' || partial === 'end\r') { partial = ''; this._onFrame(lines.join('\n')); }
+      }
       this._onEof();
     });
     input.on('error', () => this._onEof());
@@ -397,9 +929,62 @@ class Component {
     }
     if (!this._handshaken) {
       this._handshaken = true;
+      this._negotiate(msg);
       this._enqueue({ handshake: msg });
       return;
     }
+    this._onMessage(msg);
+  }
+
+  /** §9.1, §9.2: accept the offered extensions this component knows. */
+  _negotiate(msg) {
+    const conf = (msg && msg.conf) || {};
+    const offered = conf['multilang.extensions'];
+    this._extensions = Array.isArray(offered)
+      ? [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e))
+      : [];
+    if (this._extensions.includes('msgpack')) {
+      const limit = conf['multilang.max.frame.bytes'];
+      const max = Number.isSafeInteger(limit) && limit > 0 ? limit : MAX_FRAME_BYTES;
+      this._mpReader = new MsgpackFrameReader(max,
+        (buf, start, end) => this._onMsgpackFrame(buf, start, end),
+        (len) => this._protocolFatal(
+          `FrameTooLarge: frame length ${len} exceeds the ${max}-byte limit (multilang.max.frame.bytes)`));
+    }
+  }
+
+  _onMsgpackFrame(buf, start, end) {
+    let msg;
+    try {
+      msg = decodeMsgpackFrame(buf, start, end);
+    } catch (e) {
+      if (!(e instanceof MsgpackError)) throw e;
+      // As for a frame that is not JSON: reported, skipped. The length
+      // prefix keeps the stream in step, so the next frame is read normally.
+      const shown = buf.subarray(start, Math.min(end, start + 200)).toString('hex') + (end - start > 200 ? '...' : '');
+      process.stderr.write(`multilang: cannot decode msgpack frame from host: ${e.message} (${end - start} bytes: ${shown})\n`);
+      this.log(`cannot decode msgpack frame from host: ${e.message} (${end - start} bytes: ${shown})`, LOG_LEVELS.ERROR);
+      return;
+    }
+    this._onMessage(msg);
+  }
+
+  /**
+   * A protocol error after which the input cannot be read any further (a
+   * length over the limit, end of stream inside a frame): report it (stderr
+   * and an error frame), then exit with status 1.
+   */
+  _protocolFatal(what) {
+    if (this._mpReader) this._mpReader.dead = true;
+    process.stderr.write(`multilang: protocol error: ${what}\n`);
+    if (out.ready) this.reportError(`protocol error: ${what}`);
+    this._exiting = true;
+    process.stdin.pause();
+    out.drain(() => process.exit(1));
+    setTimeout(() => process.exit(1), 2000).unref();
+  }
+
+  _onMessage(msg) {
     if (Array.isArray(msg)) {
       // Task ids: resolve the oldest pending emit at once (never queued).
       const resolve = this._pendingIds.shift();
@@ -461,11 +1046,7 @@ class Component {
     this.context = (msg && msg.context) || {};
     this.pidDir = msg && msg.pidDir;
     const pid = process.pid;
-    // §9.1, §9.2: accept the offered extensions this component knows.
-    const offered = this.conf['multilang.extensions'];
-    const accepted = Array.isArray(offered)
-      ? [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e))
-      : [];
+    const accepted = this._extensions;   // chosen when the frame arrived (_negotiate)
     const reply = () => {
       out.sendPid(pid, accepted);
       return this._startHook(this.conf, this.context);
@@ -719,6 +1300,9 @@ class Spout extends Component {
 }
 
 module.exports = {
+  encodeMsgpack,
+  decodeMsgpack,
+  MsgpackError,
   Tuple,
   Component,
   Bolt,
