@@ -53,7 +53,8 @@ const DONE = Symbol('multilang.done');
 // NaN / Infinity / undefined / functions in arrays as nil (JSON: null),
 // undefined / function members of objects left out, toJSON() honoured, BigInt
 // a TypeError (as JSON.stringify). Integers outside [-2^63, 2^64) go out as
-// float 64 (JSON would print them as 1e+300 and the like).
+// float 64 (JSON would print them as 1e+300 and the like). A lone surrogate
+// in a string becomes U+FFFD (a str must be UTF-8; JSON would \u-escape it).
 //
 // Decoder: a position index over one Buffer. int 64 / uint 64 become the
 // nearest Number, exactly as JSON.parse reads a 64-bit integer written in
@@ -84,8 +85,9 @@ function validUtf8(buf, a, b) {
 
 // ---- encoder ----------------------------------------------------------------
 // EB[ES, EO) holds encoded frames not yet handed to stdout. Bytes before ES
-// may still be referenced by a pending stdout write, so they are never
-// written again: growing allocates a new slab (copying only [ES, EO)).
+// may still be referenced by a pending stdout write, so they are not written
+// again until every write has completed (out.written() then rewinds to 0);
+// growing allocates a new slab (copying only [ES, EO)).
 
 let EB = Buffer.allocUnsafe(SLAB_BYTES);
 let ES = 0;
@@ -241,16 +243,22 @@ function mpValue(v) {
   }
 }
 
+let mpBusy = false;   // a frame is being encoded (a toJSON() must not send one)
+
 /** Append one frame (4-byte big-endian length + the object) to the slab. */
 function mpFrame(obj) {
+  if (mpBusy) throw new Error('multilang: cannot send a frame while encoding one (from a toJSON method?)');
   mpEnsure(4);
   const at = EO - ES;
   EO += 4;
+  mpBusy = true;
   try {
     mpValue(obj);
   } catch (e) {
     EO = ES + at;                       // no half-written frame
     throw e;
+  } finally {
+    mpBusy = false;
   }
   const start = ES + at;
   EB.writeUInt32BE(EO - start - 4, start);
@@ -258,12 +266,15 @@ function mpFrame(obj) {
 
 /** One value as a standalone MessagePack Buffer (a copy). */
 function encodeMsgpack(value) {
+  if (mpBusy) throw new Error('multilang: encodeMsgpack called while encoding a frame');
   const at = EO - ES;
+  mpBusy = true;
   try {
     mpValue(value);
     return Buffer.from(EB.subarray(ES + at, EO));
   } finally {
     EO = ES + at;
+    mpBusy = false;
   }
 }
 
