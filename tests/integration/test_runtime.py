@@ -756,3 +756,32 @@ def test_batch_level_python_bolt_every_input_once_failures_replayed(offer):
     assert fails and set(fails) == {len(words) - 1}  # only "bad", failed and replayed
     assert res.stats["upper"].restarts == 0
     assert_no_orphans(run)
+
+
+@needs_ruby_node
+def test_wordcount_across_languages_over_msgpack_and_batch():
+    """Python spout, Ruby split, Node count, all speaking batch + msgpack
+    (§9.5, §9.6) with the host: exact counts, and every process accepted both."""
+    b = TopologyBuilder()
+    b.set_spout("sentences", ShellSpout(LANG["python"]("sentence_spout") + ["data/alice.txt"], fields=["sentence"]))
+    b.set_bolt("split", ShellBolt(LANG["ruby"]("split_bolt"), fields=["word"]), parallelism=2) \
+        .shuffle_grouping("sentences")
+    b.set_bolt("count", ShellBolt(LANG["node"]("count_bolt"), fields=["word", "count"]), parallelism=2) \
+        .fields_grouping("split", ["word"])
+    topo = b.create_topology({"topology.max.spout.pending": 200, "multilang.extensions": ["batch", "msgpack"]},
+                             resource_dir=EXAMPLES, output=OutputSpec(component="count", key=["word"]))
+    seen: dict[int, tuple[str, ...]] = {}
+
+    async def note(rt):
+        import trio
+        while True:
+            for tid, t in rt.tasks.items():
+                if getattr(t, "proc", None) is not None and t.proc.conn.extensions:
+                    seen[tid] = t.proc.conn.extensions
+            await trio.sleep(0.01)
+
+    run = run_topology(topo, limit=40, during=note)
+    assert run.result.ok, run.result
+    assert {r["word"]: r["count"] for r in run.result.outputs} == expected_wordcount()
+    assert len(seen) == 5 and set(seen.values()) == {("batch", "msgpack")}
+    assert_no_orphans(run)
