@@ -31,7 +31,9 @@ import orjson
 from typing import Any, Callable, Iterable
 
 from ._state import SENDER, TRANSITIONS, Role, Side, State
-from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json, loads as json_loads, msgpack_frame, msgpack_loads
+from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json
+from .codec import loads as json_loads
+from .codec import msgpack_frame, msgpack_loads
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
 from .messages import (
@@ -94,9 +96,9 @@ NEED_DATA = _NeedData()
 
 _SYSTEM_STREAMS = frozenset((HEARTBEAT_STREAM, TICK_STREAM))
 _JUST_LIST, _JUST_FIVE, _JUST_STR, _JUST_INT = {list}, {5}, {str}, {int}
-_make_tuple = partial(_new_tuple, Tuple)
+_make_tuple = partial(_new_tuple, Tuple)  # a Tuple from a [id, comp, stream, task, values] row
 _JUST_TUPLE = {Tuple}
-_first = itemgetter(0)  # a Tuple from a [id, comp, stream, task, values] list
+_first = itemgetter(0)  # a Tuple's id
 # Pieces of the per-tuple frames, so that only the variable parts go through
 # orjson (same bytes as encoding the whole dict).
 _EMIT_HEAD = b'{"command":"emit","tuple":'
