@@ -41,6 +41,21 @@ in full and proves the counts. Rows: our echo/split bolt batched, and the
 driver ceiling replaying a batched reply stream. (bench/run_all.py uses the
 same machinery for every language.)
 
+msgpack mode (spec §9.6; ``Workload.msgpack()``, used by bench/run_all.py):
+``wl.msgpack()`` offers ``["msgpack"]`` and sends the same tuples as
+length-prefixed msgpack maps; ``wl.batched(B).msgpack()`` offers
+``["batch", "msgpack"]`` and sends msgpack ``{"tuples": [...]}`` batches. The
+pid reply (JSON) must accept every offered extension, else the run fails
+("the msgpack extension was offered but not accepted"). Timed runs walk the
+4-byte length prefixes to the last complete frame and count standard frames
+by the msgpack bytes of ``"command"`` followed by ``"ack"``/``"emit"``; in a
+``"command": "batch"`` frame the element counts are read from the array
+headers after the ``"acks"``/``"emits"`` keys. No frame is parsed. The
+warm-up run is parsed in full with the library's strict decoder (framing,
+data model; batch frames only if batch was offered) and checked as above,
+and the cheap counts must equal the parse. ``reply_stream()`` gives the
+matching msgpack stream for the ``cat`` ceiling.
+
 ``--profile`` then runs our echo bolt under cProfile (``BENCH_PROFILE`` env var
 read by bench/components/_bench_common.py) and prints the top functions, and
 times our library's per-tuple stages in-process (no profiler overhead).

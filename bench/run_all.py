@@ -25,15 +25,30 @@ Sections
      handshake conf, requires the pid reply to accept it, and sends
      ``{"tuples": [...]}`` frames of ``--batch`` (100) tuples; acks are
      counted from the raw bytes of the ``"acks":[...]`` arrays;
+   * msgpack (spec §9.6): the driver offers ``["msgpack"]`` (standard frames)
+     or ``["batch", "msgpack"]`` (batches of ``--batch``), sends the tuples
+     as length-prefixed msgpack frames and requires the pid reply to accept
+     every offered extension (else the row FAILS: "offered but not
+     accepted"); counts come from walking the length prefixes and the
+     msgpack bytes of the command values / the batch arrays' headers
+     (bench/bolt_throughput.py); python ours, ruby and node, echo and split;
+   * python, ours batch API: bench/components/ours_echo_batch.py
+     (``Bolt.process_batch``), echo only, batched JSON and msgpack+batch;
    * the driver's own ceiling: ``cat`` replaying a correct reply stream
-     (standard and batched), which must be well above the fastest bolt.
+     (standard, batched, msgpack, msgpack+batch), which must be well above
+     the fastest bolt of its mode.
+
+   A row whose run fails (warm-up check, a refused extension, a crash) is
+   shown as FAILED, its error printed at the end, the exit status is 1, and
+   the other rows go on.
 
 2. Our host: the same Python bolt in a one-bolt topology on
    ``multilang.shellbolt.Runtime``, fed by an in-process ``PythonSpout`` of
    the same pre-built tuples, acking on (every tuple a tracked root, its tree
    completed by the bolt's ack), host defaults otherwise
    (``topology.shellbolt.max.pending`` 100); standard (``multilang.extensions
-   = []``) and batched (the default offer). Timed from the first output tuple
+   = []``), batched (``["batch"]``) and msgpack+batched (``["batch",
+   "msgpack"]``). Timed from the first output tuple
    to the last (process start and handshake excluded, as in the driver);
    the run must complete every tree.
 
@@ -53,8 +68,9 @@ Sections
    best of R; Spark: one run (not with ``--quick``).
 
 Targets (printed MET / NOT MET): standard host + Python echo >= 0.8x the
-driver with the same bolt; batched >= 4x standard on the Python echo; >= 2x
-on the Ruby and Node echo; Spark batched with acking >= 1.0x RDD.pipe
+driver with the same bolt; batched >= 4x standard on the Python echo, and
+the same for the batch-API echo (process_batch, batched) over our standard
+echo; >= 2x on the Ruby and Node echo; Spark batched with acking >= 1.0x RDD.pipe
 (stretch 2x). The driver ceiling must be >= 1.5x the fastest bolt of each
 mode, else the bolt numbers are flagged.
 
@@ -101,10 +117,11 @@ class Row:
     n: int
     run: Callable[[bool], float]  # run(warmup) -> tuples/s
     rates: list[float] = field(default_factory=list)
+    error: str | None = None  # set when a run failed; the row is then not run again
 
     @property
     def best(self) -> float:
-        return max(self.rates) if self.rates else float("nan")
+        return max(self.rates) if self.rates and not self.error else float("nan")
 
 
 def driver_row(key: str, label: str, cmd: list[str], wl: bt.Workload, ok: tuple[int, ...] = (0,)) -> Row:
@@ -156,13 +173,29 @@ def host_row(key: str, label: str, cmd: list[str], wl: bt.Workload, extensions: 
     return Row(key, label, wl.n, run)
 
 
-def measure(rows: list[Row], repeat: int, title: str) -> None:
+def measure(rows: list[Row], repeat: int, title: str, errors: list[str]) -> None:
+    """Warm-up (checked in full) then ``repeat`` interleaved timed runs. A row
+    whose run fails is marked failed (its error goes to ``errors``), is not
+    run again and shows as FAILED; the other rows go on."""
     t0 = time.perf_counter()
+
+    def attempt(r: Row, warmup: bool) -> None:
+        try:
+            rate = r.run(warmup)
+        except Exception as exc:  # noqa: BLE001 -- reported below and in the exit status
+            r.error = f"{type(exc).__name__}: {exc}"
+            errors.append(f"{title}: {r.label} ({'warm-up' if warmup else 'timed run'}): {r.error}")
+            print(f"  [{title}] {r.label}: FAILED: {str(exc).splitlines()[0][:300]}", file=sys.stderr, flush=True)
+        else:
+            if not warmup:
+                r.rates.append(rate)
+
     for r in rows:  # warm-up, checked in full
-        r.run(True)
+        attempt(r, True)
     for _ in range(repeat):
         for r in rows:
-            r.rates.append(r.run(False))
+            if not r.error:
+                attempt(r, False)
     print(f"  [{title}] {len(rows)} variants x (1 checked warm-up + {repeat} timed), "
           f"{time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
 
@@ -181,37 +214,53 @@ def bolt_rows(kind: str, scale: float, batch: int, tmp: str) -> list[Row]:
     biggest = n(600_000)
     full = bt.Workload(kind, biggest, pid_dir)
     fullb = full.batched(batch)
+    wls = {"std": full, "batch": fullb, "mp": full.msgpack(), "mpbatch": fullb.msgpack()}
 
-    def std(k: int) -> bt.Workload:
-        return full.take(k)
-
-    def bat(k: int) -> bt.Workload:
-        return fullb.take(k)
+    def wl(mode: str, k: int) -> bt.Workload:
+        return wls[mode].take(k)
 
     reply = {}
-    for mode, wl in (("std", full), ("batch", fullb)):
+    for mode, w in wls.items():
         path = os.path.join(tmp, f"reply-{kind}-{mode}.bin")
         with open(path, "wb") as f:
-            f.write(wl.reply_stream())
+            f.write(w.reply_stream())
         reply[mode] = path
     cat = 'exec 3<&0; cat <&3 >/dev/null 3<&- & exec cat "$0" 3<&-'
     c = COMPONENTS
     py_cmd = [PY, str(c / f"ours_{kind}.py")]
+    api_cmd = [PY, str(c / "ours_echo_batch.py")]
     ruby_cmd = ["ruby", str(c / "ruby_echo.rb")] if kind == "echo" else ["ruby", str(EXAMPLES / "ruby" / "split_bolt.rb")]
     node_cmd = ["node", str(c / "node_echo.js")] if kind == "echo" else ["node", str(EXAMPLES / "node" / "split_bolt.js")]
-    return [
-        driver_row("cat.std", "driver ceiling (cat), standard", ["sh", "-c", cat, reply["std"]], std(n(600_000))),
-        driver_row("cat.batch", f"driver ceiling (cat), batch {batch}", ["sh", "-c", cat, reply["batch"]], bat(n(600_000))),
-        driver_row("py.std", "python, ours, standard", py_cmd, std(n(150_000))),
-        driver_row("py.batch", "python, ours, batched", py_cmd, bat(n(150_000))),
+    mb = f"msgpack+batch {batch}"
+    rows = [
+        driver_row("cat.std", "driver ceiling (cat), standard", ["sh", "-c", cat, reply["std"]], wl("std", n(600_000))),
+        driver_row("cat.batch", f"driver ceiling (cat), batch {batch}", ["sh", "-c", cat, reply["batch"]], wl("batch", n(600_000))),
+        driver_row("cat.mp", "driver ceiling (cat), msgpack", ["sh", "-c", cat, reply["mp"]], wl("mp", n(600_000))),
+        driver_row("cat.mpbatch", f"driver ceiling (cat), {mb}", ["sh", "-c", cat, reply["mpbatch"]], wl("mpbatch", n(600_000))),
+        driver_row("py.std", "python, ours, standard", py_cmd, wl("std", n(150_000))),
+        driver_row("py.batch", "python, ours, batched", py_cmd, wl("batch", n(150_000))),
+        driver_row("py.mp", "python, ours, msgpack", py_cmd, wl("mp", n(50_000))),
+        driver_row("py.mpbatch", "python, ours, msgpack+batched", py_cmd, wl("mpbatch", n(250_000))),
+    ]
+    if kind == "echo":  # the same bolt on the batch-level API (Bolt.process_batch); batched modes only
+        rows += [
+            driver_row("pyapi.batch", "python, ours batch API, batched", api_cmd, wl("batch", n(300_000))),
+            driver_row("pyapi.mpbatch", "python, ours batch API, msgpack+batched", api_cmd, wl("mpbatch", n(200_000))),
+        ]
+    return rows + [
         # pystorm exits with status 2 when stdin closes ("Storm went away").
-        driver_row("pystorm.std", "python, pystorm, standard", [PY, str(c / f"pystorm_{kind}.py")], std(n(30_000)), (0, 2)),
-        host_row("host.std", "host + python ours, standard", py_cmd, std(n(40_000)), []),
-        host_row("host.batch", "host + python ours, batched", py_cmd, std(n(40_000)), ["batch"]),
-        driver_row("ruby.std", "ruby, standard", ruby_cmd, std(n(40_000))),
-        driver_row("ruby.batch", "ruby, batched", ruby_cmd, bat(n(150_000))),
-        driver_row("node.std", "node, standard", node_cmd, std(n(100_000))),
-        driver_row("node.batch", "node, batched", node_cmd, bat(n(150_000))),
+        driver_row("pystorm.std", "python, pystorm, standard", [PY, str(c / f"pystorm_{kind}.py")], wl("std", n(30_000)), (0, 2)),
+        host_row("host.std", "host + python ours, standard", py_cmd, wl("std", n(40_000)), []),
+        host_row("host.batch", "host + python ours, batched", py_cmd, wl("std", n(40_000)), ["batch"]),
+        host_row("host.mpbatch", "host + python ours, msgpack+batched", py_cmd, wl("std", n(40_000)), ["batch", "msgpack"]),
+        driver_row("ruby.std", "ruby, standard", ruby_cmd, wl("std", n(40_000))),
+        driver_row("ruby.batch", "ruby, batched", ruby_cmd, wl("batch", n(150_000))),
+        driver_row("ruby.mp", "ruby, msgpack", ruby_cmd, wl("mp", n(30_000))),
+        driver_row("ruby.mpbatch", "ruby, msgpack+batched", ruby_cmd, wl("mpbatch", n(100_000))),
+        driver_row("node.std", "node, standard", node_cmd, wl("std", n(100_000))),
+        driver_row("node.batch", "node, batched", node_cmd, wl("batch", n(150_000))),
+        driver_row("node.mp", "node, msgpack", node_cmd, wl("mp", n(200_000))),
+        driver_row("node.mpbatch", "node, msgpack+batched", node_cmd, wl("mpbatch", n(300_000))),
     ]
 
 
@@ -305,7 +354,7 @@ def main() -> None:
     try:
         for kind in ("echo", "split"):
             rs = bolt_rows(kind, scale, args.batch, tmp)
-            measure(rs, repeat, kind)
+            measure(rs, repeat, kind, errors)
             rows[kind] = {r.key: r for r in rs}
         wc_runs = [wordcount("local", 120) for _ in range(repeat)]
         wc["local"] = min(wc_runs, key=lambda d: d["secs"])
@@ -333,34 +382,48 @@ def main() -> None:
     # -- rates -----------------------------------------------------------------------
     print(f"\n== multilang-bridge benchmarks: python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load avg {load0:.2f} -> {load1:.2f}, best of {repeat} interleaved, {elapsed:.0f}s ==")
+    def cells(r: Row | None) -> str:
+        if r is None:
+            return f"{'-':>8} {'-':>11}"
+        return f"{r.n:>8,} {'FAILED' if r.error else f'{r.best:,.0f}':>11}"
+
     print("\nrates (tuples/s, best run; N = input tuples per run)")
-    print(f"  {'variant':<36} {'echo N':>8} {'echo':>11} {'split N':>8} {'split':>11}")
+    print(f"  {'variant':<40} {'echo N':>8} {'echo':>11} {'split N':>8} {'split':>11}")
     for key in rows["echo"]:
-        e, s = rows["echo"][key], rows["split"][key]
-        print(f"  {e.label:<36} {e.n:>8,} {e.best:>11,.0f} {s.n:>8,} {s.best:>11,.0f}")
+        e, s = rows["echo"][key], rows["split"].get(key)
+        print(f"  {e.label:<40} {cells(e)} {cells(s)}")
 
     # -- ratios ------------------------------------------------------------------------
     table: list[tuple[str, float, float, str]] = []  # (what, measured, baseline, target text)
     targets: list[tuple[str, float, float, float | None]] = []  # (text, value, goal, stretch)
 
-    def ratio(kind: str, a: str, b: str) -> tuple[float, float, float]:
-        x, y = rows[kind][a].best, rows[kind][b].best
-        return x, y, x / y
-
     for kind in ("echo", "split"):
+        echo = kind == "echo"
         for what, a, b, goal in (
-            ("python: host+lib / driver+lib, standard", "host.std", "py.std", 0.8 if kind == "echo" else None),
+            ("python: host+lib / driver+lib, standard", "host.std", "py.std", 0.8 if echo else None),
             ("python: host+lib / driver+lib, batched", "host.batch", "py.batch", None),
+            ("python: host+lib / driver+lib, msgpack+batched", "host.mpbatch", "py.mpbatch", None),
             ("python: host batched / host standard", "host.batch", "host.std", None),
+            ("python: host msgpack+batched / host standard", "host.mpbatch", "host.std", None),
             ("python: ours / pystorm (driver, standard)", "py.std", "pystorm.std", None),
-            ("python: batched / standard (driver)", "py.batch", "py.std", 4.0 if kind == "echo" else None),
-            ("ruby:   batched / standard (driver)", "ruby.batch", "ruby.std", 2.0 if kind == "echo" else None),
-            ("node:   batched / standard (driver)", "node.batch", "node.std", 2.0 if kind == "echo" else None),
+            ("python: batched / standard (driver)", "py.batch", "py.std", 4.0 if echo else None),
+            ("python: msgpack / standard (driver)", "py.mp", "py.std", None),
+            ("python: msgpack+batch / standard (driver)", "py.mpbatch", "py.std", None),
+            ("python: batch API (process_batch) / standard (driver)", "pyapi.batch", "py.std", 4.0 if echo else None),
+            ("python: batch API, msgpack+batch / standard (driver)", "pyapi.mpbatch", "py.std", None),
+            ("ruby:   batched / standard (driver)", "ruby.batch", "ruby.std", 2.0 if echo else None),
+            ("ruby:   msgpack / standard (driver)", "ruby.mp", "ruby.std", None),
+            ("ruby:   msgpack+batch / standard (driver)", "ruby.mpbatch", "ruby.std", None),
+            ("node:   batched / standard (driver)", "node.batch", "node.std", 2.0 if echo else None),
+            ("node:   msgpack / standard (driver)", "node.mp", "node.std", None),
+            ("node:   msgpack+batch / standard (driver)", "node.mpbatch", "node.std", None),
         ):
-            x, y, r = ratio(kind, a, b)
+            if a not in rows[kind] or b not in rows[kind]:
+                continue  # e.g. the batch-API component has no split variant
+            x, y = rows[kind][a].best, rows[kind][b].best
             table.append((f"{kind:<5} {what}", x, y, f">= {goal:g}x" if goal else ""))
             if goal:
-                targets.append((f"{kind} {what}", r, goal, None))
+                targets.append((f"{kind} {what}", x / y, goal, None))
     for wl, d in spark.items():
         for variant, goal in (("bolt", None), ("bolt+batch", 1.0)):
             name = "standard" if variant == "bolt" else "batched"
@@ -373,8 +436,12 @@ def main() -> None:
 
     print("\nratios (both numbers from this run; tuples/s unless noted)")
     print(f"  {'what':<66} {'measured':>12} {'baseline':>12} {'ratio':>7}  target")
+    def num(v: float) -> str:
+        return "FAILED" if v != v else f"{v:,.0f}"  # nan: a failed row
+
     for what, x, y, goal in table:
-        print(f"  {what:<66} {x:>12,.0f} {y:>12,.0f} {x / y:>6.2f}x  {goal}")
+        r = x / y
+        print(f"  {what:<66} {num(x):>12} {num(y):>12} {'n/a' if r != r else f'{r:.2f}':>6}x  {goal}")
     if spark:
         for wl, d in spark.items():
             print(f"  (spark {wl}: {int(d['lines']):,} lines -> {int(d['records']):,} records; records/s; "
@@ -386,20 +453,30 @@ def main() -> None:
     # -- the driver ceiling -----------------------------------------------------------------
     print("\ndriver ceiling (cat replaying a correct reply stream; must be >= 1.5x the fastest bolt of its mode)")
     ceiling_ok = True
+    mode_names = {"std": "standard", "batch": "batched", "mp": "msgpack", "mpbatch": "msgpack+batch"}
     for kind in ("echo", "split"):
         rk = rows[kind]
-        for mode in ("std", "batch"):
-            bolts = [r for k, r in rk.items() if k.endswith("." + mode) and not k.startswith(("cat.", "host."))]
+        for mode, mode_name in mode_names.items():
+            bolts = [r for k, r in rk.items()
+                     if k.endswith("." + mode) and not k.startswith(("cat.", "host.")) and not r.error]
+            cat = rk[f"cat.{mode}"]
+            if cat.error or not bolts:
+                ceiling_ok = False
+                print(f"  {kind:<5} {mode_name:<13}: NOT MEASURED ({'the cat row failed' if cat.error else 'every bolt failed'})")
+                continue
             top = max(bolts, key=lambda r: r.best)
-            head = rk[f"cat.{mode}"].best / top.best
+            head = cat.best / top.best
             ok = head >= 1.5
             ceiling_ok &= ok
-            print(f"  {kind:<5} {'standard' if mode == 'std' else 'batched':<8}: {rk[f'cat.{mode}'].best:>12,.0f} tuples/s "
+            print(f"  {kind:<5} {mode_name:<13}: {cat.best:>12,.0f} tuples/s "
                   f"= {head:5.1f}x the fastest bolt ({top.label}, {top.best:,.0f}){'' if ok else '  <-- WARNING: driver may be limiting'}")
 
     # -- targets --------------------------------------------------------------------------
     print("\ntargets")
     for text, value, goal, stretch in targets:
+        if value != value:  # a failed row
+            print(f"  {text:<74} {'n/a':>6}   (>= {goal:g}x)  NOT MEASURED (see errors)")
+            continue
         line = f"  {text:<74} {value:6.2f}x  (>= {goal:g}x)  {'MET' if value >= goal else 'NOT MET'}"
         if stretch:
             line += f"; stretch {stretch:g}x {'MET' if value >= stretch else 'NOT MET'}"
@@ -414,7 +491,9 @@ def main() -> None:
         doc = {
             "python": sys.version.split()[0], "cpus": os.cpu_count(), "load": [load0, load1], "repeat": repeat,
             "quick": args.quick, "batch": args.batch, "seconds": elapsed,
-            "bolts": {k: {key: {"label": r.label, "n": r.n, "rates": r.rates, "best": r.best} for key, r in rs.items()}
+            "bolts": {k: {key: {"label": r.label, "n": r.n, "rates": r.rates,
+                                "best": None if r.error else r.best, "error": r.error}
+                          for key, r in rs.items()}
                       for k, rs in rows.items()},
             "spark": spark, "wordcount": wc, "errors": errors,
         }

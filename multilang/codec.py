@@ -9,6 +9,7 @@ Decoding is direction-aware: a host decodes what a component writes
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgpack
@@ -78,7 +79,7 @@ def loads(body: bytes) -> Any:
 
 # Format bytes of bin (c4-c6) and ext (c7-c9, d4-d8). They may also occur
 # inside strings and numbers; only a body holding one is walked in full.
-_NOT_JSON_MARKERS = tuple(bytes([b]) for b in (0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8))
+_NOT_JSON_MARKER = re.compile(rb"[\xc4-\xc9\xd4-\xd8]").search
 
 
 def _no_ext(code: int, data: bytes) -> Any:
@@ -108,7 +109,7 @@ def msgpack_loads(body: bytes) -> Any:
     except Exception as exc:  # ExtraData, OutOfData, FormatError, UnicodeDecodeError, ValueError
         raise RemoteProtocolError(f"frame is not one valid msgpack object: {type(exc).__name__}: {exc}",
                                   frame=body) from None
-    if any(m in body for m in _NOT_JSON_MARKERS):
+    if _NOT_JSON_MARKER(body) is not None:
         _check_json_model(obj, body)
     return obj
 
@@ -125,7 +126,7 @@ def msgpack_frame(obj: Any) -> bytes:
         body = msgpack.packb(obj, use_bin_type=True, default=_pack_default)
     except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"value cannot be sent as msgpack: {exc}", frame=repr(obj)) from None
-    if any(m in body for m in _NOT_JSON_MARKERS):  # bytes became bin: not ours to send (§9.6)
+    if _NOT_JSON_MARKER(body) is not None:  # bytes became bin: not ours to send (§9.6)
         try:
             _check_json_model(obj, body)
         except RemoteProtocolError as exc:

@@ -178,8 +178,7 @@ class Connection:
 
     def _switch_to_msgpack(self) -> None:
         """§9.6: every frame after the pid reply is length-prefixed msgpack."""
-        self.msgpack = True
-        self._plain_ready = False  # the frames of the JSON fast paths no longer apply
+        self.msgpack = True  # (the fast-path flags follow when the state becomes READY)
         self._loads = msgpack_loads
         self._set_codec(msgpack_loads, msgpack_frame)
         old, self._reader = self._reader, LengthPrefixedReader(self._max_frame_size)
@@ -208,6 +207,7 @@ class Connection:
         # fast paths apply (batching is settled by the pid reply, before READY).
         ready_bolt = new is State.READY and self.role is Role.BOLT and self.side is Side.COMPONENT
         self._plain_ready = ready_bolt and not self.batching and not self.msgpack
+        self._msgpack_ready = ready_bolt and not self.batching and self.msgpack
         # ... or with extension batch: emits and acks join the open batch (§9.5).
         self._batch_ready = ready_bolt and self.batching
 
@@ -551,6 +551,10 @@ class Connection:
                         if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
                             append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + dumps([a]) + _EMIT_TAIL)
                             return None
+                        if conn._msgpack_ready:
+                            append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
+                                                  "need_task_ids": False}))
+                            return None
                         if conn._batch_ready:
                             conn._open_emits.append([values, [a]])
                             conn._open_n += 1
@@ -567,6 +571,10 @@ class Connection:
                 if conn._plain_ready:
                     pending.remove(tid)
                     append(_ACK_HEAD + dumps(tid) + _FRAME_TAIL)
+                    return
+                if conn._msgpack_ready:
+                    pending.remove(tid)
+                    append(msgpack_frame({"command": "ack", "id": tid}))
                     return
                 if conn._batch_ready:
                     pending.remove(tid)
