@@ -102,8 +102,8 @@ _first = itemgetter(0)  # a Tuple's id
 # Pieces of the per-tuple frames, so that only the variable parts go through
 # orjson (same bytes as encoding the whole dict).
 _EMIT_HEAD = b'{"command":"emit","tuple":'
-_EMIT_ANCHORS = b',"anchors":'
-_EMIT_TAIL = b',"need_task_ids":false}' + TERMINATOR
+_EMIT_ANCHORS = b',"anchors":['
+_EMIT_TAIL = b'],"need_task_ids":false}' + TERMINATOR
 _ACK_HEAD = b'{"command":"ack","id":'
 _FRAME_TAIL = b"}" + TERMINATOR
 
@@ -307,6 +307,7 @@ class Connection:
                 stream = obj["stream"]
                 values = obj["tuple"]
                 task = obj["task"]
+                comp = obj["comp"]
             except Exception:  # not a dict with these keys: the general path says what is wrong
                 bodies.appendleft(item)
                 break
@@ -318,7 +319,7 @@ class Connection:
                 break
             last = item
             pending.add(tid)
-            row = (tid, obj.get("comp"), stream, task, values)
+            row = (tid, comp, stream, task, values)
             append(row if rows else new(Tuple, row))
         if last is not None:
             self.last_frames.append(last)
@@ -549,7 +550,7 @@ class Connection:
                 try:  # pending holds id strings only; an unhashable anchor raises
                     if a in pending:
                         if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
-                            append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + dumps([a]) + _EMIT_TAIL)
+                            append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + dumps(a) + _EMIT_TAIL)
                             return None
                         if conn._msgpack_ready:
                             append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
