@@ -348,31 +348,38 @@ class Workload:
                 obj = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise BenchError(f"bad frame {body[:200]!r}: {exc}") from None
-            cmd = obj.get("command") if type(obj) is dict else None
-            if cmd in ("log", "sync", "metrics"):
-                continue
-            if cmd == "batch":
-                if obj.get("fails"):
-                    raise BenchError(f"batch with fails: {body[:200]!r}")
-                for e in obj.get("emits", ()):
-                    if len(e) > 2 and e[2] not in (None, "default"):
-                        raise BenchError(f"batched emit on stream {e[2]!r}: {body[:200]!r}")
-                    events.append(("emit", e[0], e[1] if len(e) > 1 else None))
-                for tid in obj.get("acks", ()):
-                    events.append(("ack", tid))
-            elif cmd == "emit":
-                if obj.get("need_task_ids") is not False:
-                    raise BenchError(f"standard emit wanting task ids in batch mode: {body[:200]!r}")
-                events.append(("emit", obj.get("tuple"), obj.get("anchors")))
-            elif cmd == "ack":
-                events.append(("ack", obj.get("id")))
-            else:
-                raise BenchError(f"unexpected frame {body[:200]!r}")
+            self._frame_events(obj, events, batch_ok=True)
         self._check_events(events)
         _, a, e = _count_batched(output)
         n_want = self.n_emits
         if a != self.n or e != n_want:
             raise BenchError(f"byte counts {a} acks / {e} emits differ from the parse: {self.n} / {n_want}")
+
+    def _frame_events(self, obj: object, events: list[tuple], batch_ok: bool) -> None:
+        """One parsed output frame as the standard events it stands for
+        (an output batch: its emits, then its acks, §9.5)."""
+        cmd = obj.get("command") if type(obj) is dict else None
+        if cmd in ("log", "sync", "metrics"):
+            return
+        if cmd == "batch" and batch_ok:
+            if obj.get("fails"):
+                raise BenchError(f"batch with fails: {obj!r:.200}")
+            for e in obj.get("emits", ()):
+                if len(e) > 2 and e[2] not in (None, "default"):
+                    raise BenchError(f"batched emit on stream {e[2]!r}: {obj!r:.200}")
+                events.append(("emit", e[0], e[1] if len(e) > 1 else None))
+            for tid in obj.get("acks", ()):
+                events.append(("ack", tid))
+        elif cmd == "emit":
+            if obj.get("need_task_ids") is not False:
+                raise BenchError(f"emit wanting task ids: {obj!r:.200}")
+            if obj.get("stream") not in (None, "default") or obj.get("task") not in (None, 0):
+                raise BenchError(f"emit not on the default stream, or direct: {obj!r:.200}")
+            events.append(("emit", obj.get("tuple"), obj.get("anchors")))
+        elif cmd == "ack":
+            events.append(("ack", obj.get("id")))
+        else:
+            raise BenchError(f"unexpected frame {obj!r:.200}")
 
     def _check_events(self, events: list[tuple]) -> None:
         """acks: exactly the input ids, in order; emits: the expected values
@@ -411,28 +418,7 @@ class Workload:
                 obj = _mp_loads(body)
             except MultilangError as exc:
                 raise BenchError(f"bad msgpack frame: {exc}") from None
-            cmd = obj.get("command") if type(obj) is dict else None
-            if cmd in ("log", "sync", "metrics"):
-                continue
-            if cmd == "batch" and self.batch:
-                if obj.get("fails"):
-                    raise BenchError(f"batch with fails: {body[:200]!r}")
-                for e in obj.get("emits", ()):
-                    if len(e) > 2 and e[2] not in (None, "default"):
-                        raise BenchError(f"batched emit on stream {e[2]!r}: {body[:200]!r}")
-                    events.append(("emit", e[0], e[1] if len(e) > 1 else None))
-                for tid in obj.get("acks", ()):
-                    events.append(("ack", tid))
-            elif cmd == "emit":
-                if obj.get("need_task_ids") is not False:
-                    raise BenchError(f"emit wanting task ids: {obj!r}")
-                if obj.get("stream") not in (None, "default") or obj.get("task") not in (None, 0):
-                    raise BenchError(f"emit not on the default stream, or direct: {obj!r}")
-                events.append(("emit", obj.get("tuple"), obj.get("anchors")))
-            elif cmd == "ack":
-                events.append(("ack", obj.get("id")))
-            else:
-                raise BenchError(f"unexpected frame {obj!r:.200}")
+            self._frame_events(obj, events, batch_ok=bool(self.batch))
         self._check_events(events)
         f, a, e, cut = (_consume_mp_batch if self.batch else _consume_mp)(output)
         if cut != len(output) or f != len(bodies) or a != self.n or e != self.n_emits:
