@@ -99,18 +99,24 @@ def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
 
 
 def _run_trio(fn: Any) -> Any:
-    """Run ``fn`` under trio; SIGTERM cancels it like Ctrl-C does (exit 143)."""
+    """Run ``fn`` under trio. SIGINT (Ctrl-C) and SIGTERM cancel it, which
+    stops and reaps every component; then KeyboardInterrupt (exit 130) or
+    exit 143. Both are received as signals rather than left to trio's
+    KeyboardInterrupt delivery, which could be lost while the run idled."""
     import trio
 
-    terminated = False
+    terminated = interrupted = False
 
     async def wrapper() -> Any:
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
-                with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        nonlocal terminated
-                        terminated = True
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        nonlocal terminated, interrupted
+                        if signum == signal.SIGINT:
+                            interrupted = True
+                        else:
+                            terminated = True
                         nursery.cancel_scope.cancel()
                         return
 
@@ -129,6 +135,8 @@ def _run_trio(fn: Any) -> Any:
         if len(leaves) == 1 and isinstance(leaves[0], Exception):
             raise leaves[0] from None
         raise
+    if interrupted:
+        raise KeyboardInterrupt
     if terminated:
         raise SystemExit(EXIT_SIGTERM)
     return result

@@ -192,9 +192,10 @@ def test_run_command_not_found_is_a_topology_error(tmp_path):
 # --- signals ---------------------------------------------------------------------------------------
 
 
-def _interrupt(sig: int) -> tuple[int, str, set[int]]:
-    """Start a long wordcount run, wait until its components run, send
-    ``sig`` to the CLI process, return (exit status, stderr, component pids)."""
+def _interrupt(sig: int, work: float = 1.0) -> tuple[int, str, set[int]]:
+    """Start a long wordcount run, wait until its components run, let them
+    work for ``work`` seconds, send ``sig`` to the CLI process, return (exit
+    status, stderr, component pids)."""
     proc = subprocess.Popen(ML + ["run", WORDCOUNT, "--duration", "60"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pids: set[int] = set()
@@ -208,7 +209,7 @@ def _interrupt(sig: int) -> tuple[int, str, set[int]]:
             time.sleep(0.02)
         assert len(pids) >= 5, f"the components did not start: {pids}"
         # Let them handshake and work for a moment.
-        end = time.monotonic() + 1.0
+        end = time.monotonic() + work
         while time.monotonic() < end:
             pids.update(child_pids(proc.pid))
             time.sleep(0.02)
@@ -219,6 +220,16 @@ def _interrupt(sig: int) -> tuple[int, str, set[int]]:
             proc.kill()
             proc.wait()
     return proc.returncode, err, pids
+
+
+@needs_ruby_node
+def test_sigint_after_the_input_is_done_still_stops_everything():
+    # The word count is done in about 2 s; the run then idles until --duration.
+    # Ctrl-C must still stop it (it was once lost while trio had nothing to do).
+    rc, err, pids = _interrupt(signal.SIGINT, work=6.0)
+    assert "emitted 1080" in err, err[-2000:]
+    assert rc == 130, err[-3000:]
+    assert not [p for p in pids if not gone(p)]
 
 
 @needs_ruby_node
