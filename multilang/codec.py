@@ -77,27 +77,33 @@ def loads(body: bytes) -> Any:
 
 # --- extension msgpack (§9.6) ---------------------------------------------------
 
-# Format bytes of bin (c4-c6) and ext (c7-c9, d4-d8). They may also occur
-# inside strings and numbers; only a body holding one is walked in full.
-_NOT_JSON_MARKER = re.compile(rb"[\xc4-\xc9\xd4-\xd8]").search
+# Format bytes of bin (c4-c6), ext (c7-c9, d4-d8) and floats (ca, cb: NaN
+# and infinities are not JSON numbers). They may also occur inside strings
+# and numbers; only a body holding one is walked in full.
+_NOT_JSON_MARKER = re.compile(rb"[\xc4-\xcb\xd4-\xd8]").search
+_INF = float("inf")
 
 
 def _no_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"ext type {code} is not part of the data model")
 
 
-def _check_json_model(value: Any, body: bytes) -> None:
+def _check_json_model(value: Any) -> None:
+    """ValueError unless ``value`` is in JSON's data model (§9.6)."""
     t = type(value)
     if t is dict:
         for k, v in value.items():
             if type(k) is not str:
-                raise RemoteProtocolError(f"msgpack map key {k!r} is not a string (§9.6)", frame=body)
-            _check_json_model(v, body)
+                raise ValueError(f"msgpack map key {k!r} is not a string (§9.6)")
+            _check_json_model(v)
     elif t is list:
         for v in value:
-            _check_json_model(v, body)
-    elif t not in (str, int, float, bool) and value is not None:
-        raise RemoteProtocolError(f"msgpack {t.__name__} value is not part of the data model (§9.6)", frame=body)
+            _check_json_model(v)
+    elif t is float:
+        if value != value or value == _INF or value == -_INF:
+            raise ValueError(f"msgpack float {value} is not a JSON number (§9.6)")
+    elif t not in (str, int, bool) and value is not None:
+        raise ValueError(f"msgpack {t.__name__} value is not part of the data model (§9.6)")
 
 
 def msgpack_loads(body: bytes) -> Any:
@@ -110,7 +116,10 @@ def msgpack_loads(body: bytes) -> Any:
         raise RemoteProtocolError(f"frame is not one valid msgpack object: {type(exc).__name__}: {exc}",
                                   frame=body) from None
     if _NOT_JSON_MARKER(body) is not None:
-        _check_json_model(obj, body)
+        try:
+            _check_json_model(obj)
+        except ValueError as exc:
+            raise RemoteProtocolError(str(exc), frame=body) from None
     return obj
 
 
@@ -128,9 +137,9 @@ def msgpack_frame(obj: Any) -> bytes:
         raise LocalProtocolError(f"value cannot be sent as msgpack: {exc}", frame=repr(obj)) from None
     if _NOT_JSON_MARKER(body) is not None:  # bytes became bin: not ours to send (§9.6)
         try:
-            _check_json_model(obj, body)
-        except RemoteProtocolError as exc:
-            raise LocalProtocolError(str(exc.args[0]), frame=repr(obj)) from None
+            _check_json_model(obj)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc), frame=repr(obj)) from None
     return len(body).to_bytes(4, "big") + body
 
 

@@ -285,6 +285,11 @@ let DP = 0;     // read position
 let DE = 0;     // end of the frame's body
 let DS = 0;     // start of the body (offsets in messages are relative to it)
 
+function mpFinite(v) {
+  if (!Number.isFinite(v)) mpFail(`float ${v} is not a JSON number (§9.6)`);
+  return v;
+}
+
 function mpFail(what) {
   throw new MsgpackError(what);
 }
@@ -389,8 +394,8 @@ function mpRead() {
     case 0xc0: return null;
     case 0xc2: return false;
     case 0xc3: return true;
-    case 0xca: mpNeed(4); v = D.readFloatBE(DP); DP += 4; return v;
-    case 0xcb: mpNeed(8); v = D.readDoubleBE(DP); DP += 8; return v;
+    case 0xca: mpNeed(4); v = D.readFloatBE(DP); DP += 4; return mpFinite(v);
+    case 0xcb: mpNeed(8); v = D.readDoubleBE(DP); DP += 8; return mpFinite(v);
     case 0xcc: mpNeed(1); return D[DP++];
     case 0xcd: mpNeed(2); v = D.readUInt16BE(DP); DP += 2; return v;
     case 0xce: mpNeed(4); v = D.readUInt32BE(DP); DP += 4; return v;

@@ -698,3 +698,19 @@ def test_random_values_random_chunks(start):
         emit = h.read()
         assert same_json(emit["tuple"], v), (i, v, emit["tuple"])
         assert h.read() == {"command": "ack", "id": str(i)}
+
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_infinite_floats_are_not_json_numbers(value):
+    """§9.6: the library's decoder refuses a float JSON cannot carry."""
+    import subprocess
+
+    body = msgpack.packb({"tuple": [value]})
+    js = ("const m = require(process.argv[1]);"
+          "const b = Buffer.from(process.argv[2], 'hex');"
+          "let r; try { m.decodeMsgpack(b, 0, b.length); r = 'accepted'; } catch (e) { r = e.message; }"
+          "require('fs').writeSync(2, r + '\\n');")  # the library guards stdout from load on
+    out = subprocess.run(["node", "-e", js, str(ROOT / "examples/node/multilang.js"), body.hex()],
+                         capture_output=True, text=True, timeout=20)
+    assert "is not a JSON number" in out.stderr, out.stdout + out.stderr

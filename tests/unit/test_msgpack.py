@@ -31,7 +31,8 @@ def test_spec_example_bytes():
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2 ** 63), 2 ** 64 - 1) | st.floats(allow_nan=False) | st.text(),
+    st.none() | st.booleans() | st.integers(-(2 ** 63), 2 ** 64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=5), kids, max_size=4),
     max_leaves=20,
 )
@@ -74,6 +75,8 @@ def test_reader_limits_and_errors():
     (msgpack.packb({"a": 1}) + b"\xc0", "ExtraData"),
     (msgpack.packb({"a": "long string"})[:-3], "not one valid msgpack object"),
     (b"\xa2\xff\xfe", "UnicodeDecodeError"),
+    (msgpack.packb({"tuple": [float("nan")]}), "not a JSON number"),
+    (msgpack.packb({"tuple": [float("-inf")]}), "not a JSON number"),
 ])
 def test_outside_the_json_data_model_is_a_protocol_error(body, why):
     with pytest.raises(RemoteProtocolError, match=why):
@@ -85,6 +88,8 @@ def test_writer_refuses_what_json_cannot_carry():
         msgpack_frame({"tuple": [b"raw"]})
     with pytest.raises(LocalProtocolError, match="beyond 64 bits"):
         msgpack_frame({"tuple": [2 ** 64]})
+    with pytest.raises(LocalProtocolError, match="not a JSON number"):
+        msgpack_frame({"tuple": [float("inf")]})
     assert msgpack_loads(msgpack_frame({"tuple": ["Ĉ", 2 ** 64 - 1, -(2 ** 63), 1.5]})[4:]) == \
         {"tuple": ["Ĉ", 2 ** 64 - 1, -(2 ** 63), 1.5]}
 
