@@ -971,10 +971,14 @@ def stage_breakdown(n: int, batch: int = 0) -> None:
             self.emit(tup.values, anchors=[tup])
             self.ack(tup)
 
-    def bolt_setup():
+    def bolt_on(conn: Connection) -> Bolt:
         b = Echo()
-        b._conn = conn_with_pending()
+        b._conn = conn
+        b._bind_fast_paths()  # as Bolt._serve does
         return b
+
+    def bolt_setup():
+        return bolt_on(conn_with_pending())
 
     def bolt_process(b):
         for t in tups:
@@ -983,25 +987,28 @@ def stage_breakdown(n: int, batch: int = 0) -> None:
 
     results.append(("Bolt.process: emit()+ack() incl. send/encode (user-facing)", best(bolt_process, bolt_setup)))
 
-    def whole_setup():
-        b = Echo()
-        b._conn = fresh_conn()
-        return b
-
-    def whole(b):
+    def whole_loop(b: Bolt, chunks_in: list[bytes]) -> None:
+        """Bolt._serve's work without its I/O: bursts of tuples to the
+        bolt's handler, other events the general way, one join per chunk."""
         conn = b._conn
         out = b._out
-        for ch in chunks:
+        handle = b._tuple_handler()
+        for ch in chunks_in:
             conn.receive_data(ch)
             while True:
+                for tup in conn.take_tuples():
+                    handle(tup)
                 ev = conn.next_event()
                 if ev is NEED_DATA:
                     break
-                b._on_tuple(ev)
+                handle(ev)
+            if conn.batching:
+                out.append(conn.close_batch())
             b"".join(out)
             out.clear()
 
-    results.append(("whole component loop, no syscalls (input+process+join)", best(whole, whole_setup)))
+    results.append(("whole component loop, no syscalls (input+process+join)",
+                    best(lambda b: whole_loop(b, chunks), lambda: bolt_on(fresh_conn()))))
 
     def hand_floor(_):
         loads, dumps = orjson.loads, orjson.dumps
@@ -1041,26 +1048,8 @@ def stage_breakdown(n: int, batch: int = 0) -> None:
         results.append((f"batched {batch}: Connection receive_data+next_event (input side)",
                         best(events_batched, fresh_batched)))
 
-        def whole_batched_setup():
-            b = Echo()
-            b._conn = fresh_batched()
-            return b
-
-        def whole_batched(b):
-            conn = b._conn
-            out = b._out
-            for ch in bchunks:
-                conn.receive_data(ch)
-                while True:
-                    ev = conn.next_event()
-                    if ev is NEED_DATA:
-                        break
-                    b._on_tuple(ev)
-                out.append(conn.close_batch())
-                b"".join(out)
-                out.clear()
-
-        results.append((f"batched {batch}: whole component loop, no syscalls", best(whole_batched, whole_batched_setup)))
+        results.append((f"batched {batch}: whole component loop, no syscalls",
+                        best(lambda b: whole_loop(b, bchunks), lambda: bolt_on(fresh_batched()))))
 
     print(f"\n== in-process stage timings, our library, echo, N={n} (us/tuple, best of 5, no profiler) ==")
     for label, us in results:
