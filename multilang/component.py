@@ -390,66 +390,54 @@ class Bolt(Component):
         batch = self.process_batch if type(self).process_batch is not Bolt.process_batch else None
         while True:
             tups = take(batch is not None)
-            if tups and batch is not None:
-                group = Tuples(tups)
-                try:
-                    batch(group)
-                except _Closed:
-                    raise
-                except Exception:
-                    self._process_failed(group[0], len(group))
-                    raise
-                if monotonic() - self._flushed > _FLUSH_INTERVAL:
-                    self._flush()
-                continue
-            if tups:
-                # The input tuples already read, handled in one loop. Output
-                # is otherwise flushed only before a read: flush at least
-                # every 100 ms so acks and heartbeat syncs of a slow bolt
-                # reach the host before its subprocess timeout (§5.2).
-                tup = None
-                try:
-                    for tup in tups:
-                        handle(tup)
-                        if monotonic() - self._flushed > _FLUSH_INTERVAL:
-                            self._flush()
-                except _Closed:  # stdin EOF while process() waited for task ids: not its fault
-                    raise
-                except Exception:
-                    self._process_failed(tup)
-                    raise
-                continue
-            ev = conn.next_event()
-            if ev is NEED_DATA:
-                self._read_more()
-                continue
-            t = type(ev)
-            if t is Tuple:
-                try:  # set aside while an emit waited for task ids, or from a batch holding a tick
-                    if batch is not None:
-                        batch(Tuples([ev]))
-                    else:
-                        handle(ev)
-                except _Closed:
-                    raise
-                except Exception:
-                    self._process_failed(ev)
-                    raise
-            elif t is Heartbeat:
-                out.append(sync(_SYNC))
-            elif t is Tick:
-                self._on_tick(ev)
-            elif t is ConnectionClosed:
-                return
+            if not tups:
+                ev = conn.next_event()
+                if ev is NEED_DATA:
+                    self._read_more()
+                    continue
+                t = type(ev)
+                if t is Heartbeat:
+                    out.append(sync(_SYNC))
+                    continue
+                if t is Tick:
+                    self._on_tick(ev)
+                    continue
+                if t is ConnectionClosed:
+                    return
+                if t is not Tuple:
+                    raise RemoteProtocolError(f"unexpected {t.__name__} from the host", frame=repr(ev))
+                tups = [ev]  # set aside while an emit waited for task ids, or from a batch holding a tick
+            self._handle_tuples(tups, handle, batch)
+
+    def _handle_tuples(self, tups: list[Any], handle: Any, batch: Any) -> None:
+        """Input tuples already read, to ``process_batch`` at once or to the
+        per-tuple handler one by one. Output is otherwise flushed only before
+        a read: flush at least every 100 ms so acks and heartbeat syncs of a
+        slow bolt reach the host before its subprocess timeout (§5.2)."""
+        tup = tups[0]
+        try:
+            if batch is not None:
+                batch(Tuples(tups))
             else:
-                raise RemoteProtocolError(f"unexpected {t.__name__} from the host", frame=repr(ev))
+                for tup in tups:
+                    handle(tup)
+                    if monotonic() - self._flushed > _FLUSH_INTERVAL:
+                        self._flush()
+                return
+        except _Closed:  # stdin EOF while process() waited for task ids: not its fault
+            raise
+        except Exception:
+            self._process_failed(tup[0], len(tups) if batch is not None else 0)
+            raise
+        if monotonic() - self._flushed > _FLUSH_INTERVAL:
+            self._flush()
 
     def _tuple_handler(self) -> Any:
         """What the loop calls per input tuple; an exception ends the bolt."""
         return self.process
 
-    def _process_failed(self, tup: Tuple, batch: int = 0) -> None:
-        where = f"process_batch failed on {batch} tuples from {tup.id}" if batch else f"process failed on tuple {tup.id}"
+    def _process_failed(self, tid: str, batch: int = 0) -> None:
+        where = f"process_batch failed on {batch} tuples from {tid}" if batch else f"process failed on tuple {tid}"
         self.report_error(f"{type(self).__name__}.{where}:\n{traceback.format_exc()}")
         self._flush()
 
