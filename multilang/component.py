@@ -419,10 +419,12 @@ class Bolt(Component):
             if batch is not None:
                 batch(Tuples(tups))
             else:
+                deadline = self._flushed + _FLUSH_INTERVAL
                 for tup in tups:
                     handle(tup)
-                    if monotonic() - self._flushed > _FLUSH_INTERVAL:
+                    if monotonic() > deadline:
                         self._flush()
+                        deadline = self._flushed + _FLUSH_INTERVAL
                 return
         except _Closed:  # stdin EOF while process() waited for task ids: not its fault
             raise

@@ -284,24 +284,24 @@ class Connection:
         if self._stash or not self._bolt_component or self._state is not State.READY:
             return []
         bodies = self._bodies
+        if not bodies:
+            return []
         pending = self.pending
+        add = pending.add
         loads = self._loads
         system = _SYSTEM_STREAMS
         new = _new_tuple
-        out: list[Tuple] = []
-        append = out.append
-        last = None
-        popleft = bodies.popleft
+        kind = tuple if rows else Tuple  # tuple.__new__(tuple, row) is the row itself
         batching = self.batching
-        while bodies:
-            item = popleft()
+        items = list(bodies)
+        out: list[Any] = []
+        append = out.append
+        for item in items:
             try:
                 obj = loads(item)  # a queued error or close is not bytes: TypeError
                 if batching and "tuples" in obj:
                     if self._take_batch(obj["tuples"], out, rows):
-                        last = item
                         continue
-                    bodies.appendleft(item)
                     break
                 tid = obj["id"]
                 stream = obj["stream"]
@@ -309,20 +309,25 @@ class Connection:
                 task = obj["task"]
                 comp = obj["comp"]
             except Exception:  # not a dict with these keys: the general path says what is wrong
-                bodies.appendleft(item)
                 break
             if (
                 type(tid) is not str or type(values) is not list or type(task) is not int or type(stream) is not str
                 or stream in system or tid in pending or "pidDir" in obj
             ):
-                bodies.appendleft(item)
                 break
-            last = item
-            pending.add(tid)
-            row = (tid, comp, stream, task, values)
-            append(row if rows else new(Tuple, row))
-        if last is not None:
-            self.last_frames.append(last)
+            add(tid)
+            append(new(kind, (tid, comp, stream, task, values)))
+        else:
+            bodies.clear()
+            self.last_frames.append(item)
+            return out
+        # Stopped at ``item``: it and what follows stay, for the general path.
+        # By identity: equal frames may come before it.
+        taken = next(i for i, x in enumerate(items) if x is item)
+        if taken:
+            for _ in range(taken):
+                bodies.popleft()
+            self.last_frames.append(items[taken - 1])
         return out
 
     def _take_batch(self, items: Any, out: list[Any], rows: bool) -> bool:
@@ -536,21 +541,29 @@ class Connection:
         per ack is a tenth of the component's time (bench/).
         """
         pending = self.pending
+        remove = pending.remove
         dumps = orjson.dumps
         append = out.append
+        extend = out.extend
         conn = self
+        # The last anchor emitted to and its JSON: the ack that usually
+        # follows reuses it instead of encoding the id again.
+        last_id: Any = None
+        last_enc = b""
 
         def fast_emit(values: Any, stream: Any = None, anchors: Any = None, direct_task: Any = None,
                       need_task_ids: bool = False) -> Any:
-            if (stream is None and direct_task is None and not need_task_ids and type(anchors) is list
-                    and len(anchors) == 1 and type(values) is list):
-                a = anchors[0]
-                if type(a) is Tuple:
-                    a = a[0]
-                try:  # pending holds id strings only; an unhashable anchor raises
-                    if a in pending:
-                        if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
-                            append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + dumps(a) + _EMIT_TAIL)
+            nonlocal last_id, last_enc
+            if stream is None and direct_task is None and not need_task_ids and type(anchors) is list:
+                try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises
+                    (a,) = anchors
+                    if type(a) is Tuple:
+                        a = a[0]
+                    if a in pending and type(values) is list:
+                        if conn._plain_ready:  # the frame from pre-encoded pieces, joined at the flush
+                            last_enc = enc = dumps(a)
+                            last_id = a
+                            extend((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL))
                             return None
                         if conn._msgpack_ready:
                             append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
@@ -562,17 +575,22 @@ class Connection:
                             if conn._open_n >= _BATCH_MAX:
                                 append(conn.close_batch())
                             return None
-                except TypeError:
+                except (TypeError, ValueError):
                     pass  # integers beyond 64 bits, or a clear error: the general path
             return emit(values, stream, anchors, direct_task, need_task_ids)
 
         def fast_ack(tup: Any) -> None:
-            if type(tup) is Tuple and tup[0] in pending:
+            if type(tup) is Tuple:
                 tid = tup[0]
                 if conn._plain_ready:
-                    pending.remove(tid)
-                    append(_ACK_HEAD + dumps(tid) + _FRAME_TAIL)
+                    try:
+                        remove(tid)
+                    except KeyError:
+                        return ack(tup)  # not pending: the general path names the mistake
+                    extend((_ACK_HEAD, last_enc if tid is last_id else dumps(tid), _FRAME_TAIL))
                     return
+                if tid not in pending:
+                    return ack(tup)
                 if conn._msgpack_ready:
                     pending.remove(tid)
                     append(msgpack_frame({"command": "ack", "id": tid}))
