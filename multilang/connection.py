@@ -310,9 +310,12 @@ class Connection:
                 comp = obj["comp"]
             except Exception:  # not a dict with these keys: the general path says what is wrong
                 break
+            # x.__class__ rather than type(x) here and in the fast paths below:
+            # the same for the builtins orjson returns, and no call in CPython
+            # 3.11's interpreter (measured with callgrind on bench/'s echo bolt).
             if (
-                type(tid) is not str or type(values) is not list or type(task) is not int or type(stream) is not str
-                or stream in system or tid in pending or "pidDir" in obj
+                tid.__class__ is not str or values.__class__ is not list or task.__class__ is not int
+                or stream.__class__ is not str or stream in system or tid in pending or "pidDir" in obj
             ):
                 break
             add(tid)
@@ -554,12 +557,12 @@ class Connection:
         def fast_emit(values: Any, stream: Any = None, anchors: Any = None, direct_task: Any = None,
                       need_task_ids: bool = False) -> Any:
             nonlocal last_id, last_enc
-            if stream is None and direct_task is None and not need_task_ids and type(anchors) is list:
+            if stream is None and direct_task is None and not need_task_ids and anchors.__class__ is list:
                 try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises
                     (a,) = anchors
-                    if type(a) is Tuple:
+                    if a.__class__ is Tuple:
                         a = a[0]
-                    if a in pending and type(values) is list:
+                    if a in pending and values.__class__ is list:
                         if conn._plain_ready:  # the frame from pre-encoded pieces, joined at the flush
                             last_enc = enc = dumps(a)
                             last_id = a
@@ -580,7 +583,7 @@ class Connection:
             return emit(values, stream, anchors, direct_task, need_task_ids)
 
         def fast_ack(tup: Any) -> None:
-            if type(tup) is Tuple:
+            if tup.__class__ is Tuple:
                 tid = tup[0]
                 if conn._plain_ready:
                     try:
