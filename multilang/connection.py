@@ -547,7 +547,6 @@ class Connection:
         remove = pending.remove
         dumps = orjson.dumps
         append = out.append
-        extend = out.extend
         conn = self
         # The last anchor emitted to and its JSON: the ack that usually
         # follows reuses it instead of encoding the id again.
@@ -563,10 +562,10 @@ class Connection:
                     if a.__class__ is Tuple:
                         a = a[0]
                     if a in pending and values.__class__ is list:
-                        if conn._plain_ready:  # the frame from pre-encoded pieces, joined at the flush
+                        if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
                             last_enc = enc = dumps(a)
                             last_id = a
-                            extend((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL))
+                            append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + enc + _EMIT_TAIL)
                             return None
                         if conn._msgpack_ready:
                             append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
@@ -590,7 +589,7 @@ class Connection:
                         remove(tid)
                     except KeyError:
                         return ack(tup)  # not pending: the general path names the mistake
-                    extend((_ACK_HEAD, last_enc if tid is last_id else dumps(tid), _FRAME_TAIL))
+                    append(_ACK_HEAD + (last_enc if tid is last_id else dumps(tid)) + _FRAME_TAIL)
                     return
                 if tid not in pending:
                     return ack(tup)

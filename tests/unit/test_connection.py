@@ -775,8 +775,7 @@ def test_bolt_fast_paths_write_the_same_bytes_as_the_general_path():
     emit([2 ** 70], anchors=["1"])  # beyond orjson: the general path encodes it
     ack(tup("1"))
     assert slow == ["emit"]
-    # Pieces of frames, joined at the flush: the bytes are the general path's.
-    assert b"".join(out).startswith(encode(Emit(values=["a", 1, {"k": None}], anchors=("1",), need_task_ids=False)))
+    assert out[0] == encode(Emit(values=["a", 1, {"k": None}], anchors=("1",), need_task_ids=False))
     assert deliver(host, b"".join(out)) == [
         Emit(values=["a", 1, {"k": None}], anchors=("1",), need_task_ids=False),
         Emit(values=[2 ** 70], anchors=("1",), need_task_ids=False),
