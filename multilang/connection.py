@@ -587,11 +587,11 @@ class Connection:
                 if conn._plain_ready:
                     try:
                         remove(tid)
-                    except KeyError:
+                    except (KeyError, TypeError):
                         return ack(tup)  # not pending: the general path names the mistake
                     append(_ACK_HEAD + (last_enc if tid is last_id else dumps(tid)) + _FRAME_TAIL)
                     return
-                if tid not in pending:
+                if tid.__class__ is not str or tid not in pending:
                     return ack(tup)
                 if conn._msgpack_ready:
                     pending.remove(tid)

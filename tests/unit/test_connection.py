@@ -795,7 +795,11 @@ def test_bolt_fast_paths_refuse_what_the_general_path_refuses():
         ack(tup("1"))  # twice
     with pytest.raises(LocalProtocolError, match="not a pending tuple"):
         emit(["x"], anchors=["1"])  # anchored to an acked tuple
-    assert slow == ["emit", "ack", "emit"]
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        ack(Tuple(id=["x"], component="s", stream="default", task=1, values=[]))  # built by hand, bad id
+    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+        emit(["x"], anchors=[Tuple(id="1", component="s", stream="default", task=1, values=[])])
+    assert slow == ["emit", "ack", "emit", "ack", "emit"]
 
 
 def batched_pair():
