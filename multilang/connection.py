@@ -582,28 +582,22 @@ class Connection:
             return emit(values, stream, anchors, direct_task, need_task_ids)
 
         def fast_ack(tup: Any) -> None:
-            if tup.__class__ is Tuple:
+            if tup.__class__ is Tuple and (conn._plain_ready or conn._msgpack_ready or conn._batch_ready):
                 tid = tup[0]
+                try:
+                    remove(tid)
+                except (KeyError, TypeError):
+                    return ack(tup)  # not pending: the general path names the mistake
                 if conn._plain_ready:
-                    try:
-                        remove(tid)
-                    except (KeyError, TypeError):
-                        return ack(tup)  # not pending: the general path names the mistake
                     append(_ACK_HEAD + (last_enc if tid is last_id else dumps(tid)) + _FRAME_TAIL)
-                    return
-                if tid.__class__ is not str or tid not in pending:
-                    return ack(tup)
-                if conn._msgpack_ready:
-                    pending.remove(tid)
+                elif conn._msgpack_ready:
                     append(msgpack_frame({"command": "ack", "id": tid}))
-                    return
-                if conn._batch_ready:
-                    pending.remove(tid)
+                else:  # batch (§9.5)
                     conn._open_acks.append(tid)
                     conn._open_n += 1
                     if conn._open_n >= _BATCH_MAX:
                         append(conn.close_batch())
-                    return
+                return
             ack(tup)
 
         return fast_emit, fast_ack
