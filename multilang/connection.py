@@ -354,6 +354,80 @@ class Connection:
         out.extend(items if rows else map(_make_tuple, items))
         return True
 
+    def take_outputs(self) -> Batch | None:
+        """Host side of a bolt: the plain emits, acks and fails at the head of
+        the received stream, decoded in one pass (the host's per-tuple fast
+        path), as one :class:`Batch`, or None if the next frame is not one.
+
+        Plain: an emit on any stream that wants no task ids, is not direct,
+        and anchors only to pending tuples; an ack or fail of a pending
+        tuple. Each frame is checked as :func:`decode_component_frame` and
+        :meth:`_check` would check it, in wire order (§3.5, §3.6). The
+        result has the order of a §9.5 batch: its emits, then its acks,
+        then its fails. That is the wire order as far as the acker and the
+        receiving tasks can tell: an emit's anchors were pending when it was
+        read, so it comes before their ack in either order, and XOR
+        commutes (§7.1). The first frame that is anything else (a log, an
+        emit that wants task ids, a batch, bad JSON, an unknown id) stops
+        the pass; :meth:`next_event` then takes it the general way.
+        """
+        if self._component_side or self.role is not Role.BOLT or self._state is not State.READY:
+            return None
+        bodies = self._bodies
+        if not bodies or self.batching:
+            return None
+        pending = self.pending
+        remove = pending.remove
+        loads = self._loads
+        emits: list[list[Any]] = []
+        acks: list[str] = []
+        fails: list[str] = []
+        items = list(bodies)
+        for item in items:
+            try:
+                obj = loads(item)  # a queued error or close is not bytes: TypeError
+                cmd = obj["command"]
+                if cmd == "emit":
+                    values = obj["tuple"]
+                    if obj["need_task_ids"] is not False or "task" in obj or values.__class__ is not list:
+                        break  # wants task ids (§3.4), may be direct, or is malformed
+                    anchors = obj.get("anchors")
+                    if anchors.__class__ is list:
+                        for a in anchors:
+                            if a.__class__ is not str or a not in pending:
+                                break
+                        else:
+                            anchors = anchors or None
+                            stream = obj.get("stream")
+                            if stream is None or stream.__class__ is str:
+                                emits.append([values, anchors, stream])
+                                continue
+                        break
+                    if anchors is None or anchors.__class__ is str and anchors in pending:  # §3.5: bare
+                        stream = obj.get("stream")
+                        if stream is None or stream.__class__ is str:
+                            emits.append([values, None if anchors is None else [anchors], stream])
+                            continue
+                    break
+                tid = obj["id"]
+                if tid.__class__ is not str or cmd != "ack" and cmd != "fail":
+                    break
+                remove(tid)  # not pending: KeyError, and the general path names it
+                (acks if cmd == "ack" else fails).append(tid)
+            except Exception:  # not a dict with these keys: the general path says what is wrong
+                break
+        else:
+            bodies.clear()
+            self.last_frames.append(item)
+            return Batch(emits=emits, acks=acks, fails=fails)
+        taken = next(i for i, x in enumerate(items) if x is item)  # by identity, as in take_tuples
+        if not taken:
+            return None
+        for _ in range(taken):
+            bodies.popleft()
+        self.last_frames.append(items[taken - 1])
+        return Batch(emits=emits, acks=acks, fails=fails)
+
     def next_task_ids(self) -> TaskIds | _NeedData:
         """Component side: the next task-id list, keeping earlier events queued.
 

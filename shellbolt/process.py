@@ -146,8 +146,12 @@ class ShellProcess:
         conn = self.conn
         conn.receive_data(data)
         events: list[Message] = []
+        take = conn.take_outputs
         try:
             while True:
+                plain = take()  # a bolt's emits and acks, in bulk
+                if plain is not None:
+                    events.append(plain)
                 ev = conn.next_event()
                 if ev is NEED_DATA:
                     break

@@ -1,7 +1,8 @@
 """The sans-IO connection state machines: bolt and spout, host and component side."""
 
+import orjson
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -869,3 +870,100 @@ def test_send_emits_and_acks_refuse_unknown_or_repeated_ids():
     with pytest.raises(LocalProtocolError, match="not a pending tuple"):
         comp.send_acks(["2"])
     assert comp.pending == {"1"}
+
+
+# --- the host's fast read path (take_outputs) ----------------------------------------------
+
+_IDS = st.sampled_from(["1", "2", "3", "9", 7, None, "h"])
+_ANCHORS = st.one_of(st.none(), _IDS, st.lists(_IDS, max_size=3), st.just({}))
+_PLAIN_FRAME = st.one_of(  # mostly what the fast path takes, and a few of its near misses
+    st.fixed_dictionaries(
+        {"command": st.just("emit"), "tuple": st.just(["w", 1]), "need_task_ids": st.just(False),
+         "anchors": st.one_of(st.lists(st.sampled_from(["1", "2", "3", "9"]), max_size=2), _ANCHORS)},
+        optional={"stream": st.sampled_from(["default", "other", 5, None])},
+    ),
+    st.fixed_dictionaries({"command": st.sampled_from(["ack", "fail"]), "id": st.sampled_from(["1", "2", "3", "9"])}),
+    st.fixed_dictionaries({"command": st.just("emit"), "tuple": st.just(["w", 1]),
+                           "need_task_ids": st.sampled_from([False, True, 0])},
+                          optional={"task": st.sampled_from([0, 2, "2", None])}),
+)
+_ANY_FRAME = st.one_of(
+    st.fixed_dictionaries(  # anything an emit may hold
+        {"command": st.just("emit"), "tuple": st.one_of(st.just(["w", 1]), st.just({}), st.just("x"))},
+        optional={"anchors": _ANCHORS, "need_task_ids": st.sampled_from([False, True, 0, None]),
+                  "stream": st.sampled_from(["default", "other", 5, None]), "task": st.sampled_from([0, 2, None, "2"]),
+                  "id": _IDS},
+    ),
+    st.fixed_dictionaries({"command": st.sampled_from(["ack", "fail"])}, optional={"id": _IDS}),
+    st.sampled_from([{"command": "log", "msg": "hi"}, {"command": "sync"}, {"command": "what"}, [1], "x", {}]),
+)
+_OUTPUT_STREAM = st.builds(
+    lambda good, odd, at: [orjson.dumps(f) + b"\nend\n" for f in good[:at] + odd + good[at:]],
+    st.lists(_PLAIN_FRAME, max_size=10), st.lists(_ANY_FRAME, max_size=2), st.integers(0, 10),
+)
+
+
+def _host_with_pending():
+    host, comp = pair(BOLT)
+    for tid in ("1", "2", "3"):
+        comp.receive_data(host.send(tup(tid)))
+    host.send(Heartbeat(id="h"))
+    return host
+
+
+def _read_all(host, fast):
+    """(emits, acks, fails, other events, error) as a host would see them."""
+    emits, acks, fails, other = [], [], [], []
+    while True:
+        try:
+            batch = host.take_outputs() if fast else None
+            if batch is not None:
+                emits += [(e[0], e[2] or "default", tuple(e[1] or ())) for e in batch.emits]
+                acks += batch.acks
+                fails += batch.fails
+            ev = host.next_event()
+        except RemoteProtocolError as exc:
+            return emits, acks, fails, other, str(exc)
+        if ev is NEED_DATA:
+            return emits, acks, fails, other, None
+        if type(ev) is Emit and not ev.wants_task_ids and ev.task is None:
+            emits.append((ev.values, ev.stream, ev.anchors))
+        elif type(ev) is Ack:
+            acks.append(ev.id)
+        elif type(ev) is Fail:
+            fails.append(ev.id)
+        else:
+            other.append(ev)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=_OUTPUT_STREAM)
+def test_take_outputs_agrees_with_the_general_path(frames):
+    """Whatever a component writes, the host's bulk read path accepts and
+    refuses exactly what frame-by-frame decoding does, with the same error."""
+    fast, slow = _host_with_pending(), _host_with_pending()
+    data = b"".join(frames)
+    fast.receive_data(data)
+    slow.receive_data(data)
+    assert _read_all(fast, True) == _read_all(slow, False)
+    assert fast.pending == slow.pending and fast.owed_task_ids == slow.owed_task_ids
+
+
+def test_take_outputs_takes_plain_emits_and_acks_as_one_batch():
+    host = _host_with_pending()
+    host.receive_data(
+        b'{"command":"emit","tuple":["a"],"anchors":["1"],"need_task_ids":false}\nend\n'
+        b'{"command":"ack","id":"1"}\nend\n'
+        b'{"command":"emit","tuple":["b"],"anchors":"2","stream":"s","need_task_ids":false}\nend\n'
+        b'{"command":"fail","id":"2"}\nend\n'
+        b'{"command":"emit","tuple":["c"]}\nend\n'  # wants task ids: the general path
+        b'{"command":"ack","id":"3"}\nend\n'
+    )
+    batch = host.take_outputs()
+    assert batch == Batch(emits=[[["a"], ["1"], None], [["b"], ["2"], "s"]], acks=["1"], fails=["2"])
+    assert host.take_outputs() is None
+    assert host.next_event() == Emit(values=["c"])
+    assert host.owed_task_ids == 1
+    assert host.take_outputs() == Batch(acks=["3"])
+    assert host.pending == set()
+    assert host.take_outputs() is None and host.next_event() is NEED_DATA
