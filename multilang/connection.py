@@ -210,6 +210,9 @@ class Connection:
         self._msgpack_ready = ready_bolt and not self.batching and self.msgpack
         # ... or with extension batch: emits and acks join the open batch (§9.5).
         self._batch_ready = ready_bolt and self.batching
+        # The host of a bolt in the standard JSON protocol, ready: send_tuples' fast path.
+        self._plain_host = (new is State.READY and self.role is Role.BOLT and self.side is Side.HOST
+                            and not self.batching and not self.msgpack)
 
     # -- receiving -----------------------------------------------------------
 
@@ -511,6 +514,8 @@ class Connection:
         holds. One batch frame if the component accepted ``batch`` (§9.5),
         split in halves while it would exceed ``max_size``; else, or for a
         single tuple, standard frames (the caller checks their size, §1.3)."""
+        if self._plain_host:
+            return self._send_plain_tuples(tuples)
         if not self.batching or len(tuples) == 1:
             return [(self.send(t), [t]) for t in tuples]
         batch = TupleBatch(tuples=tuples)
@@ -521,6 +526,27 @@ class Connection:
         self._may_send(TupleBatch, batch)
         self._check(batch, remote=False, frame=batch)
         return [(frame, tuples)]
+
+    def _send_plain_tuples(self, tuples: list[Tuple]) -> list[tuple[bytes, list[Tuple]]]:
+        """Standard frames for :meth:`send_tuples`, checked as :meth:`send`
+        would check them (§3.1, §3.6), without a call per tuple."""
+        pending = self.pending
+        add = pending.add
+        dumps = orjson.dumps
+        out = []
+        for t in tuples:
+            tid = t[0]
+            if t.__class__ is Tuple and tid.__class__ is str and tid not in pending:
+                try:
+                    frame = dumps({"id": tid, "comp": t[1], "stream": t[2], "task": t[3], "tuple": t[4]})
+                except TypeError:  # integers beyond 64 bits, or a clear error: the general path
+                    pass
+                else:
+                    add(tid)
+                    out.append((frame + TERMINATOR, [t]))
+                    continue
+            out.append((self.send(t), [t]))
+        return out
 
     def close_batch(self) -> bytes:
         """Component: the output batch filled so far as one frame (or b"")."""
