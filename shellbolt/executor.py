@@ -61,12 +61,15 @@ __all__ = ["Runtime", "RunResult", "ComponentStats"]
 log = logging.getLogger("multilang.shellbolt")
 _PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _INBOX_CAPACITY = 1024
+_new_tuple = tuple.__new__
 
 
-class _BatchedEmit(NamedTuple):
-    """A bolt's batched emit (§9.5), read like an :class:`Emit` by
-    :meth:`Runtime.route`: never direct, never wants task ids. A named tuple
-    because a frozen dataclass costs about 1 µs per emit to build (bench/)."""
+class _PlainEmit(NamedTuple):
+    """An emit read like an :class:`Emit` by :meth:`Runtime.route`, never
+    direct, never wanting task ids: a bolt's from a batch (§9.5) or a
+    ``take_outputs`` run, or an in-process spout's. A named tuple built with
+    ``_new_tuple`` because a frozen dataclass costs about 1 µs per emit to
+    build (bench/)."""
 
     values: list[Any]
     stream: str
@@ -109,9 +112,10 @@ class RunResult:
         return not self.gave_up and self.pending == 0
 
 
-@dataclass(slots=True)
-class Delivery:
-    """A tuple on its way to one task."""
+class Delivery(NamedTuple):
+    """A tuple on its way to one task. A named tuple: one is built per
+    delivery, and ``_new_tuple(Delivery, (...))`` builds it without a
+    Python-level call."""
 
     values: list[Any]
     source: str | None
@@ -157,6 +161,8 @@ class Task:
         self.in_flight: dict[str, TupleEdges] = {}
         #: stream -> (fields, subscriptions, direct targets); see Runtime._stream_info
         self.streams: dict[str, tuple[list[str] | None, list[Grouping], set[int]]] = {}
+        #: stream -> (fields, subscription) for Runtime.route_plain
+        self.plain: dict[str, tuple[int, Any]] = {}
         self.idle = True  # spouts: the last `next` emitted nothing and nothing is owed
 
     def deliver(self, d: Delivery) -> None:
@@ -175,7 +181,8 @@ class Task:
             await self._space.park()
 
     def kick(self) -> None:
-        self._work.unpark_all()
+        if self._work:  # an empty lot: nothing to wake (this runs per completed tree)
+            self._work.unpark_all()
 
     @property
     def busy(self) -> bool:
@@ -392,8 +399,8 @@ class ShellBoltTask(ShellTask):
                 tid = _new_tuple_id()
                 while tid in in_flight:
                     tid = _new_tuple_id()
-                cls = Tick if d.tick else Tuple
-                batch.append(cls(id=tid, component=d.source, stream=d.stream, task=d.source_task, values=d.values))
+                # tuple.__new__: the fields in order, without the named tuple's keyword __new__
+                batch.append(_new_tuple(Tick if d.tick else Tuple, (tid, d.source, d.stream, d.source_task, d.values)))
                 in_flight[tid] = d.edges
             if batch:
                 now = trio.current_time()
@@ -429,12 +436,21 @@ class ShellBoltTask(ShellTask):
             elif t is Fail:
                 self._on_fail(ev.id)
                 freed = True
-            elif t is Batch:  # §9.5: the emits, then the acks, then the fails
-                for e in ev.emits:
-                    n = len(e)
-                    self._on_emit(_BatchedEmit(e[0], e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
-                                               tuple(e[1]) if n > 1 and e[1] else ()),
-                                  proc, touched)
+            elif t is Batch:  # §9.5 (or a take_outputs run): the emits, then the acks, then the fails
+                if self.hold:
+                    for e in ev.emits:
+                        n = len(e)
+                        stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
+                        anchors = tuple(e[1]) if n > 1 and e[1] else ()
+                        self._on_emit(_new_tuple(_PlainEmit, (e[0], stream, anchors, None, None, False, False, False)),
+                                      proc, touched)
+                else:
+                    route = self.runtime.route_plain
+                    in_flight = self.in_flight  # the connection checked the anchors are pending
+                    for e in ev.emits:
+                        n = len(e)
+                        route(self, e[0], e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
+                              [in_flight[a] for a in e[1]] if n > 1 and e[1] else [], touched)
                 for tid in ev.acks:
                     self._on_ack(tid, touched)
                 for tid in ev.fails:
@@ -700,7 +716,8 @@ class PythonSpoutTask(Task):
                     msg_id = self._seq
                     self._seq += 1
                     self._values[msg_id] = values
-                rt.route(self, Emit(values=self._values[msg_id], id=msg_id, need_task_ids=False), None, touched)
+                emit = _new_tuple(_PlainEmit, (self._values[msg_id], DEFAULT_STREAM, (), msg_id, None, False, False, False))
+                rt.route(self, emit, None, touched)
                 if self.notices or not rt.may_emit(self):
                     break
             rt.settle()
@@ -840,20 +857,67 @@ class Runtime:
                 if emit.id is not None:  # §4.7: acking off, acked after this command's sync
                     src.notify("ack", emit.id)  # type: ignore[attr-defined]
                 edges = [TupleEdges() for _ in range(n)]
-        else:
+        elif n:
             edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
-        if not n:
-            if self.on_tracked_output is not None:
-                roots = list({r for a in anchors or () for r in a.ids})
-                self.on_tracked_output(src.name, emit.stream, emit.values, roots)
-            else:
-                self._output(src.name, emit.stream, emit.values)
+        if not n:  # an output (a bolt's: no new edges, §7.1)
+            self._emit_output(src, emit.stream, emit.values, anchors)
+            return targets
         tasks = self.tasks
+        values, name, stream, src_task = emit.values, src.name, emit.stream, src.task_id
         for task_id, e in zip(targets, edges):
             t = tasks[task_id]
-            t.deliver(Delivery(emit.values, src.name, emit.stream, src.task_id, e))
+            t.deliver(_new_tuple(Delivery, (values, name, stream, src_task, e, False)))
             touched.add(t)
         return targets
+
+    def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges],
+                    touched: set[Task]) -> None:
+        """:meth:`route` for a bolt's emit that is not direct and wants no
+        task ids (a batch's, §9.5), without building an emit object: the
+        stream's checks are worked out once per task and stream. Anything
+        unusual (an undeclared stream, a wrong number of values, direct or
+        several subscriptions) goes through :meth:`route`."""
+        plan = src.plain.get(stream)
+        if plan is None:
+            plan = src.plain[stream] = self._plain_plan(src, stream)
+        n_fields, grouping = plan
+        if grouping is False or n_fields >= 0 and len(values) != n_fields:
+            self.route(src, _new_tuple(_PlainEmit, (values, stream, (), None, None, False, False, False)), anchors, touched)
+            return
+        src.stats.emitted += 1
+        if grouping is None:
+            self._emit_output(src, stream, values, anchors)
+            return
+        targets = grouping.choose(values)
+        n = len(targets)
+        edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
+        tasks = self.tasks
+        name, src_task = src.name, src.task_id
+        for task_id, e in zip(targets, edges):
+            t = tasks[task_id]
+            t.deliver(_new_tuple(Delivery, (values, name, stream, src_task, e, False)))
+            touched.add(t)
+
+    def _plain_plan(self, src: Task, stream: str) -> tuple[int, Grouping | None | bool]:
+        """(number of fields or -1 for any, the one subscription or None for
+        none) of a stream for :meth:`route_plain`; (0, False): use route."""
+        fields, subs, _direct = self._stream_info(src, stream)
+        if fields is None or len(subs) > 1 or any(g.kind == "direct" for g in subs):
+            return 0, False
+        return (-1 if fields == ANY_FIELDS else len(fields)), (subs[0] if subs else None)
+
+    def _emit_output(self, src: Task, stream: str, values: list[Any], anchors: list[TupleEdges] | None) -> None:
+        """An emit nobody subscribes to: a topology output."""
+        if self.on_tracked_output is not None:
+            if not anchors:
+                roots = []
+            elif len(anchors) == 1:
+                roots = list(anchors[0].ids)
+            else:
+                roots = list({r for a in anchors for r in a.ids})
+            self.on_tracked_output(src.name, stream, values, roots)
+        else:
+            self._output(src.name, stream, values)
 
     def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
         src.stats.errors += 1
