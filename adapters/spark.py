@@ -123,7 +123,7 @@ import orjson
 import trio
 
 from multilang.errors import ComponentCrashed, MultilangError, TopologyError
-from multilang.messages import DEFAULT_STREAM, Emit
+from multilang.messages import DEFAULT_STREAM
 from multilang.shellbolt.executor import PythonSpoutTask, Runtime, Task, _hashable, _sort_key
 from multilang.shellbolt.grouping import fields_task_index
 from multilang.shellbolt.topology import (
@@ -453,7 +453,7 @@ class _Feeder(PythonSpoutTask):
                     if row is None or row.attempt != msg_id[2]:
                         continue
                     row.sent_at = now
-                rt.route(self, Emit(values=values, stream=stream, id=msg_id, need_task_ids=False), None, touched)
+                rt.route_plain(self, values, stream, None, touched, msg_id)
             rt.settle()
             for t in touched:
                 await t.wait_for_space()

@@ -72,7 +72,7 @@ class Acker:
         self.stats = {"completed": 0, "failed": 0, "timed_out": 0}
 
     def new_id(self) -> int:
-        return new_edge_id(self._rand)
+        return self._rand(64) or new_edge_id(self._rand)  # zero (p = 2^-64) draws again
 
     # -- spout side ---------------------------------------------------------
 
@@ -92,6 +92,10 @@ class Acker:
         """A reliable spout emit to ``n_targets`` tasks: returns the root id and
         one :class:`TupleEdges` per target."""
         root = self.new_id()
+        if n_targets == 1:  # the common case, without the loop
+            e = self.new_id()
+            self.init(root, e, spout_task, msg_id, now)
+            return root, [TupleEdges({root: e})]
         edges = []
         value = 0
         for _ in range(n_targets):

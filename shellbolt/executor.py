@@ -716,8 +716,7 @@ class PythonSpoutTask(Task):
                     msg_id = self._seq
                     self._seq += 1
                     self._values[msg_id] = values
-                emit = _new_tuple(_PlainEmit, (self._values[msg_id], DEFAULT_STREAM, (), msg_id, None, False, False, False))
-                rt.route(self, emit, None, touched)
+                rt.route_plain(self, self._values[msg_id], DEFAULT_STREAM, None, touched, msg_id)
                 if self.notices or not rt.may_emit(self):
                     break
             rt.settle()
@@ -838,7 +837,6 @@ class Runtime:
         ``invalid``: :meth:`targets` already found and reported it bad."""
         if targets is None and not invalid:
             targets = self.targets(src, emit)
-        stats = src.stats
         if targets is None:  # invalid emit: already reported; fail what it belonged to
             if anchors:
                 for a in anchors:
@@ -846,51 +844,47 @@ class Runtime:
             elif emit.id is not None and isinstance(src, (ShellSpoutTask, PythonSpoutTask)):
                 src.notify("fail", emit.id)
             return []
-        stats.emitted += 1
-        n = len(targets)
-        if anchors is None:  # a spout emit
-            self.emitted_by_spouts += 1
-            if emit.id is not None and self.acking:
-                _, edges = self.acker.spout_emit(src.task_id, emit.id, n, trio.current_time())
-                src.pending_roots += 1  # type: ignore[attr-defined]
-            else:
-                if emit.id is not None:  # §4.7: acking off, acked after this command's sync
-                    src.notify("ack", emit.id)  # type: ignore[attr-defined]
-                edges = [TupleEdges() for _ in range(n)]
-        elif n:
-            edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
-        if not n:  # an output (a bolt's: no new edges, §7.1)
-            self._emit_output(src, emit.stream, emit.values, anchors)
-            return targets
-        tasks = self.tasks
-        values, name, stream, src_task = emit.values, src.name, emit.stream, src.task_id
-        for task_id, e in zip(targets, edges):
-            t = tasks[task_id]
-            t.deliver(_new_tuple(Delivery, (values, name, stream, src_task, e, False)))
-            touched.add(t)
+        self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
         return targets
 
-    def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges],
-                    touched: set[Task]) -> None:
-        """:meth:`route` for a bolt's emit that is not direct and wants no
-        task ids (a batch's, §9.5), without building an emit object: the
-        stream's checks are worked out once per task and stream. Anything
-        unusual (an undeclared stream, a wrong number of values, direct or
-        several subscriptions) goes through :meth:`route`."""
+    def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges] | None,
+                    touched: set[Task], msg_id: Any = None) -> None:
+        """:meth:`route` for an emit that is not direct and wants no task
+        ids (a bolt's from a batch, §9.5, or an in-process spout's), without
+        building an emit object: the stream's checks are worked out once per
+        task and stream. Anything unusual (an undeclared stream, a wrong
+        number of values, direct or several subscriptions) goes through
+        :meth:`route`."""
         plan = src.plain.get(stream)
         if plan is None:
             plan = src.plain[stream] = self._plain_plan(src, stream)
         n_fields, grouping = plan
         if grouping is False or n_fields >= 0 and len(values) != n_fields:
-            self.route(src, _new_tuple(_PlainEmit, (values, stream, (), None, None, False, False, False)), anchors, touched)
+            emit = _new_tuple(_PlainEmit, (values, stream, (), msg_id, None, False, False, False))
+            self.route(src, emit, anchors, touched)
             return
+        self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched)
+
+    def _deliver(self, src: Task, values: list[Any], stream: str, targets: list[int],
+                 anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task]) -> None:
+        """A valid emit to ``targets``: acker bookkeeping, then one Delivery
+        per task, or the topology's output if nobody subscribes."""
         src.stats.emitted += 1
-        if grouping is None:
+        n = len(targets)
+        if anchors is None:  # a spout emit
+            self.emitted_by_spouts += 1
+            if msg_id is not None and self.acking:
+                _, edges = self.acker.spout_emit(src.task_id, msg_id, n, trio.current_time())
+                src.pending_roots += 1  # type: ignore[attr-defined]
+            else:
+                if msg_id is not None:  # §4.7: acking off, acked after this command's sync
+                    src.notify("ack", msg_id)  # type: ignore[attr-defined]
+                edges = [TupleEdges() for _ in range(n)]
+        elif n:
+            edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
+        if not n:  # an output (a bolt's: no new edges, §7.1)
             self._emit_output(src, stream, values, anchors)
             return
-        targets = grouping.choose(values)
-        n = len(targets)
-        edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
         tasks = self.tasks
         name, src_task = src.name, src.task_id
         for task_id, e in zip(targets, edges):
