@@ -368,8 +368,8 @@ class Connection:
         :meth:`_check` would check it, in wire order (§3.5, §3.6). The
         result has the order of a §9.5 batch: its emits, then its acks,
         then its fails. That is the wire order as far as the acker and the
-        receiving tasks can tell: an emit's anchors were pending when it was
-        read, so it comes before their ack in either order, and XOR
+        receiving tasks can tell (§6.1): an emit's anchors were pending when
+        it was read, so it comes before their ack in either order, and XOR
         commutes (§7.1). The first frame that is anything else (a log, an
         emit that wants task ids, a batch, bad JSON, an unknown id) stops
         the pass; :meth:`next_event` then takes it the general way.
