@@ -73,6 +73,7 @@ _READ_SIZE = 1 << 16
 _PIPE_SIZE = 1 << 20
 _LOG_BUFFER = 1 << 16
 _FLUSH_INTERVAL = 0.1  # stdout text held while waiting for the end of a line
+_HALFWAY_FLUSH_MIN = 16  # a burst of at least this many tuples is also flushed halfway
 _SYNC = Sync()
 
 
@@ -413,16 +414,29 @@ class Bolt(Component):
         """Input tuples already read, to ``process_batch`` at once or to the
         per-tuple handler one by one. Output is otherwise flushed only before
         a read: flush at least every 100 ms so acks and heartbeat syncs of a
-        slow bolt reach the host before its subprocess timeout (§5.2)."""
+        slow bolt reach the host before its subprocess timeout (§5.2).
+
+        A burst of per-tuple work is also flushed halfway. A host keeps at
+        most ``topology.shellbolt.max.pending`` tuples unacked (§5.3; 100 by
+        default, in Storm too): with the first half's acks in hand it sends
+        more while we work on the second half, instead of host and bolt
+        taking turns. One more write per burst; twice the throughput of a
+        light bolt in a Spark partition (bench/)."""
         tup = tups[0]
         try:
             if batch is not None:
                 batch(Tuples(tups))
             else:
+                n = len(tups)
+                parts = (tups[: n // 2], tups[n // 2 :]) if n >= _HALFWAY_FLUSH_MIN else (tups,)
                 deadline = self._flushed + _FLUSH_INTERVAL
-                for tup in tups:
-                    handle(tup)
-                    if monotonic() > deadline:
+                for part in parts:
+                    for tup in part:
+                        handle(tup)
+                        if monotonic() > deadline:
+                            self._flush()
+                            deadline = self._flushed + _FLUSH_INTERVAL
+                    if part is not tups:
                         self._flush()
                         deadline = self._flushed + _FLUSH_INTERVAL
                 return

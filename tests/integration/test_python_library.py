@@ -349,6 +349,43 @@ def test_stdin_eof_after_burst_delivers_all_output(started):
     assert [f["id"] for f in frames[1::2]] == [str(i) for i in range(n)]
 
 
+def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(started, tmp_path):
+    """A host that keeps at most N tuples unacked (Storm's max pending, §5.3)
+    writes N and waits. The bolt answers the first half of such a burst
+    before it works on the second half: here the second half's first tuple
+    waits until the host has seen the first half's acks."""
+    go = tmp_path / "go"
+    path = script(
+        tmp_path,
+        "gate.py",
+        f"""
+        import os, time
+        from multilang import Bolt
+
+        class Gate(Bolt):
+            def process(self, tup):
+                if tup.values[0] == 16:  # the second half: wait for the host (at most 10 s)
+                    deadline = time.monotonic() + 10
+                    while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                self.emit([tup.values[0]], anchors=[tup])
+                self.ack(tup)
+
+        Gate().run()
+        """,
+    )
+    c = started([PY, str(path)])
+    c.write(b"".join(json.dumps(tup(str(i), [i])).encode() + b"\nend\n" for i in range(32)))  # one burst
+    t0 = time.monotonic()
+    first = c.read_n(32, timeout=5)  # 16 emits and 16 acks
+    waited = time.monotonic() - t0
+    go.touch()
+    assert [f["id"] for f in first if f["command"] == "ack"] == [str(i) for i in range(16)]
+    assert waited < 5, f"the first half's acks came after {waited:.1f}s"
+    rest = c.read_n(32, timeout=5)
+    assert [f["id"] for f in rest if f["command"] == "ack"] == [str(i) for i in range(16, 32)]
+
+
 # ---------------------------------------------------------------------------
 # Exceptions
 # ---------------------------------------------------------------------------
