@@ -42,6 +42,8 @@ const { StringDecoder } = require('string_decoder');
 
 const LOG_LEVELS = Object.freeze({ TRACE: 0, DEBUG: 1, INFO: 2, WARN: 3, ERROR: 4 });
 const BATCH_MAX = 1024;   // elements per output batch: far below any frame limit
+const HALFWAY_FLUSH_MIN = 16;   // a chunk of at least this many frames is also flushed halfway
+const FRAME_END_BYTES = Buffer.from('\nend\n');
 const DONE = Symbol('multilang.done');
 
 // ---------------------------------------------------------------------------
@@ -792,6 +794,7 @@ class Component {
     this._handshaken = false;
     this._extensions = [];      // accepted at the handshake
     this._mpReader = null;      // input after a msgpack switch-over (§9.6)
+    this._halfway = 0;          // frames to handle before the halfway flush of a burst
     this._eof = false;
     this._exiting = false;
   }
@@ -886,7 +889,7 @@ class Component {
     };
     input.on('data', (chunk) => {
       if (this._mpReader !== null) { feedMsgpack(chunk); return; }
-      if (this._handshaken) { feed(decoder.write(chunk)); return; }
+      if (this._handshaken) { this._countBurst(chunk); feed(decoder.write(chunk)); return; }
       const n = chunk.length;
       let i = 0;
       while (i < n) {
@@ -950,6 +953,20 @@ class Component {
       return;
     }
     this._onMessage(msg);
+    if (this._halfway > 0 && --this._halfway === 0) out.flush();   // see _countBurst
+  }
+
+  /**
+   * A chunk of many frames is a burst. Its first half is answered (flushed)
+   * before the second half is handled: a host keeps at most
+   * topology.shellbolt.max.pending tuples unacked (spec §5.3), and with the
+   * first half's acks it sends more while we work, instead of host and
+   * component taking turns. One more write per burst.
+   */
+  _countBurst(chunk) {
+    let n = 0;
+    for (let i = chunk.indexOf(FRAME_END_BYTES); i !== -1; i = chunk.indexOf(FRAME_END_BYTES, i + 5)) n++;
+    this._halfway = n >= HALFWAY_FLUSH_MIN ? n >> 1 : 0;
   }
 
   /** §9.1, §9.2: accept the offered extensions this component knows. */

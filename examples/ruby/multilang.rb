@@ -387,6 +387,7 @@ module Multilang
     SYNC_FRAME = %({"command":"sync"}\nend\n)
     FLUSH_BYTES = 64 * 1024 # flush early once this much is buffered
     FLUSH_SECS = 0.5        # ... or when the oldest buffered frame is this old
+    HALFWAY_FLUSH_MIN = 16  # a chunk of at least this many frames is also flushed halfway
     BATCH_MAX = 1024        # elements per output batch: far below any frame limit
     MAX_FRAME_BYTES = 64 * 1024 * 1024 # spec §1.3 default; conf multilang.max.frame.bytes
     MSGPACK_SYNC = MsgPack.frame({ 'command' => 'sync' }).freeze
@@ -408,6 +409,7 @@ module Multilang
     @logger = nil
     @dead = false
     @reading = false
+    @halfway = nil    # frames to read before the halfway flush of a burst
     @batching = false # extension batch accepted (spec §9.5)
     @msgpack = false  # extension msgpack accepted (spec §9.6): frames after the pid reply
     @max_frame = MAX_FRAME_BYTES
@@ -667,7 +669,23 @@ module Multilang
         chunk = chunk.b
         chunk = chunk.byteslice(1..) if @skip_lf && chunk.start_with?("\n")
         @skip_lf = false
+        count_burst(chunk) unless @msgpack
         chunk
+      end
+
+      # A chunk of many frames is a burst. Its first half is answered
+      # (flushed) before the second half is handled: a host keeps at most
+      # topology.shellbolt.max.pending tuples unacked (spec §5.3), and with
+      # the first half's acks it sends more while we work, instead of host
+      # and component taking turns. One more write per burst.
+      def count_burst(chunk)
+        n = 0
+        i = 0
+        while (i = chunk.index(FRAME_END, i))
+          n += 1
+          i += FRAME_END.bytesize
+        end
+        @halfway = n >= HALFWAY_FLUSH_MIN ? n / 2 + 1 : nil # flush on reading the frame after the first half
       end
 
       # msgpack mode (spec §9.6): a 4-byte big-endian length N, then N bytes
@@ -728,6 +746,10 @@ module Multilang
             first = more = nil
             next if text.nil? || text.strip.empty? # blank lines between frames
 
+            if @halfway && (@halfway -= 1).zero? # see count_burst
+              @halfway = nil
+              flush
+            end
             return parse(text)
           end
           if first.nil?

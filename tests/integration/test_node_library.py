@@ -642,3 +642,36 @@ def test_batch_subclass_inherits_static_setting(started, tmp_path):
     c = batch_start(started, [NODE, str(path)], accepted=())
     c.send(tup("1", ["a"]))
     assert c.read() == {"command": "ack", "id": "1"}
+
+
+def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(started, tmp_path):
+    """As in the Python library: the first half of a burst is flushed before
+    the second half is handled; here the second half's first tuple waits
+    until the host has seen the first half's acks (spec §5.3)."""
+    go = tmp_path / "go"
+    path = script(
+        tmp_path,
+        "gate.js",
+        "const fs = require('fs');\n"
+        "const nap = new Int32Array(new SharedArrayBuffer(4));\n"
+        "class Gate extends ml.BasicBolt {\n"
+        "  process(t) {\n"
+        "    if (t.values[0] === 16) {\n"
+        "      const end = Date.now() + 10000;\n"
+        f"      while (!fs.existsSync({json.dumps(str(go))}) && Date.now() < end) Atomics.wait(nap, 0, 0, 10);\n"
+        "    }\n"
+        "    this.emit([t.values[0]]);\n"
+        "  }\n"
+        "}\n"
+        "new Gate().run();",
+    )
+    c = started([NODE, str(path)])
+    c.write(b"".join(json.dumps(tup(str(i), [i])).encode() + b"\nend\n" for i in range(32)))  # one burst
+    t0 = time.monotonic()
+    first = c.read_n(32, timeout=5)
+    waited = time.monotonic() - t0
+    go.touch()
+    assert [f["id"] for f in first if f["command"] == "ack"] == [str(i) for i in range(16)]
+    assert waited < 5, f"the first half's acks came after {waited:.1f}s"
+    rest = c.read_n(32, timeout=5)
+    assert [f["id"] for f in rest if f["command"] == "ack"] == [str(i) for i in range(16, 32)]

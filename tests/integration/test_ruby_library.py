@@ -786,3 +786,30 @@ def test_tuple_batch_without_negotiation_is_a_protocol_error(spawn):
     frame = host.read()
     assert frame["command"] == "error" and "batch extension" in frame["msg"]
     assert host.wait(2.0) == 1
+
+
+def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(spawn, script, tmp_path):
+    """As in the Python library: the first half of a burst is flushed before
+    the second half is handled; here the second half's first tuple waits
+    until the host has seen the first half's acks (spec §5.3)."""
+    go = tmp_path / "go"
+    path = script(
+        "Multilang::BasicBolt.run do |tup, bolt|\n"
+        "  if tup.values[0] == 16\n"
+        "    deadline = Time.now + 10\n"
+        f"    sleep 0.01 until File.exist?({json.dumps(str(go))}) || Time.now > deadline\n"
+        "  end\n"
+        "  bolt.emit([tup.values[0]])\n"
+        "end\n"
+    )
+    host = spawn(path)
+    host.handshake()
+    host.write(b"".join(encode_frame(tup(str(i), [i])) for i in range(32)))  # one burst
+    t0 = time.monotonic()
+    first = host.read_n(32, timeout=5)
+    waited = time.monotonic() - t0
+    go.touch()
+    assert [f["id"] for f in first if f["command"] == "ack"] == [str(i) for i in range(16)]
+    assert waited < 5, f"the first half's acks came after {waited:.1f}s"
+    rest = host.read_n(32, timeout=5)
+    assert [f["id"] for f in rest if f["command"] == "ack"] == [str(i) for i in range(16, 32)]
