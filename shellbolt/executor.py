@@ -451,8 +451,16 @@ class ShellBoltTask(ShellTask):
                         n = len(e)
                         route(self, e[0], e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
                               [in_flight[a] for a in e[1]] if n > 1 and e[1] else [], touched)
-                for tid in ev.acks:
-                    self._on_ack(tid, touched)
+                if self._held:
+                    for tid in ev.acks:
+                        self._on_ack(tid, touched)
+                elif ev.acks:  # _on_ack without a call per ack
+                    in_flight, expired, ack = self.in_flight, self._expired, self.runtime.acker.ack
+                    for tid in ev.acks:
+                        ack(in_flight.pop(tid))
+                        if expired:
+                            expired.discard(tid)
+                    self.stats.acked += len(ev.acks)
                 for tid in ev.fails:
                     self._on_fail(tid)
                 freed = freed or bool(ev.acks or ev.fails)
@@ -704,6 +712,7 @@ class PythonSpoutTask(Task):
                 continue
             self.idle = False
             touched: set[Task] = set()
+            now = trio.current_time()
             for _ in range(64):
                 if self._replay:
                     msg_id = self._replay.popleft()
@@ -716,7 +725,7 @@ class PythonSpoutTask(Task):
                     msg_id = self._seq
                     self._seq += 1
                     self._values[msg_id] = values
-                rt.route_plain(self, self._values[msg_id], DEFAULT_STREAM, None, touched, msg_id)
+                rt.route_plain(self, self._values[msg_id], DEFAULT_STREAM, None, touched, msg_id, now)
                 if self.notices or not rt.may_emit(self):
                     break
             rt.settle()
@@ -848,13 +857,13 @@ class Runtime:
         return targets
 
     def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges] | None,
-                    touched: set[Task], msg_id: Any = None) -> None:
+                    touched: set[Task], msg_id: Any = None, now: float | None = None) -> None:
         """:meth:`route` for an emit that is not direct and wants no task
         ids (a bolt's from a batch, §9.5, or an in-process spout's), without
         building an emit object: the stream's checks are worked out once per
         task and stream. Anything unusual (an undeclared stream, a wrong
         number of values, direct or several subscriptions) goes through
-        :meth:`route`."""
+        :meth:`route`. ``now``: a spout's clock reading for its burst."""
         plan = src.plain.get(stream)
         if plan is None:
             plan = src.plain[stream] = self._plain_plan(src, stream)
@@ -863,10 +872,11 @@ class Runtime:
             emit = _new_tuple(_PlainEmit, (values, stream, (), msg_id, None, False, False, False))
             self.route(src, emit, anchors, touched)
             return
-        self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched)
+        self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched,
+                      now)
 
     def _deliver(self, src: Task, values: list[Any], stream: str, targets: list[int],
-                 anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task]) -> None:
+                 anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
         """A valid emit to ``targets``: acker bookkeeping, then one Delivery
         per task, or the topology's output if nobody subscribes."""
         src.stats.emitted += 1
@@ -874,7 +884,7 @@ class Runtime:
         if anchors is None:  # a spout emit
             self.emitted_by_spouts += 1
             if msg_id is not None and self.acking:
-                _, edges = self.acker.spout_emit(src.task_id, msg_id, n, trio.current_time())
+                _, edges = self.acker.spout_emit(src.task_id, msg_id, n, trio.current_time() if now is None else now)
                 src.pending_roots += 1  # type: ignore[attr-defined]
             else:
                 if msg_id is not None:  # §4.7: acking off, acked after this command's sync
