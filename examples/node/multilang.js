@@ -795,6 +795,7 @@ class Component {
     this._extensions = [];      // accepted at the handshake
     this._mpReader = null;      // input after a msgpack switch-over (§9.6)
     this._halfway = 0;          // frames to handle before the halfway flush of a burst
+    this._maxFrame = MAX_FRAME_BYTES;   // §1.3: the default until the handshake's conf
     this._eof = false;
     this._exiting = false;
   }
@@ -853,8 +854,20 @@ class Component {
     // chunk ends its line; a \n starting the next chunk is then its tail.
     const lineBreak = /\r\n|\r|\n/g;
     let skipLF = false;
+    // Spec §1.3: never buffer more than the limit waiting for a terminator.
+    // Counted in UTF-16 units (at most the UTF-8 bytes); bytes are counted
+    // only when the units could be over the limit.
+    let frameUnits = 0;   // units of the lines of the frame being read, with their breaks
+    const tooLarge = (pending) => {
+      if (frameUnits + pending.length <= this._maxFrame / 3) return false;
+      const bytes = lines.reduce((n, l) => n + Buffer.byteLength(l) + 1, 0) + Buffer.byteLength(pending);
+      if (bytes <= this._maxFrame) return false;
+      this._protocolFatal(`FrameTooLarge: a frame of at least ${bytes} bytes exceeds the ${this._maxFrame}-byte ` +
+                          'limit (multilang.max.frame.bytes)');
+      return true;
+    };
     const feed = (text) => {
-      if (!text) return;
+      if (!text || this._exiting) return;
       let data = partial + text;
       let start = 0;
       if (skipLF && data[0] === '\n') start = 1;
@@ -868,13 +881,18 @@ class Component {
         if (line === 'end') {
           const frame = lines.join('\n');
           lines.length = 0;
+          frameUnits = 0;
           this._onFrame(frame);
+          if (this._exiting) return;
         } else {
           lines.push(line);
+          frameUnits += line.length + 1;
+          if (frameUnits > this._maxFrame / 3 && tooLarge('')) return;
         }
       }
       partial = start === 0 ? data : data.slice(start);
       data = null;
+      if (tooLarge(partial)) partial = '';
     };
 
     // msgpack (§9.6): the reader switches right after the handshake's "end"
@@ -976,9 +994,10 @@ class Component {
     this._extensions = Array.isArray(offered)
       ? [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e))
       : [];
+    const limit = conf['multilang.max.frame.bytes'];
+    this._maxFrame = Number.isSafeInteger(limit) && limit > 0 ? limit : MAX_FRAME_BYTES;   // §1.3
     if (this._extensions.includes('msgpack')) {
-      const limit = conf['multilang.max.frame.bytes'];
-      const max = Number.isSafeInteger(limit) && limit > 0 ? limit : MAX_FRAME_BYTES;
+      const max = this._maxFrame;
       this._mpReader = new MsgpackFrameReader(max,
         (buf, start, end) => this._onMsgpackFrame(buf, start, end),
         (len) => this._protocolFatal(

@@ -640,6 +640,8 @@ module Multilang
           end
           @rbuf = @rbuf.byteslice(@rpos..) if @rpos.positive?
           @rpos = 0
+          # Spec §1.3: never buffer more than the limit waiting for a line break.
+          raise FrameTooLarge, too_large(@rbuf.bytesize, 'unterminated input of') if @rbuf.bytesize > @max_frame
           chunk = read_chunk
           if chunk.nil?
             return nil if @rbuf.empty?
@@ -720,6 +722,10 @@ module Multilang
         end
       end
 
+      def too_large(n, what)
+        "#{what} #{n} bytes exceeds the #{@max_frame}-byte limit (multilang.max.frame.bytes)"
+      end
+
       def check_length(n)
         if n.zero?
           raise ProtocolError, 'bad msgpack frame from the host: length 0 (a body holds exactly one object, spec §9.6)'
@@ -737,6 +743,7 @@ module Multilang
 
         first = nil
         more = nil
+        size = -1 # bytes of the frame's text so far: its lines and the breaks between them
         loop do
           line = read_line
           break if line.nil?
@@ -744,6 +751,7 @@ module Multilang
           if line == 'end'
             text = more ? more.join("\n") : first
             first = more = nil
+            size = -1
             next if text.nil? || text.strip.empty? # blank lines between frames
 
             if @halfway && (@halfway -= 1).zero? # see count_burst
@@ -752,6 +760,8 @@ module Multilang
             end
             return parse(text)
           end
+          size += line.bytesize + 1
+          raise FrameTooLarge, too_large(size, 'a frame of at least') if size > @max_frame # spec §1.3
           if first.nil?
             first = line
           elsif more

@@ -675,3 +675,21 @@ def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(started, tmp_
     assert waited < 5, f"the first half's acks came after {waited:.1f}s"
     rest = c.read_n(32, timeout=5)
     assert [f["id"] for f in rest if f["command"] == "ack"] == [str(i) for i in range(16, 32)]
+
+
+@pytest.mark.parametrize("case", ["frame", "unterminated", "multi-line", "multi-byte"])
+def test_json_input_over_the_frame_limit_is_refused(started, case):
+    """Spec §1.3: the reader never buffers more than multilang.max.frame.bytes
+    waiting for a terminator; it reports the error and exits 1."""
+    c = started([NODE, str(CONFORMANCE), "bolt"], handshake=False)
+    c.handshake(conf={**CONF, "multilang.max.frame.bytes": 4096})
+    assert c.read()["command"] == "log"  # ready
+    big = json.dumps(tup("1", ["x" * 5000])).encode()
+    c.write({"frame": big + b"\nend\n", "unterminated": big,
+             "multi-line": b'{"id":"1",\n' + b'"comp":"src",\n' * 400,
+             "multi-byte": "é".encode() * 2100}[case])  # 2100 characters, 4200 bytes
+    error = c.read(timeout=3)
+    assert error["command"] == "error" and "exceeds the 4096-byte limit" in error["msg"], error
+    assert c.wait(3.0) == 1
+    c.wait_closed(2)
+    assert "exceeds the 4096-byte limit" in c.stderr_text()

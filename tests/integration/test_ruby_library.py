@@ -813,3 +813,20 @@ def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(spawn, script
     assert waited < 5, f"the first half's acks came after {waited:.1f}s"
     rest = host.read_n(32, timeout=5)
     assert [f["id"] for f in rest if f["command"] == "ack"] == [str(i) for i in range(16, 32)]
+
+
+@pytest.mark.parametrize("case", ["frame", "unterminated", "multi-line"])
+def test_json_input_over_the_frame_limit_is_refused(spawn, case):
+    """Spec §1.3: the reader never buffers more than multilang.max.frame.bytes
+    waiting for a terminator; it reports the error and exits 1."""
+    host = spawn(CONFORMANCE, "bolt")
+    host.handshake(conf={"multilang.max.frame.bytes": 4096})
+    assert host.read()["command"] == "log"  # ready
+    big = json.dumps(tup("1", ["x" * 5000])).encode()
+    host.write({"frame": big + b"\nend\n", "unterminated": big,
+                "multi-line": b'{"id":"1",\n' + b'"comp":"src",\n' * 400}[case])
+    error = host.read(timeout=3)
+    assert error["command"] == "error" and "exceeds the 4096-byte limit" in error["msg"], error
+    assert host.wait(3.0) == 1
+    host.wait_closed(2)
+    assert "exceeds the 4096-byte limit" in host.stderr_text()
