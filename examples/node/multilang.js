@@ -959,9 +959,11 @@ class Component {
     try {
       msg = JSON.parse(text);
     } catch (e) {
+      // §8.1: the connection is unusable after a protocol error. Stop, as
+      // the Python and Ruby libraries do: the host restarts the process and
+      // replays its tuples at once, instead of a skipped tuple timing out.
       const shown = text.length > 200 ? text.slice(0, 200) + '...' : text;
-      process.stderr.write(`multilang: cannot parse frame from host: ${e.message}: ${JSON.stringify(shown)}\n`);
-      if (out.ready) this.log(`cannot parse frame from host: ${JSON.stringify(shown)}`, LOG_LEVELS.ERROR);
+      this._protocolFatal(`cannot parse frame from host: ${e.message}: ${JSON.stringify(shown)}`);
       return;
     }
     if (!this._handshaken) {
@@ -1011,11 +1013,9 @@ class Component {
       msg = decodeMsgpackFrame(buf, start, end);
     } catch (e) {
       if (!(e instanceof MsgpackError)) throw e;
-      // As for a frame that is not JSON: reported, skipped. The length
-      // prefix keeps the stream in step, so the next frame is read normally.
+      // §8.1: as for a frame that is not JSON, stop.
       const shown = buf.subarray(start, Math.min(end, start + 200)).toString('hex') + (end - start > 200 ? '...' : '');
-      process.stderr.write(`multilang: cannot decode msgpack frame from host: ${e.message} (${end - start} bytes: ${shown})\n`);
-      this.log(`cannot decode msgpack frame from host: ${e.message} (${end - start} bytes: ${shown})`, LOG_LEVELS.ERROR);
+      this._protocolFatal(`cannot decode msgpack frame from host: ${e.message} (${end - start} bytes: ${shown})`);
       return;
     }
     this._onMessage(msg);

@@ -693,3 +693,15 @@ def test_json_input_over_the_frame_limit_is_refused(started, case):
     assert c.wait(3.0) == 1
     c.wait_closed(2)
     assert "exceeds the 4096-byte limit" in c.stderr_text()
+
+
+def test_a_frame_that_is_not_json_is_a_protocol_error(started):
+    """§8.1: the connection is unusable after a protocol error; the component
+    reports it and exits 1, as the Python and Ruby libraries do."""
+    c = conformance(started)
+    c.write(b'{"id":"1","comp":\nend\n' + json.dumps(tup("2", ["ack"])).encode() + b"\nend\n")
+    error = c.read(timeout=3)
+    assert error["command"] == "error" and "cannot parse frame from host" in error["msg"], error
+    assert c.wait(3.0) == 1
+    c.wait_closed(2)
+    assert "multilang: protocol error: cannot parse frame from host" in c.stderr_text()
