@@ -81,6 +81,9 @@ def loads(body: bytes) -> Any:
 # and infinities are not JSON numbers). They may also occur inside strings
 # and numbers; only a body holding one is walked in full.
 _NOT_JSON_MARKER = re.compile(rb"[\xc4-\xcb\xd4-\xd8]").search
+# Format bytes of maps (80-8f, de, df). A body holding one after its first
+# byte may nest a map: the writer then checks its keys are strings.
+_INNER_MAP_MARKER = re.compile(rb"[\x80-\x8f\xde\xdf]").search
 _INF = float("inf")
 
 
@@ -135,7 +138,9 @@ def msgpack_frame(obj: Any) -> bytes:
         body = msgpack.packb(obj, use_bin_type=True, default=_pack_default)
     except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"value cannot be sent as msgpack: {exc}", frame=repr(obj)) from None
-    if _NOT_JSON_MARKER(body) is not None:  # bytes became bin: not ours to send (§9.6)
+    # bytes became bin, or a map after the first byte may have a key that is
+    # not a string (JSON would refuse both): not ours to send (§9.6)
+    if _NOT_JSON_MARKER(body) is not None or _INNER_MAP_MARKER(body, 1) is not None:
         try:
             _check_json_model(obj)
         except ValueError as exc:

@@ -90,6 +90,11 @@ def test_writer_refuses_what_json_cannot_carry():
         msgpack_frame({"tuple": [2 ** 64]})
     with pytest.raises(LocalProtocolError, match="not a JSON number"):
         msgpack_frame({"tuple": [float("inf")]})
+    for value in ({1: "a"}, [{"ok": {(1, 2): 3}}], {None: 1}):  # JSON refuses these keys too
+        with pytest.raises(LocalProtocolError, match="is not a string"):
+            msgpack_frame({"tuple": [value]})
+    nested = {"tuple": [{"a": {"b": [1, "é"]}}, "ü" * 40, 130]}  # string keys, non-ASCII: fine
+    assert msgpack_loads(msgpack_frame(nested)[4:]) == nested
     assert msgpack_loads(msgpack_frame({"tuple": ["Ĉ", 2 ** 64 - 1, -(2 ** 63), 1.5]})[4:]) == \
         {"tuple": ["Ĉ", 2 ** 64 - 1, -(2 ** 63), 1.5]}
 
