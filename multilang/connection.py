@@ -106,6 +106,9 @@ _EMIT_ANCHORS = b',"anchors":['
 _EMIT_TAIL = b'],"need_task_ids":false}' + TERMINATOR
 _ACK_HEAD = b'{"command":"ack","id":'
 _FRAME_TAIL = b"}" + TERMINATOR
+# The same frames as one formatting step (bytes %): one allocation instead
+# of one per concatenation (bench/instructions.py).
+_ACK_FORMAT = _ACK_HEAD + b"%b" + _FRAME_TAIL
 
 # How many recent heartbeat ids to remember, to name the mistake when a
 # component acks one (its id is otherwise just "unknown").
@@ -646,6 +649,7 @@ class Connection:
         pending = self.pending
         remove = pending.remove
         dumps = orjson.dumps
+        join = b"".join
         append = out.append
         conn = self
         # The last anchor emitted to and its JSON: the ack that usually
@@ -665,7 +669,7 @@ class Connection:
                         if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
                             last_enc = enc = dumps(a)
                             last_id = a
-                            append(_EMIT_HEAD + dumps(values) + _EMIT_ANCHORS + enc + _EMIT_TAIL)
+                            append(join((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL)))
                             return None
                         if conn._msgpack_ready:
                             append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
@@ -689,7 +693,7 @@ class Connection:
                 except (KeyError, TypeError):
                     return ack(tup)  # not pending: the general path names the mistake
                 if conn._plain_ready:
-                    append(_ACK_HEAD + (last_enc if tid is last_id else dumps(tid)) + _FRAME_TAIL)
+                    append(_ACK_FORMAT % (last_enc if tid is last_id else dumps(tid)))
                 elif conn._msgpack_ready:
                     append(msgpack_frame({"command": "ack", "id": tid}))
                 else:  # batch (§9.5)
@@ -772,7 +776,7 @@ class Connection:
         """Bolt: ack a pending tuple. Spout host: ack a message id."""
         if self._plain_ready and type(tuple_id) is str and tuple_id in self.pending:
             self.pending.remove(tuple_id)  # §3.6: the exact id string of a pending tuple
-            return _ACK_HEAD + orjson.dumps(tuple_id) + _FRAME_TAIL
+            return _ACK_FORMAT % orjson.dumps(tuple_id)
         return self._ack_or_fail(Ack, "ack", tuple_id)
 
     def send_fail(self, tuple_id: Any) -> bytes:
