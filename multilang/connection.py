@@ -319,9 +319,12 @@ class Connection:
             # x.__class__ rather than type(x) here and in the fast paths below:
             # the same for the builtins orjson returns, and no call in CPython
             # 3.11's interpreter (measured with callgrind on bench/'s echo bolt).
+            # stream != "default" first: a fresh string's equality test is
+            # cheaper than hashing it for the set lookup.
             if (
                 tid.__class__ is not str or values.__class__ is not list or task.__class__ is not int
-                or stream.__class__ is not str or stream in system or tid in pending or "pidDir" in obj
+                or stream.__class__ is not str or stream != DEFAULT_STREAM and stream in system or tid in pending
+                or "pidDir" in obj
             ):
                 break
             add(tid)
