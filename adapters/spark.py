@@ -429,8 +429,8 @@ class _Feeder(PythonSpoutTask):
         lease = self.engine.lease
         if lease is not None:
             lease.notice(kind, msg_id)
-        if self.queue and len(self._work):
-            self.kick()  # a finished tree frees room under max spout pending
+        if self.queue:
+            self.kick()  # a finished tree frees room under max spout pending (kick wakes only a waiter)
 
     async def run(self) -> None:
         rt = self.runtime

@@ -330,17 +330,26 @@ class Connection:
             add(tid)
             append(new(kind, (tid, comp, stream, task, values)))
         else:
-            bodies.clear()
-            self.last_frames.append(item)
+            self._consume(items)
             return out
-        # Stopped at ``item``: it and what follows stay, for the general path.
-        # By identity: equal frames may come before it.
-        taken = next(i for i, x in enumerate(items) if x is item)
-        if taken:
-            for _ in range(taken):
-                bodies.popleft()
-            self.last_frames.append(items[taken - 1])
+        self._consume(items, item)  # ``item`` and what follows stay, for the general path
         return out
+
+    def _consume(self, items: list[Any], stop: Any = None) -> int:
+        """Drop the frames of ``items`` (a snapshot of the queue) that a fast
+        path took: those before ``stop``, found by identity because equal
+        frames may come before it, or all of them. Returns how many."""
+        bodies = self._bodies
+        if stop is None:
+            n = len(items)
+            bodies.clear()
+        else:
+            n = next(i for i, x in enumerate(items) if x is stop)
+            for _ in range(n):
+                bodies.popleft()
+        if n:
+            self.last_frames.append(items[n - 1])
+        return n
 
     def _take_batch(self, items: Any, out: list[Any], rows: bool) -> bool:
         """A tuple batch (§9.5) of ordinary tuples onto ``out``; False (and
@@ -401,40 +410,30 @@ class Connection:
                     if obj["need_task_ids"] is not False or "task" in obj or values.__class__ is not list:
                         break  # wants task ids (§3.4), may be direct, or is malformed
                     anchors = obj.get("anchors")
-                    if anchors.__class__ is list:
-                        for a in anchors:
-                            if a.__class__ is not str or a not in pending:
-                                break
-                        else:
-                            anchors = anchors or None
-                            stream = obj.get("stream")
-                            if stream is None or stream.__class__ is str:
-                                emits.append([values, anchors, stream])
-                                continue
+                    if anchors.__class__ is str:
+                        anchors = [anchors]  # §3.5: one anchor may be sent bare
+                    elif anchors is not None and anchors.__class__ is not list:
                         break
-                    if anchors is None or anchors.__class__ is str and anchors in pending:  # §3.5: bare
-                        stream = obj.get("stream")
-                        if stream is None or stream.__class__ is str:
-                            emits.append([values, None if anchors is None else [anchors], stream])
-                            continue
+                    # pending holds id strings: anything else is missing (or unhashable: TypeError)
+                    if anchors and not pending.issuperset(anchors):
+                        break
+                    stream = obj.get("stream")
+                    if stream is not None and stream.__class__ is not str:
+                        break
+                    emits.append([values, anchors or None, stream])
+                    continue
+                if cmd != "ack" and cmd != "fail":
                     break
                 tid = obj["id"]
-                if tid.__class__ is not str or cmd != "ack" and cmd != "fail":
-                    break
-                remove(tid)  # not pending: KeyError, and the general path names it
+                remove(tid)  # not a pending id string: KeyError or TypeError, and the general path names it
                 (acks if cmd == "ack" else fails).append(tid)
             except Exception:  # not a dict with these keys: the general path says what is wrong
                 break
         else:
-            bodies.clear()
-            self.last_frames.append(item)
+            self._consume(items)
             return Batch(emits=emits, acks=acks, fails=fails)
-        taken = next(i for i, x in enumerate(items) if x is item)  # by identity, as in take_tuples
-        if not taken:
+        if not self._consume(items, item):
             return None
-        for _ in range(taken):
-            bodies.popleft()
-        self.last_frames.append(items[taken - 1])
         return Batch(emits=emits, acks=acks, fails=fails)
 
     def next_task_ids(self) -> TaskIds | _NeedData:

@@ -92,11 +92,9 @@ class Acker:
         """A reliable spout emit to ``n_targets`` tasks: returns the root id and
         one :class:`TupleEdges` per target."""
         root = self.new_id()
-        if n_targets == 1 and root not in self._early:  # the common case: init() inlined
+        if n_targets == 1:  # the common case, without the loop
             e = self.new_id()
-            if now > self._now:
-                self._now = now
-            self.roots[root] = Root(e, spout_task, msg_id, now + self.timeout)
+            self.init(root, e, spout_task, msg_id, now)
             return root, [TupleEdges({root: e})]
         edges = []
         value = 0

@@ -66,10 +66,10 @@ _new_tuple = tuple.__new__
 
 class _PlainEmit(NamedTuple):
     """An emit read like an :class:`Emit` by :meth:`Runtime.route`, never
-    direct, never wanting task ids: a bolt's from a batch (§9.5) or a
-    ``take_outputs`` run, or an in-process spout's. A named tuple built with
-    ``_new_tuple`` because a frozen dataclass costs about 1 µs per emit to
-    build (bench/)."""
+    direct, never wanting task ids: a batch's (§9.5, or a ``take_outputs``
+    run) in hold mode, or one that :meth:`Runtime.route_plain` hands to
+    ``route``. A named tuple built by :func:`_plain_emit` because a frozen
+    dataclass costs about 1 µs per emit to build (bench/)."""
 
     values: list[Any]
     stream: str
@@ -79,6 +79,11 @@ class _PlainEmit(NamedTuple):
     need_task_ids: bool = False
     is_direct: bool = False
     wants_task_ids: bool = False
+
+
+def _plain_emit(values: list[Any], stream: str, anchors: tuple[str, ...] = (), msg_id: Any = None) -> _PlainEmit:
+    """A :class:`_PlainEmit` without the named tuple's keyword ``__new__``."""
+    return _new_tuple(_PlainEmit, (values, stream, anchors, msg_id, None, False, False, False))
 
 
 @dataclass
@@ -442,8 +447,7 @@ class ShellBoltTask(ShellTask):
                         n = len(e)
                         stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
                         anchors = tuple(e[1]) if n > 1 and e[1] else ()
-                        self._on_emit(_new_tuple(_PlainEmit, (e[0], stream, anchors, None, None, False, False, False)),
-                                      proc, touched)
+                        self._on_emit(_plain_emit(e[0], stream, anchors), proc, touched)
                 else:
                     route = self.runtime.route_plain
                     in_flight = self.in_flight  # the connection checked the anchors are pending
@@ -869,8 +873,7 @@ class Runtime:
             plan = src.plain[stream] = self._plain_plan(src, stream)
         n_fields, grouping = plan
         if grouping is False or n_fields >= 0 and len(values) != n_fields:
-            emit = _new_tuple(_PlainEmit, (values, stream, (), msg_id, None, False, False, False))
-            self.route(src, emit, anchors, touched)
+            self.route(src, _plain_emit(values, stream, msg_id=msg_id), anchors, touched)
             return
         self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched,
                       now)
