@@ -8,8 +8,10 @@ Decoding is direction-aware: a host decodes what a component writes
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -67,9 +69,42 @@ def dumps(obj: Any) -> bytes:
             raise LocalProtocolError(f"value is not JSON-serialisable: {exc}", frame=repr(obj)) from None
 
 
-def loads(body: bytes) -> Any:
-    """Parse one frame body. Integers beyond 64 bits become floats (§1.4)."""
+# A body at least this long is parsed with the cyclic GC paused (_parse_paused).
+PAUSE_GC_BYTES = 8192
+
+
+def _parse_paused(parse: Any, body: bytes) -> Any:
+    """``parse(body)`` with the cyclic garbage collector paused.
+
+    A parse builds a tree, which has no reference cycles, so a collection
+    during it can free nothing. A batch frame (§9.5) holds thousands of
+    containers, though, and CPython runs a young collection every 700 new
+    ones: each walks the half-built tree and promotes it, and every tenth
+    young collection brings an older one, until full collections walk the
+    whole heap. Measured: orjson.loads of a 2,400-emit batch took 3.1 ms
+    instead of 0.43 ms in a process holding 58,000 objects (PySpark, trio and
+    pyarrow imported); the host of a Spark ``split`` partition spent 40% of
+    its CPU in the collector. Paused, the new tree costs one young collection
+    after the parse. Both parsers are one C call that holds the GIL (msgpack
+    calls back into Python only for an ext type, which it then refuses), so
+    no other thread runs while the collector is paused. A collector that the
+    program paused itself is left paused.
+    """
+    if not gc.isenabled():
+        return parse(body)
+    gc.disable()
     try:
+        return parse(body)
+    finally:
+        gc.enable()
+
+
+def loads(body: bytes) -> Any:
+    """Parse one frame body. Integers beyond 64 bits become floats (§1.4).
+    A long body is parsed with the garbage collector paused (_parse_paused)."""
+    try:
+        if len(body) >= PAUSE_GC_BYTES:
+            return _parse_paused(orjson.loads, body)
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise RemoteProtocolError(f"frame is not valid JSON: {exc}", frame=body) from None
@@ -109,12 +144,18 @@ def _check_json_model(value: Any) -> None:
         raise ValueError(f"msgpack {t.__name__} value is not part of the data model (§9.6)")
 
 
+# strict_map_key: only str (or bin, refused by msgpack_loads) keys, at any depth.
+_unpack = partial(msgpack.unpackb, raw=False, strict_map_key=True, ext_hook=_no_ext, timestamp=0)
+
+
 def msgpack_loads(body: bytes) -> Any:
     """Parse one msgpack frame body (§9.6): exactly one object of JSON's data
     model. bin, ext, non-string keys, bad UTF-8 and trailing bytes raise."""
     try:
-        # strict_map_key: only str (or bin, caught below) keys, at any depth.
-        obj = msgpack.unpackb(body, raw=False, strict_map_key=True, ext_hook=_no_ext, timestamp=0)
+        if len(body) >= PAUSE_GC_BYTES:
+            obj = _parse_paused(_unpack, body)
+        else:
+            obj = _unpack(body)
     except Exception as exc:  # ExtraData, OutOfData, FormatError, UnicodeDecodeError, ValueError
         raise RemoteProtocolError(f"frame is not one valid msgpack object: {type(exc).__name__}: {exc}",
                                   frame=body) from None

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang import Connection, LocalProtocolError, RemoteProtocolError, Role, Side
+from multilang import codec
 from multilang.codec import decode_component_frame, decode_host_frame, dumps, encode, encode_json, loads
 from multilang.framing import FrameReader
 from multilang.messages import (
@@ -507,3 +508,84 @@ def test_exact_bytes(msg, frame):
 def test_unknown_command_encodes_its_frame():
     msg = UnknownCommand(command="x", frame={"command": "x", "id": ""})
     assert encode(msg) == b'{"command":"x","id":""}\nend\n'
+
+
+# --- large frames are parsed with the cyclic GC paused ----------------------------------
+
+
+def _big_batch(n: int = 5000) -> bytes:
+    emits = [[[f"w{i}"], [str(i)]] for i in range(n)]
+    return orjson.dumps({"command": "batch", "emits": emits, "acks": [str(i) for i in range(n)]})
+
+
+def _collections_during(parse, body: bytes) -> tuple[int, object]:
+    """How many collections started while ``parse(body)`` ran."""
+    import gc
+
+    starts = []
+
+    def cb(phase: str, info: dict) -> None:
+        if phase == "start":
+            starts.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(cb)
+    try:
+        obj = parse(body)
+        n = len(starts)  # read before anything else allocates and may collect
+    finally:
+        gc.callbacks.remove(cb)
+    return n, obj
+
+
+def test_a_large_frame_is_parsed_without_collections():
+    import gc
+
+    body = _big_batch()
+    assert len(body) > codec.PAUSE_GC_BYTES
+    # The same parse, collector running: CPython collects many times over the
+    # 15,000 new containers (so this test can tell the two apart).
+    during_plain, _ = _collections_during(orjson.loads, body)
+    assert during_plain >= 5
+    during, obj = _collections_during(loads, body)
+    assert during == 0
+    assert gc.isenabled()
+    assert len(obj["emits"]) == 5000 and obj["emits"][4999] == [["w4999"], ["4999"]]
+    msg = decode_component_frame(body)
+    assert len(msg.emits) == 5000 and gc.isenabled()
+
+
+def test_a_large_msgpack_frame_is_parsed_without_collections():
+    import gc
+
+    import msgpack
+
+    body = msgpack.packb(orjson.loads(_big_batch()))
+    during, obj = _collections_during(codec.msgpack_loads, body)
+    assert during == 0 and gc.isenabled()
+    assert obj["acks"][-1] == "4999"
+
+
+def test_the_collector_is_restored_after_a_bad_large_frame():
+    import gc
+
+    bad = _big_batch()[:-1]  # truncated JSON
+    with pytest.raises(RemoteProtocolError, match="not valid JSON"):
+        loads(bad)
+    assert gc.isenabled()
+    import msgpack
+
+    with pytest.raises(RemoteProtocolError, match="msgpack"):
+        codec.msgpack_loads(msgpack.packb(orjson.loads(_big_batch()))[:-1])
+    assert gc.isenabled()
+
+
+def test_a_collector_the_program_paused_stays_paused():
+    import gc
+
+    gc.disable()
+    try:
+        assert loads(_big_batch())["acks"][0] == "0"
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
