@@ -253,3 +253,40 @@ def test_missing_command_is_a_clear_error(spark):
     fn = shell_bolt_partition(["no-such-command-xyz", "x"], fields=["word"])
     with pytest.raises(Exception, match="command 'no-such-command-xyz' not found on PATH"):
         spark.sparkContext.parallelize(["a"], 1).mapPartitions(fn).collect()
+
+
+def _split_then_freeze_count(fn):
+    def run(it):
+        import gc
+
+        out = list(fn(it))
+        return [("words", len(out)), ("frozen", gc.get_freeze_count())]
+
+    return run
+
+
+def test_the_worker_heap_is_frozen_after_a_partition(spark):
+    """The module docstring's "Garbage collection": once per Python worker,
+    the objects alive after the first lease are frozen (gc.freeze), and the
+    partition's output is unchanged."""
+    split = shell_bolt_partition(RUBY_SPLIT, fields=["word"], resource_dir=EXAMPLES)
+    got = spark.sparkContext.parallelize(LINES, 2).mapPartitions(_split_then_freeze_count(split)).collect()
+    assert sum(n for k, n in got if k == "words") == sum(EXPECTED.values())
+    frozen = [n for k, n in got if k == "frozen"]
+    assert len(frozen) == 2 and min(frozen) > 10_000  # PySpark, pyarrow, trio, ... (about 60,000)
+
+
+@pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
+def test_the_worker_heap_freeze_can_be_turned_off(setting, frozen):
+    """MULTILANG_SPARK_GC_FREEZE=0 in the workers' environment leaves the
+    collector alone (a fresh interpreter: the freeze is once per process)."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "MULTILANG_SPARK_GC_FREEZE"}
+    if setting is not None:
+        env["MULTILANG_SPARK_GC_FREEZE"] = setting
+    code = ("import gc; from multilang.adapters import spark as s; s._freeze_worker_heap(); "
+            "n = gc.get_freeze_count(); s._freeze_worker_heap(); print(n, gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    first, second = map(int, out.split())
+    assert (first > 0) is frozen and second == first
