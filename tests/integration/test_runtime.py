@@ -785,3 +785,67 @@ def test_wordcount_across_languages_over_msgpack_and_batch():
     assert {r["word"]: r["count"] for r in run.result.outputs} == expected_wordcount()
     assert len(seen) == 5 and set(seen.values()) == {("batch", "msgpack")}
     assert_no_orphans(run)
+
+
+# A split bolt on our library that emits one wrong-arity tuple (2 values on a
+# 1-field stream) for the sentence "bad arity here", the first time only.
+_ONCE_WRONG_ARITY_SPLIT = """\
+import os, sys
+from multilang import Bolt
+
+MARKER = sys.argv[1]
+
+class Split(Bolt):
+    def process(self, tup):
+        sentence = tup.values[0]
+        if sentence == "bad arity here" and not os.path.exists(MARKER):
+            open(MARKER, "w").close()
+            self.emit([sentence, "extra"], anchors=[tup])
+        for w in sentence.split():
+            self.emit([w], anchors=[tup])
+        self.ack(tup)
+
+Split().run()
+"""
+
+
+@pytest.mark.parametrize("offer", [[], ["batch"]], ids=["standard", "batch"])
+def test_tracked_outputs_carry_their_root_and_a_bad_output_fails_only_its_tree(offer, tmp_path, caplog):
+    """Outputs of a bolt on a stream nobody subscribes to, with tracked
+    outputs on (the Spark engine's and bench/'s setup): each reaches
+    ``on_tracked_output`` with the root of its input, in emit order, and is
+    counted as emitted. A wrong-arity output is refused: the error names the
+    component and task, that input's tree fails, the spout replays it, and
+    the replay's outputs come under a new root."""
+    script = tmp_path / "split.py"
+    script.write_text(_ONCE_WRONG_ARITY_SPLIT)
+    sentences = [f"s{i} w{i} x{i}" for i in range(300)]
+    sentences[123] = "bad arity here"
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout([[s] for s in sentences], fields=["sentence"]))
+    b.set_bolt("split", ShellBolt(["python", str(script), str(tmp_path / "marker")], fields=["word"])) \
+        .shuffle_grouping("spout")
+    topo = b.create_topology({"multilang.extensions": offer})
+    got: list[tuple[str, list, list, bool]] = []
+
+    def on_output(component: str, stream: str, values: list, roots: list) -> None:
+        # alive: the tree has not failed (the Spark engine drops the outputs of a failed tree)
+        got.append((f"{component}/{stream}", list(values), list(roots), all(r in rt.acker.roots for r in roots)))
+
+    rt = Runtime(topo, on_tracked_output=on_output)
+    res = trio.run(lambda: rt.run(until_done=True))
+    assert res.ok and res.completed == 300 and res.failed == 1, res
+    assert {where for where, *_ in got} == {"split/default"}
+    assert all(len(roots) == 1 for _, _, roots, _ in got)
+    alive: dict[int, list[str]] = defaultdict(list)
+    for _, values, (root,), ok in got:
+        if ok:
+            alive[root].append(values[0])
+    # every sentence once, each under its own root, its words in emit order
+    assert sorted(" ".join(words) for words in alive.values()) == sorted(sentences)
+    # the refused attempt's later words came under its failed root, and nothing else did
+    assert [values for _, values, _, ok in got if not ok] == [["bad"], ["arity"], ["here"]]
+    assert rt.stats["split"].emitted == len(got)  # the refused tuple is not counted
+    assert rt.stats["split"].errors == 1 and rt.stats["split"].restarts == 0
+    (err,) = [r.getMessage() for r in caplog.records if "emitted 2 values" in r.getMessage()]
+    assert err.startswith("split:1 (pid ") and "which declares 1 fields" in err and "tree failed" in err
