@@ -290,3 +290,45 @@ def test_the_worker_heap_freeze_can_be_turned_off(setting, frozen):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     first, second = map(int, out.split())
     assert (first > 0) is frozen and second == first
+
+
+GROUP_ACK_BOLT = """\
+from multilang import Bolt
+
+class GroupAck(Bolt):
+    # acks only in groups of 150: more than Storm's default window of 100
+    def initialize(self, conf, context):
+        self.held = []
+
+    def process(self, tup):
+        self.held.append(tup)
+        if len(self.held) == 150:
+            for t in self.held:
+                self.emit([t.values[0].upper()], anchors=[t])
+                self.ack(t)
+            self.held = []
+
+GroupAck().run()
+"""
+
+
+def test_a_bolt_may_hold_max_in_flight_tuples(spark, tmp_path):
+    """In a partition, topology.shellbolt.max.pending defaults to
+    max_in_flight (module docstring): a bolt that acks in groups of 150
+    gets them at once instead of stalling at Storm's 100 until the message
+    timeout. An explicit setting is kept."""
+    import time
+
+    script = tmp_path / "group_ack.py"
+    script.write_text(GROUP_ACK_BOLT)
+    fn = shell_bolt_partition(["python", str(script)], conf={"topology.message.timeout.secs": 60})
+    words = [f"w{i}" for i in range(300)]
+    t = time.monotonic()
+    out = spark.sparkContext.parallelize(words, 1).mapPartitions(fn).collect()
+    assert time.monotonic() - t < 20  # at a window of 100: a stall of 60 s
+    assert sorted(v for (v,) in out) == sorted(w.upper() for w in words)
+    c = fn.counters.value
+    assert (c["acked"], c["failed"], c["retried"]) == (300, 0, 0)
+    assert fn.spec.conf["topology.shellbolt.max.pending"] == 1000
+    kept = shell_bolt_partition(["python", str(script)], conf={"topology.shellbolt.max.pending": 100})
+    assert kept.spec.conf["topology.shellbolt.max.pending"] == 100
