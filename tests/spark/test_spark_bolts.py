@@ -5,8 +5,10 @@ schema errors and the warm process pool. Real Ruby, Node and Python processes.""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -280,8 +282,6 @@ def test_the_worker_heap_is_frozen_after_a_partition(spark):
 def test_the_worker_heap_freeze_can_be_turned_off(setting, frozen):
     """MULTILANG_SPARK_GC_FREEZE=0 in the workers' environment leaves the
     collector alone (a fresh interpreter: the freeze is once per process)."""
-    import subprocess
-
     env = {k: v for k, v in os.environ.items() if k != "MULTILANG_SPARK_GC_FREEZE"}
     if setting is not None:
         env["MULTILANG_SPARK_GC_FREEZE"] = setting
@@ -317,8 +317,6 @@ def test_a_bolt_may_hold_max_in_flight_tuples(spark, tmp_path):
     max_in_flight (module docstring): a bolt that acks in groups of 150
     gets them at once instead of stalling at Storm's 100 until the message
     timeout. An explicit setting is kept."""
-    import time
-
     script = tmp_path / "group_ack.py"
     script.write_text(GROUP_ACK_BOLT)
     fn = shell_bolt_partition(["python", str(script)], conf={"topology.message.timeout.secs": 60})

@@ -1,14 +1,15 @@
 """The JSON codec: messages <-> frames, both directions (spec §1, §3, §4)."""
 
+import gc
 import json
 
+import msgpack
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multilang import Connection, LocalProtocolError, RemoteProtocolError, Role, Side
-from multilang import codec
+from multilang import Connection, LocalProtocolError, RemoteProtocolError, Role, Side, codec
 from multilang.codec import decode_component_frame, decode_host_frame, dumps, encode, encode_json, loads
 from multilang.framing import FrameReader
 from multilang.messages import (
@@ -520,8 +521,6 @@ def _big_batch(n: int = 5000) -> bytes:
 
 def _collections_during(parse, body: bytes) -> tuple[int, object]:
     """How many collections started while ``parse(body)`` ran."""
-    import gc
-
     starts = []
 
     def cb(phase: str, info: dict) -> None:
@@ -539,8 +538,6 @@ def _collections_during(parse, body: bytes) -> tuple[int, object]:
 
 
 def test_a_large_frame_is_parsed_without_collections():
-    import gc
-
     body = _big_batch()
     assert len(body) > codec.PAUSE_GC_BYTES
     # The same parse, collector running: CPython collects many times over the
@@ -556,10 +553,6 @@ def test_a_large_frame_is_parsed_without_collections():
 
 
 def test_a_large_msgpack_frame_is_parsed_without_collections():
-    import gc
-
-    import msgpack
-
     body = msgpack.packb(orjson.loads(_big_batch()))
     during, obj = _collections_during(codec.msgpack_loads, body)
     assert during == 0 and gc.isenabled()
@@ -567,22 +560,16 @@ def test_a_large_msgpack_frame_is_parsed_without_collections():
 
 
 def test_the_collector_is_restored_after_a_bad_large_frame():
-    import gc
-
     bad = _big_batch()[:-1]  # truncated JSON
     with pytest.raises(RemoteProtocolError, match="not valid JSON"):
         loads(bad)
     assert gc.isenabled()
-    import msgpack
-
     with pytest.raises(RemoteProtocolError, match="msgpack"):
         codec.msgpack_loads(msgpack.packb(orjson.loads(_big_batch()))[:-1])
     assert gc.isenabled()
 
 
 def test_a_collector_the_program_paused_stays_paused():
-    import gc
-
     gc.disable()
     try:
         assert loads(_big_batch())["acks"][0] == "0"
