@@ -100,8 +100,8 @@ outputs those rows produced, so memory is bounded by
 
 The rows in flight are held in the loop anyway, so a bolt process may have as
 many of them unacked: ``topology.shellbolt.max.pending`` (Storm's default
-100, §5.3 of spec/PROTOCOL.md) defaults to ``max_in_flight`` here, unless
-``conf`` sets it. With 100, host and bolt take turns every 50 tuples; with
+100, §5.3 of spec/PROTOCOL.md) defaults to ``max_in_flight`` here (1000 in
+``run_topology``), unless ``conf`` or the topology sets it. With 100, host and bolt take turns every 50 tuples; with
 1,000 a one-record-per-row bolt ran about a third faster (docs/PERFORMANCE.md),
 and a bolt that acks in groups larger than 100 does not stall. A bolt process
 that dies replays what it held, as always.
@@ -329,6 +329,15 @@ def _spec_key(spec: _Spec) -> str:
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=repr).decode()
 
 
+def _partition_conf(conf: dict[str, Any] | None, max_in_flight: int) -> dict[str, Any]:
+    """The conf of a partition's runtime: ``conf``, where a bolt process may
+    hold as many tuples as the partition has rows in flight (module
+    docstring: "The sync/trio seam"), not Storm's 100, unless it says else."""
+    full = dict(conf or {})
+    full.setdefault("topology.shellbolt.max.pending", max_in_flight)
+    return full
+
+
 def _make_spec(
     spec: Any, *, fields: Sequence[str] | None, input_fields: Sequence[str] | None, output: Any,
     conf: dict[str, Any] | None, resource_dir: str | os.PathLike[str] | None, cwd: str | None,
@@ -371,11 +380,8 @@ def _make_spec(
             taken.add(name)
             bolts.append((name, bolt, 1, [Input(prev, DEFAULT_STREAM, "local_or_shuffle")], {}))
             prev = name
-    full_conf = dict(conf or {})
+    full_conf = _partition_conf(conf, max_in_flight)
     full_conf.setdefault("topology.max.spout.pending", max_in_flight)
-    # Each bolt process may hold as many tuples as the partition has rows in
-    # flight (module docstring: "The sync/trio seam"), not Storm's 100.
-    full_conf.setdefault("topology.shellbolt.max.pending", max_in_flight)
     s = _Spec({INPUT: {DEFAULT_STREAM: in_fields}}, bolts, full_conf,
               str(os.fspath(resource_dir) if resource_dir is not None else os.getcwd()), [])
     topo = s.topology()  # validates (TopologyError names the component)
@@ -1519,7 +1525,8 @@ def run_topology(
                 rdd = rdd.partitionBy(n, _task_partition).values()
             spec = _Spec(sources, [(name, comp.impl, 1, [Input(s, st, "shuffle") for s, sts in sources.items()
                                                           for st in sts], dict(comp.conf))],
-                         dict(topology.conf), str(topology.resource_dir), [(name, st) for st in comp.outputs])
+                         _partition_conf(topology.conf, _Options.max_in_flight), str(topology.resource_dir),
+                         [(name, st) for st in comp.outputs])
             spec.key = _spec_key(spec)
             opts = _Options(max_retries=max_retries, warm=not keyed, stateful=keyed)
             counters[name] = BoltCounters(sc)
