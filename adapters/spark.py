@@ -102,7 +102,7 @@ The rows in flight are held in the loop anyway, so a bolt process may have as
 many of them unacked: ``topology.shellbolt.max.pending`` (Storm's default
 100, §5.3 of spec/PROTOCOL.md) defaults to ``max_in_flight`` here (1000 in
 ``run_topology``), unless ``conf`` or the topology sets it. With 100, host and bolt take turns every 50 tuples; with
-1,000 a one-record-per-row bolt ran about a third faster (docs/PERFORMANCE.md),
+1,000 a one-record-per-row bolt ran about a quarter faster (docs/PERFORMANCE.md),
 and a bolt that acks in groups larger than 100 does not stall. A bolt process
 that dies replays what it held, as always.
 
