@@ -101,10 +101,11 @@ outputs those rows produced, so memory is bounded by
 The rows in flight are held in the loop anyway, so a bolt process may have as
 many of them unacked: ``topology.shellbolt.max.pending`` (Storm's default
 100, §5.3 of spec/PROTOCOL.md) defaults to ``max_in_flight`` here (1000 in
-``run_topology``), unless ``conf`` or the topology sets it. With 100, host and bolt take turns every 50 tuples; with
-1,000 a one-record-per-row bolt ran about a quarter faster (docs/PERFORMANCE.md),
-and a bolt that acks in groups larger than 100 does not stall. A bolt process
-that dies replays what it held, as always.
+``run_topology``), unless ``conf`` or the topology sets it. With 100, host
+and bolt take turns every 50 tuples; with 1,000 a one-record-per-row bolt ran
+about a quarter faster (docs/PERFORMANCE.md), and a bolt that acks in groups
+larger than 100 does not stall. A bolt process that dies replays what it
+held, as always.
 
 Garbage collection
 ------------------
@@ -1523,12 +1524,12 @@ def run_topology(
             rdd = parts[0] if len(parts) == 1 else sc.union(parts)
             if keyed:
                 rdd = rdd.partitionBy(n, _task_partition).values()
+            opts = _Options(max_retries=max_retries, warm=not keyed, stateful=keyed)
             spec = _Spec(sources, [(name, comp.impl, 1, [Input(s, st, "shuffle") for s, sts in sources.items()
                                                           for st in sts], dict(comp.conf))],
-                         _partition_conf(topology.conf, _Options.max_in_flight), str(topology.resource_dir),
+                         _partition_conf(topology.conf, opts.max_in_flight), str(topology.resource_dir),
                          [(name, st) for st in comp.outputs])
             spec.key = _spec_key(spec)
-            opts = _Options(max_retries=max_retries, warm=not keyed, stateful=keyed)
             counters[name] = BoltCounters(sc)
             out = rdd.mapPartitions(_PartitionFn(spec, opts, counters[name], "record"))
             uses = sum(len(topology.subscribers(name, st)) or 1 for st in comp.outputs)

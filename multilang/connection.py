@@ -104,11 +104,9 @@ _first = itemgetter(0)  # a Tuple's id
 _EMIT_HEAD = b'{"command":"emit","tuple":'
 _EMIT_ANCHORS = b',"anchors":['
 _EMIT_TAIL = b'],"need_task_ids":false}' + TERMINATOR
-_ACK_HEAD = b'{"command":"ack","id":'
-_FRAME_TAIL = b"}" + TERMINATOR
-# The same frames as one formatting step (bytes %): one allocation instead
-# of one per concatenation (bench/instructions.py).
-_ACK_FORMAT = _ACK_HEAD + b"%b" + _FRAME_TAIL
+# The ack frame in one formatting step (bytes %): one allocation instead of
+# one per concatenation (bench/instructions.py).
+_ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
 
 # How many recent heartbeat ids to remember, to name the mistake when a
 # component acks one (its id is otherwise just "unknown").
