@@ -80,12 +80,17 @@ _SYNC = Sync()
 def _ids(tuples: Any) -> Any:
     if type(tuples) is Tuples:
         return tuples.ids
-    if type(tuples) is list and set(map(type, tuples)) == {Tuple}:
-        return list(map(_first, tuples))
+    if type(tuples) is list or type(tuples) is tuple:
+        kinds = set(map(type, tuples))
+        if kinds == _JUST_STR:  # ids already, such as ``Tuples.ids``
+            return tuples
+        if kinds == _JUST_TUPLE:
+            return list(map(_first, tuples))
     return [t if type(t) is str else t[0] for t in tuples]
 
 
 _first = itemgetter(0)
+_JUST_STR, _JUST_TUPLE = {str}, {Tuple}
 
 
 class _Closed(Exception):

@@ -364,9 +364,13 @@ class Connection:
                 or not _SYSTEM_STREAMS.isdisjoint(streams)):
             return False
         pending = self.pending
-        if not pending.isdisjoint(ids) or len(set(ids)) != len(ids):
+        if not pending.isdisjoint(ids):
             return False
+        before = len(pending)
         pending.update(ids)
+        if len(pending) != before + len(ids):  # an id twice in the batch: undo (none was pending)
+            pending.difference_update(ids)
+            return False
         out.extend(items if rows else map(_make_tuple, items))
         return True
 
@@ -724,7 +728,8 @@ class Connection:
             # one input tuple (or id) per emit: the common shape
             ids = list(map(_first, anchors_list)) if kinds == _JUST_TUPLE else anchors_list
             if pending.issuperset(ids):
-                self._open_emits.extend([[v, [i]] for v, i in zip(values_list, ids)])
+                # [values, [id]] elements, built in C: tuples encode as arrays
+                self._open_emits.extend(zip(values_list, zip(ids)))
                 self._open_n += len(ids)
                 return self.close_batch() if self._open_n >= _BATCH_MAX else b""
         elems = []
@@ -754,13 +759,17 @@ class Connection:
             send = self.send_fail if fail else self.send_ack
             return b"".join([send(t) for t in tuple_ids])
         pending = self.pending
-        if not pending.issuperset(tuple_ids) or len(set(tuple_ids)) != len(tuple_ids):
+        before = len(pending)
+        if pending.issuperset(tuple_ids):
+            pending.difference_update(tuple_ids)
+            if before - len(pending) != len(tuple_ids):  # an id twice: undo (each was pending)
+                pending.update(tuple_ids)
+        if before - len(pending) != len(tuple_ids):
             bad = next((t for t in tuple_ids if t not in pending), None)
             what = "fails" if fail else "acks"
             if bad is None:
                 raise LocalProtocolError(f"component {what} the same tuple twice in one call", frame=tuple_ids)
             raise LocalProtocolError(self._unknown_id(what, bad), frame=tuple_ids)
-        pending.difference_update(tuple_ids)
         (self._open_fails if fail else self._open_acks).extend(tuple_ids)
         self._open_n += len(tuple_ids)
         return self.close_batch() if self._open_n >= _BATCH_MAX else b""

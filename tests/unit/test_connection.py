@@ -826,6 +826,17 @@ def test_take_tuples_takes_a_tuple_batch_whole_or_not_at_all():
     assert TupleBatch  # (the frame type the general path decodes)
 
 
+def test_a_tuple_batch_with_an_id_twice_is_refused_and_nothing_becomes_pending():
+    host, comp = batched_pair()
+    deliver(comp, host.send(tup("0")))
+    comp.receive_data(b'{"tuples":[["1","s","default",1,[1]],["2","s","default",1,[2]],["1","s","default",1,[3]]]}'
+                      b"\nend\n")
+    assert comp.take_tuples() == []
+    assert comp.pending == {"0"}  # the fast path took nothing, and left no trace
+    with pytest.raises(RemoteProtocolError, match="already pending"):
+        events(comp)
+
+
 def test_take_tuples_as_rows_and_the_tuples_view():
     from multilang.messages import Tuples
     host, comp = batched_pair()
