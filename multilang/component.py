@@ -74,6 +74,8 @@ _PIPE_SIZE = 1 << 20
 _LOG_BUFFER = 1 << 16
 _FLUSH_INTERVAL = 0.1  # stdout text held while waiting for the end of a line
 _HALFWAY_FLUSH_MIN = 16  # a burst of at least this many tuples is also flushed halfway
+_TAKE_MAX = 64  # tuples taken and handled per part of a burst (Connection.take_tuples)
+_CLOSE_PART_MIN = 32  # under batch, the output batch of a part this long is closed after it
 _SYNC = Sync()
 
 
@@ -141,6 +143,9 @@ class Component:
         self._conn = Connection(self._role, Side.COMPONENT)
         self._out: list[bytes] = []
         self._flushed = 0.0
+        self._flush_at = -1  # frames still queued when half a burst is answered (-1: none)
+        self._split_one = False
+        self._answered = 0
         self._in_fd = 0
         self._out_fd = 1
 
@@ -224,6 +229,13 @@ class Component:
         self._flush()
         data = os.read(self._in_fd, _READ_SIZE)
         self._conn.receive_data(data)
+        # Answer the burst's first half before working on the rest (see
+        # Bolt._handle_tuples). Under ``batch`` each frame holds many tuples.
+        conn = self._conn
+        n = conn.queued
+        self._flush_at = n - n // 2 if n >= (2 if conn.batching else _HALFWAY_FLUSH_MIN) else -1
+        self._split_one = conn.batching and n == 1  # one tuple batch: split its tuples instead
+        self._answered = 0  # tuples handled since
 
     def _next_event(self) -> Any:
         conn = self._conn
@@ -286,8 +298,9 @@ class Bolt(Component):
         self.ack(tup)
 
     def process_batch(self, tuples: Tuples) -> None:
-        """Handle the input tuples that arrived together, in order (a tuple
-        batch under extension ``batch``, or a burst of standard frames).
+        """Handle input tuples that arrived together, in order: a tuple batch
+        under extension ``batch``, or up to 64 standard frames of a burst
+        (a longer burst comes in several calls).
 
         Optional: by default each goes to :meth:`process`. Override it to
         work on many tuples per call, with :meth:`emit_many`,
@@ -394,8 +407,11 @@ class Bolt(Component):
         self._bind_fast_paths()
         handle = self._tuple_handler()
         batch = self.process_batch if type(self).process_batch is not Bolt.process_batch else None
+        rows = batch is not None
         while True:
-            tups = take(batch is not None)
+            # In parts of at most _TAKE_MAX, the first ending halfway (see _handle_tuples).
+            limit = conn.queued - self._flush_at if self._flush_at >= 0 else _TAKE_MAX
+            tups = take(rows, limit if 0 < limit < _TAKE_MAX else _TAKE_MAX)
             if not tups:
                 ev = conn.next_event()
                 if ev is NEED_DATA:
@@ -416,24 +432,31 @@ class Bolt(Component):
             self._handle_tuples(tups, handle, batch)
 
     def _handle_tuples(self, tups: list[Any], handle: Any, batch: Any) -> None:
-        """Input tuples already read, to ``process_batch`` at once or to the
-        per-tuple handler one by one. Output is otherwise flushed only before
-        a read: flush at least every 100 ms so acks and heartbeat syncs of a
-        slow bolt reach the host before its subprocess timeout (§5.2).
+        """A part of a burst, already read: to ``process_batch`` at once or to
+        the per-tuple handler one by one. Output is otherwise flushed only
+        before a read: flush at least every 100 ms so acks and heartbeat
+        syncs of a slow bolt reach the host before its subprocess timeout
+        (§5.2).
 
-        A burst of per-tuple work is also flushed halfway. A host keeps at
-        most ``topology.shellbolt.max.pending`` tuples unacked (§5.3; 100 by
-        default, in Storm too): with the first half's acks in hand it sends
-        more while we work on the second half, instead of host and bolt
-        taking turns. One more write per burst; twice the throughput of a
-        light bolt in a Spark partition (bench/)."""
+        A burst is also flushed halfway (the loop takes its first part up to
+        there). A host keeps at most ``topology.shellbolt.max.pending``
+        tuples unacked (§5.3; 100 by default, in Storm too): with the first
+        half's acks in hand it sends more while we work on the second half,
+        instead of host and bolt taking turns. One more write per burst;
+        twice the throughput of a light bolt in a Spark partition (bench/).
+
+        Under ``batch`` the output batch of a long part (a tuple batch of
+        32 or more) is closed here, encoded while its lists are young: one
+        output frame per such input batch."""
         tup = tups[0]
         try:
             if batch is not None:
                 batch(Tuples(tups))
             else:
                 n = len(tups)
-                parts = (tups[: n // 2], tups[n // 2 :]) if n >= _HALFWAY_FLUSH_MIN else (tups,)
+                # One tuple batch that is the whole burst: flush halfway through it.
+                parts = (tups[: n // 2], tups[n // 2 :]) if self._split_one and n >= _HALFWAY_FLUSH_MIN else (tups,)
+                self._split_one = False
                 deadline = self._flushed + _FLUSH_INTERVAL
                 for part in parts:
                     for tup in part:
@@ -444,12 +467,23 @@ class Bolt(Component):
                     if part is not tups:
                         self._flush()
                         deadline = self._flushed + _FLUSH_INTERVAL
-                return
         except _Closed:  # stdin EOF while process() waited for task ids: not its fault
             raise
         except Exception:
             self._process_failed(tup[0], len(tups) if batch is not None else 0)
             raise
+        conn = self._conn
+        n = len(tups)
+        if n >= _CLOSE_PART_MIN and conn.batching:
+            data = conn.close_batch()
+            if data:
+                self._out.append(data)
+        self._answered += n
+        if 0 <= conn.queued <= self._flush_at:
+            self._flush_at = -1
+            if self._answered >= _HALFWAY_FLUSH_MIN // 2:  # tuple batches: a burst worth answering in halves
+                self._flush()
+                return
         if monotonic() - self._flushed > _FLUSH_INTERVAL:
             self._flush()
 

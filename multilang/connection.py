@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from operator import itemgetter
+from itertools import islice, repeat
+from operator import call, itemgetter
 
 import orjson
 from typing import Any, Callable, Iterable
@@ -99,6 +100,7 @@ _JUST_LIST, _JUST_FIVE, _JUST_STR, _JUST_INT = {list}, {5}, {str}, {int}
 _make_tuple = partial(_new_tuple, Tuple)  # a Tuple from a [id, comp, stream, task, values] row
 _JUST_TUPLE = {Tuple}
 _first = itemgetter(0)  # a Tuple's id
+_exhaust = deque(maxlen=0).extend  # runs an iterator to its end, keeping nothing
 # Pieces of the per-tuple frames, so that only the variable parts go through
 # orjson (same bytes as encoding the whole dict).
 _EMIT_HEAD = b'{"command":"emit","tuple":'
@@ -271,7 +273,13 @@ class Connection:
             return self._stash.popleft()
         return ev
 
-    def take_tuples(self, rows: bool = False) -> list[Any]:
+    @property
+    def queued(self) -> int:
+        """How many frames have been received and not yet taken: the size of
+        a burst, for a caller that answers it in parts."""
+        return len(self._bodies)
+
+    def take_tuples(self, rows: bool = False, limit: int | None = None) -> list[Any]:
         """Component side of a bolt: every ordinary input tuple at the head of
         the received stream, decoded in one pass (the per-tuple fast path).
 
@@ -284,6 +292,13 @@ class Connection:
         With ``rows=True`` the result holds each tuple's fields as a row
         (``[id, comp, stream, task, values]``) instead of a :class:`Tuple`,
         for :class:`~multilang.messages.Tuples`.
+
+        ``limit`` caps the tuples taken in one call (a tuple batch is taken
+        whole, and ends the call once there are ``limit``). A caller that
+        handles each part before it takes the next keeps few objects alive
+        at once: CPython's cyclic collector, which starts after 700 new
+        container objects, then seldom finds a burst of young tuples to
+        walk (bench/).
         """
         if self._stash or not self._bolt_component or self._state is not State.READY:
             return []
@@ -297,7 +312,10 @@ class Connection:
         new = _new_tuple
         kind = tuple if rows else Tuple  # tuple.__new__(tuple, row) is the row itself
         batching = self.batching
-        items = list(bodies)
+        if limit is None or len(bodies) <= limit:
+            items = list(bodies)
+        else:
+            items = list(islice(bodies, limit))
         out: list[Any] = []
         append = out.append
         for item in items:
@@ -305,7 +323,10 @@ class Connection:
                 obj = loads(item)  # a queued error or close is not bytes: TypeError
                 if batching and "tuples" in obj:
                     if self._take_batch(obj["tuples"], out, rows):
-                        continue
+                        if limit is None or len(out) < limit:
+                            continue
+                        self._consume(items, item, through=True)
+                        return out
                     break
                 tid = obj["id"]
                 stream = obj["stream"]
@@ -333,16 +354,20 @@ class Connection:
         self._consume(items, item)  # ``item`` and what follows stay, for the general path
         return out
 
-    def _consume(self, items: list[Any], stop: Any = None) -> int:
+    def _consume(self, items: list[Any], stop: Any = None, through: bool = False) -> int:
         """Drop the frames of ``items`` (a snapshot of the queue) that a fast
-        path took: those before ``stop``, found by identity because equal
-        frames may come before it, or all of them. Returns how many."""
+        path took: those before ``stop`` (and ``stop`` itself if ``through``),
+        found by identity because equal frames may come before it, or all of
+        them. Returns how many."""
         bodies = self._bodies
         if stop is None:
             n = len(items)
-            bodies.clear()
+            if n == len(bodies):
+                bodies.clear()
+            else:  # a prefix: popped in C, not a Python loop
+                _exhaust(map(call, repeat(bodies.popleft, n)))
         else:
-            n = next(i for i, x in enumerate(items) if x is stop)
+            n = next(i for i, x in enumerate(items) if x is stop) + through
             for _ in range(n):
                 bodies.popleft()
         if n:

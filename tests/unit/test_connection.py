@@ -826,6 +826,30 @@ def test_take_tuples_takes_a_tuple_batch_whole_or_not_at_all():
     assert TupleBatch  # (the frame type the general path decodes)
 
 
+def test_take_tuples_with_a_limit_takes_a_burst_in_parts():
+    """A caller may take a long burst in parts, each handled before the next
+    is decoded; what is left stays queued, and only what was taken is
+    pending. A tuple batch is never split: it is taken whole and ends the
+    part once the limit is reached."""
+    host, comp = pair(BOLT)
+    comp.receive_data(b"".join(host.send(tup(str(i))) for i in range(5)))
+    assert comp.queued == 5
+    assert [t.id for t in comp.take_tuples(limit=2)] == ["0", "1"]
+    assert comp.pending == {"0", "1"} and comp.queued == 3
+    assert [t.id for t in comp.take_tuples(limit=2)] == ["2", "3"]
+    assert [t.id for t in comp.take_tuples(limit=2)] == ["4"]
+    assert comp.take_tuples(limit=2) == [] and comp.queued == 0
+
+    host, comp = batched_pair()
+    [(f1, _)] = host.send_tuples([tup("a"), tup("b"), tup("c")])
+    [(f2, _)] = host.send_tuples([tup("d"), tup("e")])
+    comp.receive_data(f1 + f2 + host.send(tup("f")))
+    assert [t.id for t in comp.take_tuples(limit=2)] == ["a", "b", "c"]
+    assert comp.pending == {"a", "b", "c"} and comp.queued == 2
+    assert [t.id for t in comp.take_tuples(limit=3)] == ["d", "e", "f"]
+    assert comp.queued == 0 and comp.pending == {"a", "b", "c", "d", "e", "f"}
+
+
 def test_a_tuple_batch_with_an_id_twice_is_refused_and_nothing_becomes_pending():
     host, comp = batched_pair()
     deliver(comp, host.send(tup("0")))
