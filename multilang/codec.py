@@ -134,7 +134,7 @@ def _check_json_model(value: Any) -> None:
             if type(k) is not str:
                 raise ValueError(f"msgpack map key {k!r} is not a string (§9.6)")
             _check_json_model(v)
-    elif t is list:
+    elif t is list or t is tuple:  # a tuple goes on the wire as an array, as in JSON
         for v in value:
             _check_json_model(v)
     elif t is float:

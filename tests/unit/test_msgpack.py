@@ -99,6 +99,22 @@ def test_writer_refuses_what_json_cannot_carry():
         {"tuple": ["Ĉ", 2 ** 64 - 1, -(2 ** 63), 1.5]}
 
 
+def test_many_emits_under_msgpack_and_batch_whatever_bytes_their_values_hold():
+    """emit_many builds batch elements as tuples, which msgpack writes as
+    arrays. The data-model check that a marker-like byte sets off (here
+    50372 = 0xc4c4, the bin 8 marker twice) must take them as arrays too."""
+    host, comp, _ = negotiated(["batch", "msgpack"], ["batch", "msgpack"])
+    tuples = [Tuple(id=str(i), component="s", stream="default", task=1, values=[i]) for i in range(3)]
+    [(wire, _)] = host.send_tuples(tuples)
+    comp.receive_data(wire)
+    assert events(comp) == tuples
+    values = [["w", 0xC4C4], ["ü", 0xC7C8], ["x", 3]]
+    data = comp.send_emits(values, tuples) + comp.send_acks([u.id for u in tuples]) + comp.close_batch()
+    host.receive_data(data)
+    assert events(host) == [Batch(emits=[[v, [u.id]] for v, u in zip(values, tuples)], acks=["0", "1", "2"])]
+    assert msgpack_frame({"tuple": [("a", (1, "b"))]}) == msgpack_frame({"tuple": [["a", [1, "b"]]]})
+
+
 def negotiated(offer, accept, role=Role.BOLT, split=False):
     host, comp = Connection(role, Side.HOST), Connection(role, Side.COMPONENT)
     comp.receive_data(host.send(Handshake(pid_dir="/tmp", conf={"multilang.extensions": offer}, context={})))
