@@ -235,7 +235,7 @@ class Component:
         n = conn.queued
         self._flush_at = n - n // 2 if n >= (2 if conn.batching else _HALFWAY_FLUSH_MIN) else -1
         self._split_one = conn.batching and n == 1  # one tuple batch: split its tuples instead
-        self._answered = 0  # tuples handled since
+        self._answered = 0  # tuples handled since this read
 
     def _next_event(self) -> Any:
         conn = self._conn

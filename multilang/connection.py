@@ -165,7 +165,7 @@ class Connection:
         self.offered: tuple[str, ...] = ()
         self.extensions: tuple[str, ...] = ()
         # Component side, batching: the output batch being filled (§9.5).
-        self._open_emits: list[list[Any]] = []
+        self._open_emits: list[Any] = []  # [values, anchors(, stream)], lists or tuples
         self._open_acks: list[str] = []
         self._open_fails: list[str] = []
         self._open_n = 0  # elements in the open batch (every append goes through _batch_full)
