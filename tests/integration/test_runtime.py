@@ -758,6 +758,46 @@ def test_batch_level_python_bolt_every_input_once_failures_replayed(offer):
     assert_no_orphans(run)
 
 
+_BATCH_ECHO = """\
+from multilang import Bolt
+
+class Echo(Bolt):
+    def process_batch(self, tuples):
+        self.emit_many(tuples.values, anchors=tuples.ids)
+        self.ack_many(tuples.ids)
+
+Echo().run()
+"""
+
+
+@pytest.mark.parametrize("offer", [[], ["batch"], ["batch", "msgpack"]])
+def test_batch_level_echo_passes_any_values_through_in_every_mode(offer, tmp_path):
+    """A process_batch echo (emit_many / ack_many on the columns) under our
+    host: every input comes out once, values intact, under its own root.
+    Integers such as 50372 = 0xc4c4 hold bytes that look like msgpack
+    bin/ext markers, which makes the writer check the data model of a whole
+    output batch; its elements (built as tuples) must pass."""
+    script = tmp_path / "echo.py"
+    script.write_text(_BATCH_ECHO)
+    rows = [[f"w{i}", 0xC4C4 + i, {"k": [i, None]}] for i in range(500)]
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout(rows, fields=["word", "n", "m"]))
+    b.set_bolt("echo", ShellBolt(["python", str(script)], fields=["word", "n", "m"])).shuffle_grouping("spout")
+    topo = b.create_topology({"multilang.extensions": offer})
+    got: list[tuple[list, list]] = []
+    rt = Runtime(topo, on_tracked_output=lambda c, s, values, roots: got.append((list(values), list(roots))))
+
+    async def main():
+        with trio.fail_after(60):
+            return await rt.run(until_done=True)
+
+    res = trio.run(main)
+    assert res.ok and res.completed == 500 and res.failed == 0, res
+    assert sorted((v for v, _ in got), key=lambda v: v[1]) == rows
+    assert len({r for _, (r,) in got}) == 500
+    assert rt.stats["echo"].restarts == 0 and rt.stats["echo"].errors == 0
+
+
 @needs_ruby_node
 def test_wordcount_across_languages_over_msgpack_and_batch():
     """Python spout, Ruby split, Node count, all speaking batch + msgpack
