@@ -36,12 +36,11 @@ except ImportError:  # not on Linux/Unix
 import sys
 import traceback
 from functools import partial
-from operator import itemgetter
 from time import monotonic
 from typing import Any, Iterable
 
 from ._state import Role, Side
-from .connection import NEED_DATA, Connection
+from .connection import _JUST_STR, _JUST_TUPLE, NEED_DATA, Connection, _first
 from .errors import RemoteProtocolError
 from .messages import (
     DEFAULT_STREAM,
@@ -89,10 +88,6 @@ def _ids(tuples: Any) -> Any:
         if kinds == _JUST_TUPLE:
             return list(map(_first, tuples))
     return [t if type(t) is str else t[0] for t in tuples]
-
-
-_first = itemgetter(0)
-_JUST_STR, _JUST_TUPLE = {str}, {Tuple}
 
 
 class _Closed(Exception):
@@ -449,11 +444,11 @@ class Bolt(Component):
         32 or more) is closed here, encoded while its lists are young: one
         output frame per such input batch."""
         tup = tups[0]
+        n = len(tups)
         try:
             if batch is not None:
                 batch(Tuples(tups))
             else:
-                n = len(tups)
                 # One tuple batch that is the whole burst: flush halfway through it.
                 parts = (tups[: n // 2], tups[n // 2 :]) if self._split_one and n >= _HALFWAY_FLUSH_MIN else (tups,)
                 self._split_one = False
@@ -470,10 +465,9 @@ class Bolt(Component):
         except _Closed:  # stdin EOF while process() waited for task ids: not its fault
             raise
         except Exception:
-            self._process_failed(tup[0], len(tups) if batch is not None else 0)
+            self._process_failed(tup[0], n if batch is not None else 0)
             raise
         conn = self._conn
-        n = len(tups)
         if n >= _CLOSE_PART_MIN and conn.batching:
             data = conn.close_batch()
             if data:

@@ -360,16 +360,11 @@ class Connection:
         found by identity because equal frames may come before it, or all of
         them. Returns how many."""
         bodies = self._bodies
-        if stop is None:
-            n = len(items)
-            if n == len(bodies):
-                bodies.clear()
-            else:  # a prefix: popped in C, not a Python loop
-                _exhaust(map(call, repeat(bodies.popleft, n)))
-        else:
-            n = next(i for i, x in enumerate(items) if x is stop) + through
-            for _ in range(n):
-                bodies.popleft()
+        n = len(items) if stop is None else next(i for i, x in enumerate(items) if x is stop) + through
+        if n == len(bodies):
+            bodies.clear()
+        else:  # a prefix: popped in C, not a Python loop
+            _exhaust(map(call, repeat(bodies.popleft, n)))
         if n:
             self.last_frames.append(items[n - 1])
         return n
@@ -784,17 +779,15 @@ class Connection:
             send = self.send_fail if fail else self.send_ack
             return b"".join([send(t) for t in tuple_ids])
         pending = self.pending
-        before = len(pending)
-        if pending.issuperset(tuple_ids):
-            pending.difference_update(tuple_ids)
-            if before - len(pending) != len(tuple_ids):  # an id twice: undo (each was pending)
-                pending.update(tuple_ids)
-        if before - len(pending) != len(tuple_ids):
-            bad = next((t for t in tuple_ids if t not in pending), None)
-            what = "fails" if fail else "acks"
-            if bad is None:
-                raise LocalProtocolError(f"component {what} the same tuple twice in one call", frame=tuple_ids)
+        what = "fails" if fail else "acks"
+        if not pending.issuperset(tuple_ids):
+            bad = next(t for t in tuple_ids if t not in pending)
             raise LocalProtocolError(self._unknown_id(what, bad), frame=tuple_ids)
+        before = len(pending)
+        pending.difference_update(tuple_ids)
+        if before - len(pending) != len(tuple_ids):  # an id twice: undo (each was pending)
+            pending.update(tuple_ids)
+            raise LocalProtocolError(f"component {what} the same tuple twice in one call", frame=tuple_ids)
         (self._open_fails if fail else self._open_acks).extend(tuple_ids)
         self._open_n += len(tuple_ids)
         return self.close_batch() if self._open_n >= _BATCH_MAX else b""
