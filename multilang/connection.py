@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from itertools import islice, repeat
-from operator import call, itemgetter
+from operator import itemgetter
 
 import orjson
 from typing import Any, Callable, Iterable
@@ -100,7 +99,6 @@ _JUST_LIST, _JUST_FIVE, _JUST_STR, _JUST_INT = {list}, {5}, {str}, {int}
 _make_tuple = partial(_new_tuple, Tuple)  # a Tuple from a [id, comp, stream, task, values] row
 _JUST_TUPLE = {Tuple}
 _first = itemgetter(0)  # a Tuple's id
-_exhaust = deque(maxlen=0).extend  # runs an iterator to its end, keeping nothing
 # Pieces of the per-tuple frames, so that only the variable parts go through
 # orjson (same bytes as encoding the whole dict).
 _EMIT_HEAD = b'{"command":"emit","tuple":'
@@ -153,7 +151,12 @@ class Connection:
         self._first_out = False
         self._bolt_component = role is Role.BOLT and side is Side.COMPONENT
         self._component_side = side is Side.COMPONENT
-        self._bodies: deque[bytes | _Failed | Message] = deque()
+        # Received frames (bytes, or a queued error or close); the first
+        # unread one is at _pos. A list and an index rather than a deque: a
+        # fast path takes a run of frames as one slice and drops them by
+        # moving _pos, with no per-frame pop (bench/).
+        self._bodies: list[bytes | _Failed | Message] = []
+        self._pos = 0
         self._stash: deque[Message] = deque()  # component side: events set aside by next_task_ids
         #: Emits that wanted task ids and have not had them (FIFO, §3.5).
         self.owed_task_ids = 0
@@ -242,6 +245,9 @@ class Connection:
                     self._first_out = True
                     data = bytes(held[:cut])
                     del held[:cut]
+        if self._pos:  # drop the frames already taken
+            del self._bodies[: self._pos]
+            self._pos = 0
         if data:
             try:
                 self._bodies.extend(self._reader.feed(data))
@@ -260,7 +266,7 @@ class Connection:
         """The next event from the peer, or :data:`NEED_DATA`."""
         if self._stash:
             return self._stash.popleft()
-        if self._bolt_component and self._bodies:
+        if self._bolt_component and len(self._bodies) > self._pos:
             tups = self.take_tuples()
             if tups:
                 if len(tups) > 1:
@@ -277,7 +283,7 @@ class Connection:
     def queued(self) -> int:
         """How many frames have been received and not yet taken: the size of
         a burst, for a caller that answers it in parts."""
-        return len(self._bodies)
+        return len(self._bodies) - self._pos
 
     def take_tuples(self, rows: bool = False, limit: int | None = None) -> list[Any]:
         """Component side of a bolt: every ordinary input tuple at the head of
@@ -303,7 +309,8 @@ class Connection:
         if self._stash or not self._bolt_component or self._state is not State.READY:
             return []
         bodies = self._bodies
-        if not bodies:
+        pos = self._pos
+        if len(bodies) <= pos:
             return []
         pending = self.pending
         add = pending.add
@@ -312,10 +319,7 @@ class Connection:
         new = _new_tuple
         kind = tuple if rows else Tuple  # tuple.__new__(tuple, row) is the row itself
         batching = self.batching
-        if limit is None or len(bodies) <= limit:
-            items = list(bodies)
-        else:
-            items = list(islice(bodies, limit))
+        items = bodies[pos:] if limit is None else bodies[pos : pos + limit]
         out: list[Any] = []
         append = out.append
         for item in items:
@@ -361,10 +365,10 @@ class Connection:
         them. Returns how many."""
         bodies = self._bodies
         n = len(items) if stop is None else next(i for i, x in enumerate(items) if x is stop) + through
-        if n == len(bodies):
+        self._pos += n
+        if self._pos == len(bodies):
             bodies.clear()
-        else:  # a prefix: popped in C, not a Python loop
-            _exhaust(map(call, repeat(bodies.popleft, n)))
+            self._pos = 0
         if n:
             self.last_frames.append(items[n - 1])
         return n
@@ -414,7 +418,7 @@ class Connection:
         if self._component_side or self.role is not Role.BOLT or self._state is not State.READY:
             return None
         bodies = self._bodies
-        if not bodies or self.batching:
+        if len(bodies) <= self._pos or self.batching:
             return None
         pending = self.pending
         remove = pending.remove
@@ -422,7 +426,7 @@ class Connection:
         emits: list[list[Any]] = []
         acks: list[str] = []
         fails: list[str] = []
-        items = list(bodies)
+        items = bodies[self._pos :]
         for item in items:
             try:
                 obj = loads(item)  # a queued error or close is not bytes: TypeError
@@ -484,9 +488,16 @@ class Connection:
     def _next_from_wire(self) -> Message | _NeedData:
         if self.state is State.ERROR:
             raise RemoteProtocolError("connection is in an error state")
-        if not self._bodies:
+        bodies = self._bodies
+        pos = self._pos
+        if len(bodies) <= pos:
             return NEED_DATA
-        item = self._bodies.popleft()
+        item = bodies[pos]
+        if pos + 1 == len(bodies):
+            bodies.clear()
+            self._pos = 0
+        else:
+            self._pos = pos + 1
         if type(item) is bytes:
             self.last_frames.append(item)
             try:

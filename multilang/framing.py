@@ -69,12 +69,14 @@ class FrameReader:
             # could have a terminator without a \n before it; that case, large
             # partial frames and CR streams take the general path below.
             whole = bytes(buf) + data if buf else data
+            size = len(whole)  # no frame is longer than what it was split from
             frames = whole.split(TERMINATOR)
             rest = frames.pop()
             self._buf = buf = bytearray(rest)
             self._scan = len(rest)
         else:
             buf += data
+            size = len(buf)
             frames = []
             start = 0
             pos = max(0, self._scan - _OVERLAP)
@@ -84,7 +86,7 @@ class FrameReader:
             if start:
                 del buf[:start]
             self._scan = len(buf)
-        if frames and max(map(len, frames)) > self.max_frame_size:  # one pass in C
+        if size > self.max_frame_size and frames and max(map(len, frames)) > self.max_frame_size:  # one pass in C
             for i, body in enumerate(frames):
                 if len(body) > self.max_frame_size:
                     self._fail(
