@@ -687,40 +687,49 @@ class Connection:
         join = b"".join
         append = out.append
         conn = self
-        # The last anchor emitted to and its JSON: the ack that usually
-        # follows reuses it instead of encoding the id again.
+        # The last tuple emitted to, its id and the id's JSON: the ack that
+        # usually follows reuses them instead of indexing and encoding again.
+        last_tup: Any = None
         last_id: Any = None
         last_enc = b""
 
         def fast_emit(values: Any, stream: Any = None, anchors: Any = None, direct_task: Any = None,
                       need_task_ids: bool = False) -> Any:
-            nonlocal last_id, last_enc
-            if stream is None and direct_task is None and not need_task_ids and anchors.__class__ is list:
-                try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises
-                    (a,) = anchors
-                    if a.__class__ is Tuple:
-                        a = a[0]
-                    if a in pending and values.__class__ is list:
-                        if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
-                            last_enc = enc = dumps(a)
-                            last_id = a
-                            append(join((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL)))
-                            return None
-                        if conn._msgpack_ready:
-                            append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
-                                                  "need_task_ids": False}))
-                            return None
-                        if conn._batch_ready:
-                            conn._open_emits.append([values, [a]])
-                            conn._open_n += 1
-                            if conn._open_n >= _BATCH_MAX:
-                                append(conn.close_batch())
-                            return None
-                except (TypeError, ValueError):
-                    pass  # integers beyond 64 bits, or a clear error: the general path
+            nonlocal last_tup, last_id, last_enc
+            if stream is not None or direct_task is not None or need_task_ids or anchors.__class__ is not list:
+                return emit(values, stream, anchors, direct_task, need_task_ids)
+            try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises
+                (t,) = anchors
+                a = t[0] if t.__class__ is Tuple else t
+                if a in pending and values.__class__ is list:
+                    if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
+                        last_enc = enc = dumps(a)
+                        last_id = a
+                        last_tup = t
+                        append(join((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL)))
+                        return None
+                    if conn._msgpack_ready:
+                        append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
+                                              "need_task_ids": False}))
+                        return None
+                    if conn._batch_ready:
+                        conn._open_emits.append([values, [a]])
+                        conn._open_n += 1
+                        if conn._open_n >= _BATCH_MAX:
+                            append(conn.close_batch())
+                        return None
+            except (TypeError, ValueError):
+                pass  # integers beyond 64 bits, or a clear error: the general path
             return emit(values, stream, anchors, direct_task, need_task_ids)
 
         def fast_ack(tup: Any) -> None:
+            if tup is last_tup and conn._plain_ready:  # the tuple just emitted to (standard mode)
+                try:
+                    remove(last_id)
+                except KeyError:
+                    return ack(tup)  # acked twice: the general path names the mistake
+                append(_ACK_FORMAT % last_enc)
+                return
             if tup.__class__ is Tuple and (conn._plain_ready or conn._msgpack_ready or conn._batch_ready):
                 tid = tup[0]
                 try:
