@@ -4,12 +4,15 @@ Real `python` subprocesses (examples/python/*.py and small scripts written to
 tmp_path) are driven by multilang.testing.ComponentProcess, a host that only
 writes and reads bytes: nothing else from `multilang` is used on the host
 side. Every read has a timeout, so a broken component fails a test instead of
-hanging it.
+hanging it. One test runs a bolt in-process, on pipes, to see what ``run()``
+leaves behind.
 """
 
 import json
+import os
 import sys
 import textwrap
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -17,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from burst_support import check_burst_answered_halfway
+from multilang import Bolt
 from multilang.testing import (
     ComponentProcesses,
     command_frame as cmd,
+    encode_frame,
     heartbeat_frame as heartbeat,
     tick_frame as tick,
     tuple_batch,
@@ -400,6 +405,75 @@ def test_a_burst_of_tuple_batches_is_answered_halfway(started, tmp_path, frames)
     while len(acked) < 32:
         acked += c.read(timeout=5)["acks"]
     assert acked == [str(i) for i in range(32)]
+
+
+_SLOW_BOLT = """
+import os, sys, time
+from multilang import Bolt
+
+class Slow(Bolt):
+    def process(self, tup):
+        if tup.values[0] == 0:
+            time.sleep(0.3)  # longer than the 100 ms flush interval
+        else:  # wait for the host to have seen tuple 0's ack (at most 10 s)
+            deadline = time.monotonic() + 10
+            while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.emit([tup.values[0]], anchors=[tup])
+        self.ack(tup)
+
+Slow().run()
+"""
+
+
+def test_a_slow_bolt_answers_each_tuple_within_the_flush_interval(started, tmp_path):
+    """Output waits for the end of a burst only while the bolt is quick:
+    once 100 ms have passed it is flushed after the tuple at hand, so the
+    host hears from a slow bolt at least once per tuple (its subprocess
+    timeout counts from the last frame read, §5.2). Four tuples arrive in
+    one write; tuple 0 takes 300 ms and tuple 1 waits until the host has
+    seen tuple 0's ack."""
+    go = tmp_path / "go"
+    c = started([PY, str(script(tmp_path, "slow.py", _SLOW_BOLT)), str(go)])
+    c.write(b"".join(json.dumps(tup(str(i), [i])).encode() + b"\nend\n" for i in range(4)))
+    t0 = time.monotonic()
+    first = c.read_n(2, timeout=5)
+    waited = time.monotonic() - t0
+    go.touch()
+    assert first == [emit([0], ["0"]), {"command": "ack", "id": "0"}]
+    assert waited < 5, f"tuple 0's ack came after {waited:.1f}s: held back for the rest of the burst"
+    rest = c.read_n(6, timeout=5)
+    assert [f["id"] for f in rest if f["command"] == "ack"] == ["1", "2", "3"]
+
+
+def test_run_in_process_stops_its_flush_clock(tmp_path):
+    """A bolt's flush clock is a daemon thread; ``run()`` stops it when the
+    host closes stdin, so a bolt run in-process (with given fds) leaves no
+    thread behind."""
+    class Echo(Bolt):
+        def process(self, t):
+            self.emit(t.values, anchors=[t])
+            self.ack(t)
+
+    (tmp_path / "pids").mkdir()
+    hs = {"pidDir": str(tmp_path / "pids"), "conf": {}, "context": {"taskid": 3, "task->component": {"3": "bolt"}}}
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.write(in_w, encode_frame(hs) + encode_frame(tup("1", ["a"])))
+    os.close(in_w)
+    before = set(threading.enumerate())
+    try:
+        Echo().run(stdin_fd=in_r, stdout_fd=out_w)
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    with os.fdopen(out_r, "rb") as f:
+        out = f.read()
+    assert out.count(b"\nend\n") == 3 and b'"ack","id":"1"' in out  # pid, emit, ack
+    clocks = [t for t in set(threading.enumerate()) - before if t.name == "multilang-flush-clock"]
+    for t in clocks:
+        t.join(timeout=5)
+    assert not any(t.is_alive() for t in clocks), "the flush clock outlived run()"
 
 
 _PARTS_BOLT = """
