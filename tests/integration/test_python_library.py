@@ -361,8 +361,13 @@ import os, sys, time
 from multilang import Bolt
 
 class Gate(Bolt):
+    # argv: the go file; which tuple waits for it (16: the second half's
+    # first); how long tuple 0 takes (seconds, 0 by default)
     def process(self, tup):
-        if tup.values[0] == 16:  # the second half: wait for the host (at most 10 s)
+        gate = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+        if tup.values[0] == 0 and len(sys.argv) > 3:
+            time.sleep(float(sys.argv[3]))
+        if tup.values[0] == gate:  # wait for the host (at most 10 s)
             deadline = time.monotonic() + 10
             while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -407,25 +412,6 @@ def test_a_burst_of_tuple_batches_is_answered_halfway(started, tmp_path, frames)
     assert acked == [str(i) for i in range(32)]
 
 
-_SLOW_BOLT = """
-import os, sys, time
-from multilang import Bolt
-
-class Slow(Bolt):
-    def process(self, tup):
-        if tup.values[0] == 0:
-            time.sleep(0.3)  # longer than the 100 ms flush interval
-        else:  # wait for the host to have seen tuple 0's ack (at most 10 s)
-            deadline = time.monotonic() + 10
-            while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
-                time.sleep(0.01)
-        self.emit([tup.values[0]], anchors=[tup])
-        self.ack(tup)
-
-Slow().run()
-"""
-
-
 def test_a_slow_bolt_answers_each_tuple_within_the_flush_interval(started, tmp_path):
     """Output waits for the end of a burst only while the bolt is quick:
     once 100 ms have passed it is flushed after the tuple at hand, so the
@@ -434,7 +420,7 @@ def test_a_slow_bolt_answers_each_tuple_within_the_flush_interval(started, tmp_p
     one write; tuple 0 takes 300 ms and tuple 1 waits until the host has
     seen tuple 0's ack."""
     go = tmp_path / "go"
-    c = started([PY, str(script(tmp_path, "slow.py", _SLOW_BOLT)), str(go)])
+    c = started([PY, str(script(tmp_path, "gate.py", _GATE_BOLT)), str(go), "1", "0.3"])
     c.write(b"".join(json.dumps(tup(str(i), [i])).encode() + b"\nend\n" for i in range(4)))
     t0 = time.monotonic()
     first = c.read_n(2, timeout=5)
