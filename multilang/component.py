@@ -167,9 +167,6 @@ class Component:
         self._conn = Connection(self._role, Side.COMPONENT)
         self._out: list[bytes] = []
         self._clock: _FlushClock | None = None  # bolts, while they run
-        self._flush_at = -1  # frames still queued when half a burst is answered (-1: none)
-        self._split_one = False
-        self._answered = 0
         self._in_fd = 0
         self._out_fd = 1
 
@@ -254,13 +251,6 @@ class Component:
         self._flush()
         data = os.read(self._in_fd, _READ_SIZE)
         self._conn.receive_data(data)
-        # Answer the burst's first half before working on the rest (see
-        # Bolt._handle_tuples). Under ``batch`` each frame holds many tuples.
-        conn = self._conn
-        n = conn.queued
-        self._flush_at = n - n // 2 if n >= (2 if conn.batching else _HALFWAY_FLUSH_MIN) else -1
-        self._split_one = conn.batching and n == 1  # one tuple batch: split its tuples instead
-        self._answered = 0  # tuples handled since this read
 
     def _next_event(self) -> Any:
         conn = self._conn
@@ -312,6 +302,10 @@ class Bolt(Component):
     input. Override :meth:`process` (and :meth:`process_tick` for ticks)."""
 
     _role = Role.BOLT
+    # The burst read last (planned by _read_more, see _handle_tuples).
+    _flush_at = -1  # frames still queued when half of it is answered (-1: none)
+    _split_one = False  # one tuple batch: split its tuples instead
+    _answered = 0  # tuples handled since the read
 
     def process(self, tup: Tuple) -> None:
         """Handle one input tuple."""
@@ -423,6 +417,16 @@ class Bolt(Component):
             self.emit = emit  # type: ignore[method-assign]
         if cls.ack is Bolt.ack:
             self.ack = ack  # type: ignore[method-assign]
+
+    def _read_more(self) -> None:
+        super()._read_more()
+        # Answer the burst's first half before working on the rest (see
+        # _handle_tuples). Under ``batch`` each frame holds many tuples.
+        conn = self._conn
+        n = conn.queued
+        self._flush_at = n - n // 2 if n >= (2 if conn.batching else _HALFWAY_FLUSH_MIN) else -1
+        self._split_one = conn.batching and n == 1
+        self._answered = 0
 
     def _serve(self) -> None:
         self._clock = _FlushClock(_FLUSH_INTERVAL)

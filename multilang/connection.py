@@ -245,7 +245,7 @@ class Connection:
                     self._first_out = True
                     data = bytes(held[:cut])
                     del held[:cut]
-        if self._pos:  # drop the frames already taken
+        if self._pos:  # drop the frames already taken (all of them, usually)
             del self._bodies[: self._pos]
             self._pos = 0
         if data:
@@ -359,16 +359,12 @@ class Connection:
         return out
 
     def _consume(self, items: list[Any], stop: Any = None, through: bool = False) -> int:
-        """Drop the frames of ``items`` (a snapshot of the queue) that a fast
-        path took: those before ``stop`` (and ``stop`` itself if ``through``),
-        found by identity because equal frames may come before it, or all of
-        them. Returns how many."""
-        bodies = self._bodies
+        """Move the read position past the frames of ``items`` (a snapshot
+        of the queue) that a fast path took: those before ``stop`` (and
+        ``stop`` itself if ``through``), found by identity because equal
+        frames may come before it, or all of them. Returns how many."""
         n = len(items) if stop is None else next(i for i, x in enumerate(items) if x is stop) + through
-        self._pos += n
-        if self._pos == len(bodies):
-            bodies.clear()
-            self._pos = 0
+        self._pos += n  # (receive_data drops them)
         if n:
             self.last_frames.append(items[n - 1])
         return n
@@ -493,11 +489,7 @@ class Connection:
         if len(bodies) <= pos:
             return NEED_DATA
         item = bodies[pos]
-        if pos + 1 == len(bodies):
-            bodies.clear()
-            self._pos = 0
-        else:
-            self._pos = pos + 1
+        self._pos = pos + 1
         if type(item) is bytes:
             self.last_frames.append(item)
             try:
