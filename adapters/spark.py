@@ -123,6 +123,21 @@ about 15% less host CPU (docs/PERFORMANCE.md). Set
 (``spark.executorEnv.MULTILANG_SPARK_GC_FREEZE``) to leave the collector
 alone.
 
+The direct lane
+---------------
+The common spec, one shell bolt (any parallelism) reading the rows by a
+grouping that picks one task per row, with acking on, skips the runtime's
+routing and XOR acker: there a row's tree is the one tuple sent to the bolt,
+so the partition puts each row straight into the bolt task's inbox and
+takes its emits, acks and fails straight back (:class:`_DirectBolt`). The
+process supervision is the same code, and so are the guarantees above: a
+failed, crashed or timed-out row is replayed, its outputs held until its
+ack. A ``split`` partition run in-process used about a quarter less host
+CPU, a one-record-per-row partition about half (docs/PERFORMANCE.md).
+Chains, DAGs, ``all`` groupings and acking off take the general path. Set
+``MULTILANG_SPARK_DIRECT=0`` in the workers' environment to use the
+general path always.
+
 Counters (rows in, tuples out, acked, failed, retried, dead letters, restarts,
 per-component executed/emitted/acked/failed/restarts) are added to a Spark
 accumulator: ``fn.counters.value`` on the driver (a :class:`BoltCounters`).
@@ -149,8 +164,18 @@ import orjson
 import trio
 
 from multilang.errors import ComponentCrashed, MultilangError, TopologyError
-from multilang.messages import DEFAULT_STREAM
-from multilang.shellbolt.executor import PythonSpoutTask, Runtime, Task, _hashable, _sort_key
+from multilang.messages import DEFAULT_STREAM, Ack, Batch, Emit, Fail, TaskIds
+from multilang.shellbolt.executor import (
+    Delivery,
+    PythonSpoutTask,
+    Runtime,
+    ShellBoltTask,
+    Task,
+    _hashable,
+    _new_tuple,
+    _plain_emit,
+    _sort_key,
+)
 from multilang.shellbolt.grouping import fields_task_index
 from multilang.shellbolt.topology import (
     ANY_FIELDS,
@@ -495,6 +520,152 @@ class _Feeder(PythonSpoutTask):
             await trio.lowlevel.checkpoint()
 
 
+class _DirectBolt(ShellBoltTask):
+    """The direct lane: a partition's only bolt, fed by the lease itself.
+
+    The common shape, one shell bolt reading the rows and every stream of it
+    an output, needs no routing and no XOR acker: a row's tree is the one
+    tuple sent to the bolt, complete when the bolt acks it, failed when the
+    bolt fails it, its process dies or the message timeout passes. So the
+    lease puts each row into this task's inbox with its attempt as the
+    tuple's tree (``(lease id, row, attempt)`` in place of acker edges), and
+    the bolt's emits, acks and fails go straight to the lease. The process
+    supervision (handshake, heartbeats, max pending, restarts, frame
+    limits) is the inherited :class:`ShellBoltTask`'s; only what a tuple
+    becomes on the way in and out is shorter. Same guarantees as the
+    general path (module docstring); see :meth:`_Engine._direct_shape` for
+    when it is used."""
+
+    def __init__(self, runtime: Runtime, comp: ComponentDef, task_id: int, engine: "_Engine") -> None:
+        super().__init__(runtime, comp, task_id)
+        self.engine = engine
+        #: stream -> number of fields (-1: any) and whether the lease takes it, or None: undeclared
+        self._out: dict[str, tuple[int, bool] | None] = {}
+
+    def _out_plan(self, stream: str) -> tuple[int, bool] | None:
+        fields = self.comp.outputs.get(stream)
+        plan = None
+        if fields is not None:
+            eng = self.engine
+            plan = (-1 if fields == ANY_FIELDS else len(fields),
+                    eng.all_outputs or (self.name, stream) in eng.outputs)
+        self._out[stream] = plan
+        return plan
+
+    def _fail_unsent(self, edges: Any) -> None:
+        self._tree_failed(edges)
+
+    def _tree_failed(self, tok: Any) -> None:
+        lease = self.engine.lease
+        if lease is not None and type(tok) is tuple:  # not a tick's (TupleEdges)
+            lease.notice("fail", tok)
+
+    def _on_session_lost(self) -> None:
+        """Fail what the dead process had in flight: the lease replays those rows."""
+        if self.in_flight:
+            toks = list(self.in_flight.values())
+            self.in_flight.clear()
+            self.stats.failed += len(toks)
+            for tok in toks:
+                self._tree_failed(tok)
+
+    async def _handle(self, proc: Any, events: list[Any]) -> None:
+        in_flight = self.in_flight
+        lease = self.engine.lease
+        freed = False
+        for ev in events:
+            t = type(ev)
+            if t is Batch:  # §9.5 or a take_outputs run: the emits, then the acks, then the fails
+                if ev.emits:
+                    self._outputs(ev.emits, lease)
+                if ev.acks:
+                    expired = self._expired
+                    for tid in ev.acks:
+                        tok = in_flight.pop(tid)
+                        if expired:
+                            expired.discard(tid)
+                        if lease is not None and type(tok) is tuple:
+                            lease.notice("ack", tok)
+                    self.stats.acked += len(ev.acks)
+                    freed = True
+                for tid in ev.fails:
+                    self._fail_one(tid)
+                    freed = True
+            elif t is Emit:
+                self._emit(ev, proc, lease)
+            elif t is Ack:
+                tok = in_flight.pop(ev.id)
+                self._expired.discard(ev.id)
+                self.stats.acked += 1
+                if lease is not None and type(tok) is tuple:
+                    lease.notice("ack", tok)
+                freed = True
+            elif t is Fail:
+                self._fail_one(ev.id)
+                freed = True
+            else:
+                self._common(ev, proc)
+        if freed:
+            self.kick()
+
+    def _fail_one(self, tid: str) -> None:
+        tok = self.in_flight.pop(tid)
+        self._expired.discard(tid)
+        self.stats.failed += 1
+        self._tree_failed(tok)
+
+    def _outputs(self, emits: list[list[Any]], lease: "_Lease | None") -> None:
+        """A run of plain emits, each ``[values, anchor ids or None, stream
+        or None]`` (the connection checked the anchors are pending)."""
+        in_flight = self.in_flight
+        out = self._out
+        name = self.name
+        last_tok: Any = None
+        last_row: _Row | None = None
+        for e in emits:
+            n = len(e)
+            values = e[0]
+            stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
+            ids = e[1] if n > 1 else None
+            plan = out[stream] if stream in out else self._out_plan(stream)
+            if plan is None or plan[0] >= 0 and len(values) != plan[0]:
+                self._emit(_plain_emit(values, stream, tuple(ids) if ids else ()), None, lease)
+                last_tok = None  # that may have failed the row: its next attempt must not get what follows
+                continue
+            self.stats.emitted += 1
+            if lease is None or not plan[1]:
+                continue  # between partitions, or a stream not selected as output
+            if ids and len(ids) == 1:
+                tok = in_flight[ids[0]]
+                if tok is last_tok:
+                    last_row.outputs.append((name, stream, values))  # type: ignore[union-attr]
+                    continue
+                row = lease.current(tok)
+                if row is not None:
+                    row.outputs.append((name, stream, values))
+                    last_tok, last_row = tok, row
+                continue
+            lease.direct_output((name, stream, values), [in_flight[a] for a in ids] if ids else [])
+
+    def _emit(self, ev: Emit, proc: Any, lease: "_Lease | None") -> None:
+        """An emit off the plain path: checked by the runtime (undeclared
+        stream, wrong arity, a direct emit nobody can receive: reported, and
+        the trees it was anchored to fail), else an output."""
+        toks = [self.in_flight[a] for a in ev.anchors]
+        targets = self.runtime.targets(self, ev)
+        if targets is None:
+            for tok in dict.fromkeys(toks):
+                self._tree_failed(tok)
+        else:
+            self.stats.emitted += 1
+            plan = self._out[ev.stream] if ev.stream in self._out else self._out_plan(ev.stream)
+            if lease is not None and plan is not None and plan[1]:
+                lease.direct_output((self.name, ev.stream, ev.values), toks)
+        if proc is not None and ev.wants_task_ids:
+            self._urgent.append(proc.conn.send(TaskIds(task_ids=targets or [])))
+            self.kick()
+
+
 _STAT_KEYS = ("executed", "emitted", "acked", "failed", "restarts", "errors")
 
 
@@ -516,10 +687,17 @@ class _Engine:
                 f = _Feeder(rt, comp, t, self)
                 rt.tasks[t] = f
                 self.feeders[name] = f
-        self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, PythonSpoutTask)]
         self.outputs = set(spec.outputs)
         # The runtime calls _on_output only for streams nobody subscribes to.
         self.all_outputs = self.outputs == set(_select_outputs(topo, None))
+        #: the direct lane (_DirectBolt): the bolt's grouping over its tasks, or None
+        self.direct: Any = None
+        comp = self._direct_shape(rt, spec)
+        if comp is not None:
+            for t in comp.tasks:
+                rt.tasks[t] = _DirectBolt(rt, comp, t, self)
+            self.direct = rt.router.subscribers(*spec.single_source)[0]  # type: ignore[misc]
+        self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, PythonSpoutTask)]
         self.lease: _Lease | None = None
         self.finished = trio.Event()
         self.error: BaseException | None = None
@@ -527,10 +705,35 @@ class _Engine:
         self.leases = 0
         _recent_errors()
 
+    @staticmethod
+    def _direct_shape(rt: Runtime, spec: _Spec) -> ComponentDef | None:
+        """The one shell bolt of a spec that the direct lane can run, or
+        None: the rows are one spout stream, acking is on, and the spec is a
+        single shell bolt subscribing to them by a grouping that picks one
+        task per row (not ``all``, not ``direct``). Off with
+        ``MULTILANG_SPARK_DIRECT=0`` in the workers' environment."""
+        if os.environ.get("MULTILANG_SPARK_DIRECT", "1").strip() == "0":
+            return None
+        single = spec.single_source
+        bolts = [c for c in rt.topology.components.values() if c.kind == "bolt"]
+        if single is None or not rt.acking or len(bolts) != 1 or not bolts[0].is_shell:
+            return None
+        comp = bolts[0]
+        subs = rt.router.subscribers(*single)
+        if len(comp.inputs) != 1 or len(subs) != 1 or subs[0].kind in ("all", "direct"):
+            return None
+        return comp
+
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
-            await self.runtime.run()
+            if self.direct is None:
+                await self.runtime.run()
+            else:
+                async with trio.open_nursery() as n:
+                    n.start_soon(self._expire_rows)
+                    await self.runtime.run()
+                    n.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - reported to the lease that waits
             self.error = exc
         finally:
@@ -560,12 +763,31 @@ class _Engine:
                 return False
         return True
 
+    async def _expire_rows(self) -> None:
+        """The direct lane's message timeout (the acker's, §7.3): a row whose
+        tuple is not acked within ``topology.message.timeout.secs`` of being
+        queued fails, and is replayed or given up like any failed row."""
+        timeout = self.runtime.acker.timeout
+        while True:
+            await trio.sleep(min(1.0, timeout / 4))
+            lease = self.lease
+            if lease is None:
+                continue
+            limit = trio.current_time() - timeout
+            late = [(lease.id, seq, row.attempt) for seq, row in lease.rows.items()
+                    if not row.done and row.sent_at is not None and row.sent_at <= limit]
+            for tok in late:
+                lease.notice("fail", tok)
+
     def quiet(self, since: float | None = None) -> bool:
         """Nothing left that could still produce output for the lease: no queued
         rows or tuples and no tuple in flight whose tree is alive. A tuple in
         flight whose tree already failed (a bolt that never acks it) does not
         count; unanchored tuples in flight (acking off) are waited for up to the
-        message timeout after ``since``."""
+        message timeout after ``since``. In the direct lane every tuple is a
+        row's, so a lease without rows left is quiet."""
+        if self.direct is not None:
+            return self.lease is None or not self.lease.rows
         if any(f.queue for f in self.feeders.values()) or self.runtime.acker.pending:
             return False
         roots = self.runtime.acker.roots
@@ -690,6 +912,8 @@ class _Lease:
         while len(self.rows) >= self.opts.max_in_flight:
             await self._wait(0.25)
             self._check()
+        if self.engine.direct is not None:
+            return self._feed(items)
         feeders = self.engine.feeders
         single = self.single
         rows = self.rows
@@ -712,6 +936,43 @@ class _Lease:
         self.counters["rows_in"] += len(items)
         return self._take()
 
+    def _feed(self, items: list[Any]) -> list[Any]:
+        """The direct lane (:class:`_DirectBolt`): each row straight into
+        the inbox of the bolt task its grouping picks."""
+        source, stream = self.single  # type: ignore[misc]
+        grouping = self.engine.direct
+        tasks = self.engine.runtime.tasks
+        one = tasks[grouping.tasks[0]] if len(grouping.tasks) == 1 else None
+        src_task = self.engine.feeders[source].task_id
+        rows = self.rows
+        lid = self.id
+        now = trio.current_time()
+        for values in items:
+            seq = self.seq
+            self.seq = seq + 1
+            row = rows[seq] = _Row(source, stream, values)
+            row.sent_at = now
+            t = one if one is not None else tasks[grouping.choose(values)[0]]
+            t.inbox.append(_new_tuple(Delivery, (values, source, stream, src_task, (lid, seq, 0), False)))
+        for t in self.engine.bolt_tasks:
+            t.kick()
+        self.counters["rows_in"] += len(items)
+        return self._take()
+
+    def _resend(self, seq: int, row: _Row) -> None:
+        """Replay a row (its attempt already counted up)."""
+        eng = self.engine
+        if eng.direct is None:
+            f = eng.feeders[row.source]
+            f.queue.append(((self.id, seq, row.attempt), row.stream, row.values))
+            f.kick()
+            return
+        grouping = eng.direct
+        t = eng.runtime.tasks[grouping.choose(row.values)[0]]
+        row.sent_at = trio.current_time()
+        t.deliver(_new_tuple(Delivery, (row.values, row.source, row.stream, eng.feeders[row.source].task_id,
+                                        (self.id, seq, row.attempt), False)))
+
     async def drain(self) -> tuple[list[Any], bool]:
         while True:
             self._check()
@@ -731,6 +992,9 @@ class _Lease:
         quiet = eng.quiet(self.emptied_at)
         for f in eng.feeders.values():
             f.queue.clear()
+        if eng.direct is not None:  # rows of this lease not sent yet: nobody wants them now
+            for t in eng.bolt_tasks:
+                t.inbox.clear()
         after = eng.snapshot()
         comps = {name: {k: after[name][k] - self.stats0.get(name, {}).get(k, 0) for k in _STAT_KEYS} for name in after}
         counters: dict[str, Any] = dict(self.counters)
@@ -784,6 +1048,38 @@ class _Lease:
             for row in rows:
                 row.outputs.append(m)
 
+    def current(self, tok: tuple[int, int, int]) -> _Row | None:
+        """The direct lane: the row of a tuple's tree, if that attempt is
+        still alive."""
+        lid, seq, attempt = tok
+        row = self.rows.get(seq)
+        if lid != self.id or row is None or row.attempt != attempt or row.done:
+            return None
+        return row
+
+    def direct_output(self, rec: tuple[str, str, list[Any]], toks: list[Any]) -> None:
+        """The direct lane's :meth:`output`: an emit anchored to the trees
+        ``toks`` (none: unanchored, released at once)."""
+        toks = [t for t in toks if type(t) is tuple]  # a tick tuple belongs to no tree
+        if not toks:
+            self.counters["unanchored"] += 1
+            self.counters["tuples_out"] += 1
+            self.ready.append(rec)
+            self.wake()
+            return
+        rows = []
+        for tok in dict.fromkeys(toks):
+            row = self.current(tok)
+            if row is None:
+                return  # a tree that already failed: this attempt's outputs are void
+            rows.append(row)
+        if len(rows) == 1:
+            rows[0].outputs.append(rec)
+        else:
+            m = _Multi(rec, len(rows))
+            for row in rows:
+                row.outputs.append(m)
+
     def notice(self, kind: str, msg_id: Any) -> None:
         lid, seq, attempt = msg_id
         row = self.rows.get(seq)
@@ -802,9 +1098,7 @@ class _Lease:
             row.attempt += 1
             if row.attempt <= self.opts.max_retries:
                 self.counters["retried"] += 1
-                f = self.engine.feeders[row.source]
-                f.queue.append(((lid, seq, row.attempt), row.stream, row.values))
-                f.kick()
+                self._resend(seq, row)
             else:
                 row.done = True
                 row.dead = self._cause(row)

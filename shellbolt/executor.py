@@ -416,9 +416,8 @@ class ShellBoltTask(ShellTask):
                         log.error("%s: a %d-byte tuple from %s exceeds multilang.max.frame.bytes (%d); failed",
                                   self.where(), len(frame), tuples[0].component, self.max_frame)
                         conn.pending.discard(tid)
-                        self.runtime.acker.fail(in_flight.pop(tid))
                         self.stats.failed += 1
-                        self.runtime.settle()
+                        self._fail_unsent(in_flight.pop(tid))
                         continue
                     parts.append(frame)
                     for u in tuples:
@@ -427,6 +426,11 @@ class ShellBoltTask(ShellTask):
                 self._space.unpark_all()
             if parts:
                 await proc.write(b"".join(parts))
+
+    def _fail_unsent(self, edges: TupleEdges) -> None:
+        """Fail the tree of a tuple that could not be sent (too large)."""
+        self.runtime.acker.fail(edges)
+        self.runtime.settle()
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
         touched: set[Task] = set()

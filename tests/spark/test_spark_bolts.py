@@ -63,7 +63,7 @@ TEST_BOLT = textwrap.dedent("""\
             if "HANG" in s:
                 return
             for w in words(s):
-                self.emit([w], anchors=[tup], need_task_ids=False)
+                self.emit([w], anchors=[tup])
             self.ack(tup)
 
     TestBolt().run()
@@ -330,3 +330,105 @@ def test_a_bolt_may_hold_max_in_flight_tuples(spark, tmp_path):
     assert fn.spec.conf["topology.shellbolt.max.pending"] == 1000
     kept = shell_bolt_partition(["python", str(script)], conf={"topology.shellbolt.max.pending": 100})
     assert kept.spec.conf["topology.shellbolt.max.pending"] == 100
+
+
+# --- the direct lane (adapters/spark.py _DirectBolt) ------------------------------------
+#
+# Run in this process (no Spark job: the partition function is called on an
+# iterator), so the lane can be switched off with MULTILANG_SPARK_DIRECT=0 and
+# both lanes must give the same rows.
+
+SHAPES_BOLT = textwrap.dedent("""\
+    import sys
+    from multilang import Bolt
+
+    class Shapes(Bolt):
+        def initialize(self, conf, context):
+            self.held = None
+            self.flaked = False
+
+        def process(self, tup):
+            s = tup.values[0]
+            if s.startswith("free"):  # unanchored: released at once
+                self.emit([s + "!"])
+            elif s.startswith("pair"):  # one output anchored to two rows
+                if self.held is None:
+                    self.held = tup
+                    return
+                first, self.held = self.held, None
+                self.emit([first.values[0] + "+" + s], anchors=[first, tup])
+                self.ack(first)
+            elif s == "flaky":  # an emit error between two emits, first attempt only
+                self.emit(["flaky1"], anchors=[tup])
+                if not self.flaked:
+                    self.flaked = True
+                    self.emit([s], stream="nowhere", anchors=[tup])
+                self.emit(["flaky2"], anchors=[tup])
+            elif s == "undeclared":  # an emit error: the row's tree fails, every attempt
+                self.emit([s], stream="nowhere", anchors=[tup])
+            elif s == "ids":  # wants task ids: an output has none
+                self.emit(["ids:" + str(self.emit([s], anchors=[tup], need_task_ids=True))], anchors=[tup])
+            else:
+                for w in s.split():
+                    self.emit([w], anchors=[tup])
+            self.ack(tup)
+
+    Shapes().run()
+""")
+
+
+def _in_process(fn, lines):
+    out = list(fn(iter(lines)))
+    return [r for r in out if not isinstance(r, DeadLetter)], {tuple(r.input): r for r in out if isinstance(r, DeadLetter)}
+
+
+@pytest.mark.parametrize("lane", ["direct", "general"])
+def test_both_lanes_keep_every_guarantee(lane, monkeypatch, test_bolt, tmp_path):
+    """A single bolt takes the direct lane; with it off, the general one.
+    Either way: a killed process replays its rows (each row's words once, in
+    order), a failed row and a hung row (message timeout) become dead
+    letters naming the cause, an unanchored emit comes out at once, an emit
+    anchored to two rows comes out once both are acked, an emit to an
+    undeclared stream fails its row (and what it emitted after that error
+    is not kept for the replay), and an emit that wants task ids gets []."""
+    monkeypatch.setenv("MULTILANG_SPARK_DIRECT", "1" if lane == "direct" else "0")
+    lines = LINES[:60] + ["KILL-ME"] + LINES[60:120] + ["two BAD fish", "blue fish HANG"]
+    fn = shell_bolt_partition(test_bolt, fields=["word"], dead_letter="record", max_retries=1, ordered=True,
+                              warm=False, counters=False, conf={"topology.message.timeout.secs": 2})
+    ok, dead = _in_process(fn, lines)
+    assert ok == [(w,) for line in lines[:-2] for w in words(line)]
+    assert (tmp_path / "killed.marker").exists()
+    assert set(dead) == {("two BAD fish",), ("blue fish HANG",)}
+    assert dead[("two BAD fish",)].error.startswith("failed") and dead[("two BAD fish",)].attempts == 2
+    assert dead[("blue fish HANG",)].error.startswith("timed out")
+
+    script = tmp_path / "shapes.py"
+    script.write_text(SHAPES_BOLT)
+    fn = shell_bolt_partition(["python", str(script)], fields=["v"], dead_letter="record", max_retries=1,
+                              warm=False, counters=False)
+    ok, dead = _in_process(fn, ["a b", "free1", "pair1", "c", "pair2", "undeclared", "ids", "flaky"])
+    assert sorted(ok) == sorted([("a",), ("b",), ("free1!",), ("pair1+pair2",), ("c",), ("ids",), ("ids:[]",),
+                                 ("flaky1",), ("flaky2",)])
+    assert list(dead) == [("undeclared",)] and dead[("undeclared",)].attempts == 2
+
+
+def test_the_direct_lane_is_for_one_shell_bolt_fed_by_the_rows(monkeypatch):
+    from multilang.adapters.spark import _Engine, _make_spec
+    from multilang.shellbolt.executor import Runtime
+
+    def lane(spec, conf=None):
+        s = _make_spec(spec, fields=None, input_fields=["sentence"], output=None, conf=conf, resource_dir=EXAMPLES,
+                       cwd=None, env=None, max_in_flight=1000)
+        return _Engine._direct_shape(Runtime(s.topology()), s)
+
+    assert lane(RUBY_SPLIT).name == "split_bolt"
+    two = TopologyBuilder()
+    two.set_bolt("split", ShellBolt(RUBY_SPLIT, fields=["word"]), parallelism=2).fields_grouping(INPUT, ["sentence"])
+    assert lane(two).name == "split"  # any grouping that picks one task per row
+    assert lane([RUBY_SPLIT, NODE_COUNT]) is None  # a chain: the general lane
+    every = TopologyBuilder()
+    every.set_bolt("split", ShellBolt(RUBY_SPLIT, fields=["word"]), parallelism=2).all_grouping(INPUT)
+    assert lane(every) is None  # a row to every task: a tree of several tuples
+    assert lane(RUBY_SPLIT, conf={"topology.acker.executors": 0}) is None
+    monkeypatch.setenv("MULTILANG_SPARK_DIRECT", "0")
+    assert lane(RUBY_SPLIT) is None
