@@ -579,14 +579,12 @@ class _DirectBolt(ShellBoltTask):
                 if ev.emits:
                     self._outputs(ev.emits, lease)
                 if ev.acks:
-                    expired = self._expired
-                    for tid in ev.acks:
-                        tok = in_flight.pop(tid)
-                        if expired:
-                            expired.discard(tid)
-                        if lease is not None and type(tok) is tuple:
-                            lease.notice("ack", tok)
-                    self.stats.acked += len(ev.acks)
+                    toks = [in_flight.pop(tid) for tid in ev.acks]
+                    if self._expired:
+                        self._expired.difference_update(ev.acks)
+                    if lease is not None:
+                        lease.acked(toks)
+                    self.stats.acked += len(toks)
                     freed = True
                 for tid in ev.fails:
                     self._fail_one(tid)
@@ -825,7 +823,7 @@ class _Multi:
 
 
 class _Row:
-    __slots__ = ("source", "stream", "values", "attempt", "outputs", "sent_at", "done", "dead")
+    __slots__ = ("source", "stream", "values", "attempt", "outputs", "sent_at", "done", "dead", "multi")
 
     def __init__(self, source: str, stream: str, values: list[Any]) -> None:
         self.source = source
@@ -836,6 +834,7 @@ class _Row:
         self.sent_at: float | None = None
         self.done = False
         self.dead: str | None = None
+        self.multi = False  # some output is anchored to other rows too (a _Multi)
 
 
 class _Dead(NamedTuple):
@@ -1047,6 +1046,7 @@ class _Lease:
             m = _Multi(rec, len(rows))
             for row in rows:
                 row.outputs.append(m)
+                row.multi = True
 
     def current(self, tok: tuple[int, int, int]) -> _Row | None:
         """The direct lane: the row of a tuple's tree, if that attempt is
@@ -1079,6 +1079,38 @@ class _Lease:
             m = _Multi(rec, len(rows))
             for row in rows:
                 row.outputs.append(m)
+                row.multi = True
+
+    def acked(self, toks: list[Any]) -> None:
+        """The direct lane: :meth:`notice` of ``"ack"`` for a run of trees,
+        without a call per row when rows are released in any order."""
+        if self.opts.ordered:
+            for tok in toks:
+                if type(tok) is tuple:  # not a tick's
+                    self.notice("ack", tok)
+            return
+        rows = self.rows
+        lid = self.id
+        ready = self.ready
+        n = out = 0
+        for tok in toks:
+            if type(tok) is not tuple:
+                continue
+            l, seq, attempt = tok
+            row = rows.get(seq)
+            if l != lid or row is None or row.attempt != attempt or row.done:
+                continue
+            n += 1
+            del rows[seq]
+            if row.multi:
+                self._release(row)
+            else:
+                ready.extend(row.outputs)
+                out += len(row.outputs)
+        c = self.counters
+        c["acked"] += n
+        c["tuples_out"] += out
+        self.wake()
 
     def notice(self, kind: str, msg_id: Any) -> None:
         lid, seq, attempt = msg_id
@@ -1095,6 +1127,7 @@ class _Lease:
                 if type(o) is _Multi:
                     o.dead = True
             row.outputs = []
+            row.multi = False
             row.attempt += 1
             if row.attempt <= self.opts.max_retries:
                 self.counters["retried"] += 1
@@ -1143,6 +1176,10 @@ class _Lease:
             self.ready.append(_Dead(row.source, row.stream, row.values, row.dead, row.attempt))
             return
         ready = self.ready
+        if not row.multi:
+            ready.extend(row.outputs)
+            self.counters["tuples_out"] += len(row.outputs)
+            return
         n = 0
         for o in row.outputs:
             if type(o) is _Multi:
