@@ -638,11 +638,12 @@ class _DirectBolt(ShellBoltTask):
                 if tok is last_tok:
                     last_row.outputs.append((name, stream, values))  # type: ignore[union-attr]
                     continue
-                row = lease.current(tok)
-                if row is not None:
-                    row.outputs.append((name, stream, values))
-                    last_tok, last_row = tok, row
-                continue
+                if type(tok) is tuple:  # else a tick's: no tree, the emit goes out as unanchored
+                    row = lease.current(tok)
+                    if row is not None:
+                        row.outputs.append((name, stream, values))
+                        last_tok, last_row = tok, row
+                    continue
             lease.direct_output((name, stream, values), [in_flight[a] for a in ids] if ids else [])
 
     def _emit(self, ev: Emit, proc: Any, lease: "_Lease | None") -> None:

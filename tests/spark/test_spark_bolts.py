@@ -346,6 +346,13 @@ SHAPES_BOLT = textwrap.dedent("""\
         def initialize(self, conf, context):
             self.held = None
             self.flaked = False
+            self.ticked = False
+
+        def process_tick(self, tup):  # an emit anchored to a tick: no row's, out at once
+            if not self.ticked:
+                self.ticked = True
+                self.emit(["tick"], anchors=[tup])
+            self.ack(tup)
 
         def process(self, tup):
             s = tup.values[0]
@@ -390,7 +397,8 @@ def test_both_lanes_keep_every_guarantee(lane, monkeypatch, test_bolt, tmp_path)
     letters naming the cause, an unanchored emit comes out at once, an emit
     anchored to two rows comes out once both are acked, an emit to an
     undeclared stream fails its row (and what it emitted after that error
-    is not kept for the replay), and an emit that wants task ids gets []."""
+    is not kept for the replay), an emit that wants task ids gets [], and
+    an emit anchored to a tick tuple comes out at once."""
     monkeypatch.setenv("MULTILANG_SPARK_DIRECT", "1" if lane == "direct" else "0")
     lines = LINES[:60] + ["KILL-ME"] + LINES[60:120] + ["two BAD fish", "blue fish HANG"]
     fn = shell_bolt_partition(test_bolt, fields=["word"], dead_letter="record", max_retries=1, ordered=True,
@@ -405,10 +413,16 @@ def test_both_lanes_keep_every_guarantee(lane, monkeypatch, test_bolt, tmp_path)
     script = tmp_path / "shapes.py"
     script.write_text(SHAPES_BOLT)
     fn = shell_bolt_partition(["python", str(script)], fields=["v"], dead_letter="record", max_retries=1,
-                              warm=False, counters=False)
-    ok, dead = _in_process(fn, ["a b", "free1", "pair1", "c", "pair2", "undeclared", "ids", "flaky"])
+                              warm=False, counters=False, conf={"topology.tick.tuple.freq.secs": 1})
+
+    def rows():
+        yield from ["a b", "free1", "pair1", "c", "pair2", "undeclared", "ids", "flaky"]
+        time.sleep(1.6)  # a tick comes
+        yield "late"
+
+    ok, dead = _in_process(fn, rows())
     assert sorted(ok) == sorted([("a",), ("b",), ("free1!",), ("pair1+pair2",), ("c",), ("ids",), ("ids:[]",),
-                                 ("flaky1",), ("flaky2",)])
+                                 ("flaky1",), ("flaky2",), ("tick",), ("late",)])
     assert list(dead) == [("undeclared",)] and dead[("undeclared",)].attempts == 2
 
 
