@@ -1017,10 +1017,7 @@ class _Lease:
     def output(self, component: str, stream: str, values: list[Any], roots: list[int]) -> None:
         rec = (component, stream, values)
         if not roots:
-            self.counters["unanchored"] += 1
-            self.counters["tuples_out"] += 1
-            self.ready.append(rec)
-            self.wake()
+            self._unanchored(rec)
             return
         if len(roots) == 1 and roots[0] == self._last_root:
             # The common case: more emits anchored to the same tree.
@@ -1039,15 +1036,27 @@ class _Lease:
             if lid != self.id or row is None or row.attempt != attempt:
                 return
             rows.append(row)
+        self._hold(rec, rows)
         if len(rows) == 1:
-            row = rows[0]
-            row.outputs.append(rec)
-            self._last_root, self._last_row, self._last_attempt = roots[0], row, row.attempt
-        else:
-            m = _Multi(rec, len(rows))
-            for row in rows:
-                row.outputs.append(m)
-                row.multi = True
+            self._last_root, self._last_row, self._last_attempt = roots[0], rows[0], rows[0].attempt
+
+    def _unanchored(self, rec: tuple[str, str, list[Any]]) -> None:
+        """An output tied to no row: released at once."""
+        self.counters["unanchored"] += 1
+        self.counters["tuples_out"] += 1
+        self.ready.append(rec)
+        self.wake()
+
+    def _hold(self, rec: tuple[str, str, list[Any]], rows: list[_Row]) -> None:
+        """Keep an output until the trees of its rows complete (all of them:
+        a :class:`_Multi`)."""
+        if len(rows) == 1:
+            rows[0].outputs.append(rec)
+            return
+        m = _Multi(rec, len(rows))
+        for row in rows:
+            row.outputs.append(m)
+            row.multi = True
 
     def current(self, tok: tuple[int, int, int]) -> _Row | None:
         """The direct lane: the row of a tuple's tree, if that attempt is
@@ -1063,10 +1072,7 @@ class _Lease:
         ``toks`` (none: unanchored, released at once)."""
         toks = [t for t in toks if type(t) is tuple]  # a tick tuple belongs to no tree
         if not toks:
-            self.counters["unanchored"] += 1
-            self.counters["tuples_out"] += 1
-            self.ready.append(rec)
-            self.wake()
+            self._unanchored(rec)
             return
         rows = []
         for tok in dict.fromkeys(toks):
@@ -1074,13 +1080,7 @@ class _Lease:
             if row is None:
                 return  # a tree that already failed: this attempt's outputs are void
             rows.append(row)
-        if len(rows) == 1:
-            rows[0].outputs.append(rec)
-        else:
-            m = _Multi(rec, len(rows))
-            for row in rows:
-                row.outputs.append(m)
-                row.multi = True
+        self._hold(rec, rows)
 
     def acked(self, toks: list[Any]) -> None:
         """The direct lane: :meth:`notice` of ``"ack"`` for a run of trees,
