@@ -534,7 +534,8 @@ class _DirectBolt(ShellBoltTask):
     limits) is the inherited :class:`ShellBoltTask`'s; only what a tuple
     becomes on the way in and out is shorter. Same guarantees as the
     general path (module docstring); see :meth:`_Engine._direct_shape` for
-    when it is used."""
+    when it is used. ``multilang.hold.emits.until.ack`` needs nothing here:
+    every output is held until its row's tuple is acked anyway."""
 
     def __init__(self, runtime: Runtime, comp: ComponentDef, task_id: int, engine: "_Engine") -> None:
         super().__init__(runtime, comp, task_id)
