@@ -63,7 +63,7 @@ TEST_BOLT = textwrap.dedent("""\
             if "HANG" in s:
                 return
             for w in words(s):
-                self.emit([w], anchors=[tup])
+                self.emit([w], anchors=[tup], need_task_ids=False)
             self.ack(tup)
 
     TestBolt().run()
