@@ -571,7 +571,6 @@ class _DirectBolt(ShellBoltTask):
                 self._tree_failed(tok)
 
     async def _handle(self, proc: Any, events: list[Any]) -> None:
-        in_flight = self.in_flight
         lease = self.engine.lease
         freed = False
         for ev in events:
@@ -580,12 +579,7 @@ class _DirectBolt(ShellBoltTask):
                 if ev.emits:
                     self._outputs(ev.emits, lease)
                 if ev.acks:
-                    toks = [in_flight.pop(tid) for tid in ev.acks]
-                    if self._expired:
-                        self._expired.difference_update(ev.acks)
-                    if lease is not None:
-                        lease.acked(toks)
-                    self.stats.acked += len(toks)
+                    self._acked(ev.acks, lease)
                     freed = True
                 for tid in ev.fails:
                     self._fail_one(tid)
@@ -593,11 +587,7 @@ class _DirectBolt(ShellBoltTask):
             elif t is Emit:
                 self._emit(ev, proc, lease)
             elif t is Ack:
-                tok = in_flight.pop(ev.id)
-                self._expired.discard(ev.id)
-                self.stats.acked += 1
-                if lease is not None and type(tok) is tuple:
-                    lease.notice("ack", tok)
+                self._acked((ev.id,), lease)
                 freed = True
             elif t is Fail:
                 self._fail_one(ev.id)
@@ -606,6 +596,15 @@ class _DirectBolt(ShellBoltTask):
                 self._common(ev, proc)
         if freed:
             self.kick()
+
+    def _acked(self, tids: Any, lease: "_Lease | None") -> None:
+        in_flight = self.in_flight
+        toks = [in_flight.pop(tid) for tid in tids]
+        if self._expired:
+            self._expired.difference_update(tids)
+        self.stats.acked += len(toks)
+        if lease is not None:
+            lease.acked(toks)
 
     def _fail_one(self, tid: str) -> None:
         tok = self.in_flight.pop(tid)

@@ -78,24 +78,12 @@ def main() -> None:
     spark = (SparkSession.builder.master("local[2]").appName("bench-spark-cpu")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    base = [ln.strip() for ln in (sp.EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()
-            if ln.strip()]
-    lines = (base * (n_lines // len(base) + 1))[:n_lines]
-    rdd = spark.sparkContext.parallelize(lines, 2).cache()
-    df = spark.createDataFrame([(ln,) for ln in lines], "sentence string").repartition(2).cache()
-    assert rdd.count() == df.count() == len(lines)
-    tmp = tempfile.mkdtemp(prefix="bench-spark-cpu-")
+    lines, rdd, df = sp.cached_data(spark, n_lines, 2)
     wl = args.workload
-    script = os.path.join(tmp, f"pipe_{wl}.py")
-    Path(script).write_text(sp.PIPE_SCRIPTS[wl])
-    if sp.BOLTS[wl] is None:
-        bolt_script = str(sp.EXAMPLES / "python" / "split_bolt.py")
-    else:
-        bolt_script = os.path.join(tmp, f"bolt_{wl}.py")
-        Path(bolt_script).write_text(sp.BOLTS[wl])
+    pipe_cmd, bolt_script = sp.programs(wl, tempfile.mkdtemp(prefix="bench-spark-cpu-"))
     col = "word" if wl == "split" else "line"
     variants = {
-        "pipe": lambda: rdd.pipe(f"{sys.executable} {script}", env=dict(os.environ)).count(),
+        "pipe": lambda: rdd.pipe(pipe_cmd, env=dict(os.environ)).count(),
         "bolt+batch": lambda: df.transform(multilang_bolts(["python", bolt_script],
                                                            output_schema=f"{col} string")).count(),
     }

@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -78,6 +79,30 @@ Normalize().run()
 }
 
 
+def cached_data(spark, n_lines: int, partitions: int) -> tuple[list[str], Any, Any]:
+    """The lines of alice.txt repeated to ``n_lines``, as a cached RDD and a
+    cached one-column DataFrame (``sentence``) of ``partitions`` partitions."""
+    base = [ln.strip() for ln in (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()
+            if ln.strip()]
+    lines = (base * (n_lines // len(base) + 1))[:n_lines]
+    rdd = spark.sparkContext.parallelize(lines, partitions).cache()
+    df = spark.createDataFrame([(ln,) for ln in lines], "sentence string").repartition(partitions).cache()
+    assert rdd.count() == df.count() == len(lines)
+    return lines, rdd, df
+
+
+def programs(wl: str, tmp: str) -> tuple[str, str]:
+    """(the pipe command, the bolt script) of a workload, written under ``tmp``."""
+    script = os.path.join(tmp, f"pipe_{wl}.py")
+    Path(script).write_text(PIPE_SCRIPTS[wl])
+    if BOLTS[wl] is None:
+        bolt_script = str(EXAMPLES / "python" / "split_bolt.py")
+    else:
+        bolt_script = os.path.join(tmp, f"bolt_{wl}.py")
+        Path(bolt_script).write_text(BOLTS[wl])
+    return f"{shlex.quote(sys.executable)} {shlex.quote(script)}", bolt_script
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=40_000)
@@ -96,14 +121,7 @@ def main() -> None:
     spark = (SparkSession.builder.master(args.master).appName("bench-spark-pipe")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    sc = spark.sparkContext
-
-    base = [ln.strip() for ln in (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()
-            if ln.strip()]
-    lines = (base * (args.lines // len(base) + 1))[: args.lines]
-    rdd = sc.parallelize(lines, args.partitions).cache()
-    df = spark.createDataFrame([(ln,) for ln in lines], "sentence string").repartition(args.partitions).cache()
-    assert rdd.count() == df.count() == len(lines)
+    lines, rdd, df = cached_data(spark, args.lines, args.partitions)
     tmp = tempfile.mkdtemp(prefix="bench-spark-pipe-")
 
     workloads = ["split", "line"] if args.workload == "both" else [args.workload]
@@ -111,14 +129,7 @@ def main() -> None:
           f"(load avg {os.getloadavg()[0]:.1f})")
     for wl in workloads:
         expected = sum(1 for ln in lines for _ in words(ln)) if wl == "split" else len(lines)
-        script = os.path.join(tmp, f"pipe_{wl}.py")
-        Path(script).write_text(PIPE_SCRIPTS[wl])
-        pipe_cmd = f"{shlex.quote(sys.executable)} {shlex.quote(script)}"
-        if BOLTS[wl] is None:
-            bolt_script = str(EXAMPLES / "python" / "split_bolt.py")
-        else:
-            bolt_script = os.path.join(tmp, f"bolt_{wl}.py")
-            Path(bolt_script).write_text(BOLTS[wl])
+        pipe_cmd, bolt_script = programs(wl, tmp)
         col = "word" if wl == "split" else "line"
 
         def run_bolt(extensions: list[str], counters: dict) -> int:
