@@ -1,0 +1,290 @@
+"""The conf schema: every conf key multilang-bridge reads, its type and range.
+
+    from multilang.shellbolt.conf import check_conf, suggest
+    check_conf(conf, "topo.toml: bolt 'count'")       # TopologyError on a bad value
+
+One pass, used by :meth:`Topology.validate` for the topology conf and for the
+conf of each component, so TOML files, Flux YAML and the Python
+``TopologyBuilder`` get the same checks before any process starts
+(docs/CONF.md lists the keys).
+
+* A known key with a value of the wrong type or out of range is a
+  :class:`~multilang.errors.TopologyError` naming the key, what it must be
+  and what it got. Booleans are never numbers here (``True`` is an ``int``
+  in Python, not in a conf file).
+* An unknown key passes through to the components untouched, as in Storm
+  (components read their own conf). When it is one edit away from a known
+  key (Damerau-Levenshtein distance 1, or the same key with ``_``/``-`` for
+  ``.`` or other letter case), a WARNING on logger ``multilang.shellbolt``
+  says "did you mean".
+
+No trio here: this module is pure and imports nothing of the runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from multilang.errors import TopologyError
+
+__all__ = ["ConfKey", "SCHEMA", "EXTENSIONS", "check_conf", "check_value", "near_miss", "suggest",
+           "did_you_mean", "unknown_key_message"]
+
+log = logging.getLogger("multilang.shellbolt")
+
+#: Extension names a host may offer (spec/PROTOCOL.md §9.4).
+EXTENSIONS = ("batch", "msgpack")
+
+
+@dataclass(frozen=True)
+class ConfKey:
+    """One conf key: ``what`` it must be (said in errors), ``check`` (True if
+    a value is acceptable), its default, and where it is read.
+
+    ``scope``: ``"component"`` keys are read from each component's conf
+    merged over the topology conf; ``"topology"`` keys from the topology conf
+    only, so setting one in a component's conf has no effect (a warning).
+    ``flux`` keys are read by the Flux YAML loader only."""
+
+    name: str
+    what: str
+    check: Callable[[Any], bool]
+    default: Any
+    doc: str
+    scope: str = "component"
+    flux: bool = False
+
+
+# --- value checks -----------------------------------------------------------------------------
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _is_number(v: Any) -> bool:
+    if type(v) is int:
+        try:
+            return math.isfinite(float(v))
+        except OverflowError:
+            return False
+    return type(v) is float and math.isfinite(v)
+
+
+def _int(minimum: int, *, null: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (null and v is None) or (_is_int(v) and v >= minimum)
+
+
+def _number(*, positive: bool, null: bool = False) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        if v is None:
+            return null
+        return _is_number(v) and (v > 0 if positive else v >= 0)
+
+    return check
+
+
+def _bool(v: Any) -> bool:
+    return type(v) is bool
+
+
+def _str(*, null: bool = False, ints: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (null and v is None) or isinstance(v, str) or (ints and _is_int(v))
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _extensions(v: Any) -> bool:
+    return _str_list(v) and all(x in EXTENSIONS for x in v) and len(set(v)) == len(v)
+
+
+def _seed(v: Any) -> bool:
+    return v is None or isinstance(v, str) or _is_number(v)
+
+
+_POS_INT_NULL = "a positive integer or null"
+_POS_SECS = "a positive number (seconds)"
+
+SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
+    # Storm's keys this runtime honours.
+    ConfKey("topology.message.timeout.secs", _POS_SECS, _number(positive=True), 30,
+            "A tuple tree not completed in this time fails (and its spout replays it).", scope="component"),
+    ConfKey("topology.max.spout.pending", _POS_INT_NULL, _int(1, null=True), None,
+            "Tuple trees in flight per spout task; null: unbounded (as in Storm).", scope="topology"),
+    ConfKey("topology.acker.executors", "an integer >= 0 or null", _int(0, null=True), None,
+            "0 turns reliability off (every emit is acked at once); null or more: acking on.", scope="topology"),
+    ConfKey("topology.shellbolt.max.pending", "a positive integer", _int(1), 100,
+            "Tuples sent to one bolt process and not yet acked or failed."),
+    ConfKey("topology.subprocess.timeout.secs", "a positive number (seconds) or null", _number(positive=True, null=True),
+            None, "A process silent this long is dead (heartbeats); null: supervisor.worker.timeout.secs."),
+    ConfKey("supervisor.worker.timeout.secs", _POS_SECS, _number(positive=True), 30,
+            "The heartbeat timeout when topology.subprocess.timeout.secs is null."),
+    ConfKey("topology.tick.tuple.freq.secs", "a positive number (seconds) or null",
+            _number(positive=True, null=True), None, "Send a tick tuple to each bolt task this often; null: no ticks."),
+    ConfKey("topology.name", "a string", _str(), None, "The topology's name, as components see it in their conf."),
+    # Ours.
+    ConfKey("multilang.max.frame.bytes", "a positive integer (bytes)", _int(1), 64 * 1024 * 1024,
+            "The largest frame a component may send; a larger one is a protocol error."),
+    ConfKey("multilang.handshake.timeout.secs", _POS_SECS, _number(positive=True), 30,
+            "Time a component has to answer the handshake with its pid."),
+    ConfKey("multilang.heartbeat.interval.secs", _POS_SECS, _number(positive=True), 1.0,
+            "How often a bolt process is sent a heartbeat."),
+    ConfKey("multilang.restart.budget", "an integer >= 0", _int(0), 5,
+            "Restarts a task may use within multilang.restart.window.secs before its component gives up."),
+    ConfKey("multilang.restart.window.secs", _POS_SECS, _number(positive=True), 60,
+            "The window of multilang.restart.budget."),
+    ConfKey("multilang.shutdown.grace.secs", "a number >= 0 (seconds)", _number(positive=False), 5,
+            "At the end of a run, time in-flight trees get to complete.", scope="topology"),
+    ConfKey("multilang.kill.grace.secs", "a number >= 0 (seconds)", _number(positive=False), 2,
+            "Between SIGTERM and SIGKILL when a process is stopped."),
+    ConfKey("multilang.hold.emits.until.ack", "true or false", _bool, False,
+            "Hold a bolt's emits until it acks their anchor (a restart then never leaves half an output)."),
+    ConfKey("multilang.extensions", f"a list of distinct extension names from {list(EXTENSIONS)}", _extensions,
+            ["batch"], "Extensions offered at the handshake (spec §9); [] = standard protocol only."),
+    ConfKey("multilang.max.replays", "an integer >= 0", _int(0), 3,
+            "Times the host's own spouts replay a failing tuple before dead-lettering it."),
+    # Read by the Flux YAML loader only (the TOML format has tables for these).
+    ConfKey("multilang.resource.dir", "a string (a directory) or null", _str(null=True), None,
+            "Flux: where commands run, relative to the YAML file.", scope="topology", flux=True),
+    ConfKey("multilang.output.component", "a component id (a string)", _str(ints=True), None,
+            "Flux: print this component's output (TOML: [output] component).", scope="topology", flux=True),
+    ConfKey("multilang.output.stream", "a stream id (a string)", _str(ints=True), None,
+            "Flux: the stream of multilang.output.component (TOML: [output] stream).", scope="topology", flux=True),
+    ConfKey("multilang.output.key", "a list of field names (strings)", _str_list, None,
+            "Flux: keep the last tuple per key (TOML: [output] key).", scope="topology", flux=True),
+    ConfKey("multilang.testwordspout.count", "an integer >= 0", _int(0), 1000,
+            "Flux: words each TestWordSpout task emits.", flux=True),
+    ConfKey("multilang.testwordspout.seed", "a string, a number or null", _seed, None,
+            "Flux: seed of TestWordSpout's words (repeatable runs).", flux=True),
+]}
+
+#: Storm keys that components or Storm itself read, which we pass on without a
+#: near-miss warning even when they are one edit from one of ours.
+_STORM_PASSTHROUGH = frozenset({
+    "topology.workers", "topology.debug", "topology.max.task.parallelism", "topology.tasks",
+    "topology.worker.childopts", "topology.environment", "topology.enable.message.timeouts",
+    "topology.eventlogger.executors", "topology.multilang.serializer", "topology.stats.sample.rate",
+    "topology.fall.back.on.java.serialization", "topology.skip.missing.kryo.registrations",
+})
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    if isinstance(v, bool):
+        return f"{text} (a boolean)"
+    if isinstance(v, (dict, list)):
+        return f"{text} (a {'table' if isinstance(v, dict) else 'list'})"
+    return text
+
+
+def check_value(key: str, value: Any) -> str | None:
+    """None if ``value`` is acceptable for ``key`` (or ``key`` is unknown),
+    else the cause: ``conf key 'k' must be ..., got ...``."""
+    spec = SCHEMA.get(key)
+    if spec is None or spec.check(value):
+        return None
+    return f"conf key {key!r} must be {spec.what}, got {_show(value)}"
+
+
+def _normal(s: str) -> str:
+    return s.lower().replace("_", ".").replace("-", ".")
+
+
+def _distance(a: str, b: str, limit: int = 2) -> int:
+    """Damerau-Levenshtein distance (optimal string alignment), capped at
+    ``limit + 1``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+        if min(prev) > limit:
+            return limit + 1
+    return prev[-1]
+
+
+def near_miss(word: str, known: str) -> bool:
+    """``word`` is an obvious misspelling of ``known``: one edit away
+    (insert, delete, substitute, swap two neighbours), or equal but for
+    letter case and ``_``/``-``/``.`` separators, or ``known`` without its
+    first dotted part (``max.spout.pending``)."""
+    if word == known:
+        return False
+    a, b = _normal(word), _normal(known)
+    if a == b or _distance(a, b, 1) <= 1:
+        return True
+    return "." in known and a == b.split(".", 1)[1] and a.count(".") >= 1
+
+
+def suggest(word: str, known: Iterable[str]) -> str | None:
+    """The known name ``word`` is a near miss of (the closest), if any."""
+    hits = [k for k in known if near_miss(word, k)]
+    if not hits:
+        return None
+    return min(hits, key=lambda k: (_distance(_normal(word), _normal(k), 3), k))
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` or ``""``."""
+    hit = suggest(word, known)
+    return f"; did you mean {hit!r}?" if hit else ""
+
+
+def unknown_key_message(keys: Iterable[Any], known: Iterable[str], what: str = "key") -> str:
+    """``unknown key 'groupping'; did you mean 'grouping'?`` (or the list of
+    allowed keys when nothing is close)."""
+    keys = sorted(keys, key=str)
+    known = sorted(known)
+    parts = []
+    for k in keys:
+        hint = did_you_mean(k, known) if isinstance(k, str) else ""
+        parts.append(f"unknown {what} {k!r}{hint}")
+    msg = "; ".join(parts)
+    if not any("did you mean" in p for p in parts):
+        msg += f"; allowed: {known}"
+    return msg
+
+
+# --- the pass -----------------------------------------------------------------------------------
+
+
+def check_conf(conf: Any, where: str, *, component: bool = False) -> None:
+    """Check a conf mapping. ``where`` prefixes every message (file and
+    component). Raises TopologyError on the first bad value; logs a warning
+    for each unknown key that is a near miss of a known one, and, with
+    ``component=True``, for topology-only keys (they have no effect there)."""
+    if not isinstance(conf, Mapping):
+        raise TopologyError(f"{where}: conf must be a table of key = value, got {_show(conf)}")
+    for key, value in conf.items():
+        if not isinstance(key, str):
+            raise TopologyError(f"{where}: conf keys must be strings, got {_show(key)}")
+        cause = check_value(key, value)
+        if cause is not None:
+            raise TopologyError(f"{where}: {cause}")
+        spec = SCHEMA.get(key)
+        if spec is None:
+            if key not in _STORM_PASSTHROUGH:
+                hit = suggest(key, SCHEMA)
+                if hit is not None:
+                    log.warning("%s: conf key %r is not one multilang-bridge reads; did you mean %r? "
+                                "(passed on to the components as is)", where, key, hit)
+        elif component and spec.scope == "topology":
+            log.warning("%s: conf key %r is read from the topology conf only and has no effect in a "
+                        "component's conf; set it in the topology conf", where, key)
