@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM, TopologyContext
 
+from .conf import check_conf, did_you_mean, unknown_key_message
 from .grouping import GROUPINGS
 
 __all__ = [
@@ -66,7 +67,11 @@ DEFAULT_CONF: dict[str, Any] = {
     "multilang.kill.grace.secs": 2,
     "multilang.hold.emits.until.ack": False,
     "multilang.extensions": ["batch"],  # offered at the handshake (§9.1); [] = standard protocol only
+    "multilang.max.replays": 3,  # the host's own spouts: replays of a failing tuple before dead-lettering it
 }
+
+#: The most tasks one component may have (each shell task is a process).
+MAX_PARALLELISM = 4096
 
 
 # --- components ----------------------------------------------------------------
@@ -180,7 +185,10 @@ class BoltDeclarer:
         self._comp = comp
 
     def _add(self, source: str, stream: str, grouping: str, fields: Iterable[str] = ()) -> "BoltDeclarer":
-        self._comp.inputs.append(Input(source, stream, grouping, list(fields)))
+        # A string is kept as is (not split into characters) for validate() to reject.
+        if isinstance(fields, (list, tuple)):
+            fields = list(fields)
+        self._comp.inputs.append(Input(source, stream, grouping, fields))  # type: ignore[arg-type]
         return self
 
     def shuffle_grouping(self, source: str, stream: str = DEFAULT_STREAM) -> "BoltDeclarer":
@@ -222,7 +230,11 @@ class TopologyBuilder:
     def _set(self, name: str, kind: str, impl: Any, parallelism: int, conf: Mapping[str, Any] | None) -> ComponentDef:
         if name in self._components:
             raise TopologyError(f"component {name!r} is defined twice")
-        comp = ComponentDef(name, kind, impl, parallelism, conf=dict(conf or {}))
+        if not isinstance(name, str):
+            raise TopologyError(f"component ids must be strings, got {name!r}")
+        # A conf that is not a mapping is kept for validate() to report.
+        comp = ComponentDef(name, kind, impl, parallelism,
+                            conf=dict(conf) if isinstance(conf, Mapping) else ({} if conf is None else conf))
         self._components[name] = comp
         return comp
 
@@ -238,15 +250,63 @@ class TopologyBuilder:
 
     def create_topology(
         self, conf: Mapping[str, Any] | None = None, *, name: str = "topology", output: OutputSpec | None = None,
-        resource_dir: str | os.PathLike[str] | None = None,
+        resource_dir: str | os.PathLike[str] | None = None, source: str | None = None,
     ) -> "Topology":
+        """The validated topology. ``source`` (a file name) prefixes every
+        error message."""
+        if conf is not None and not isinstance(conf, Mapping):
+            raise TopologyError(f"{source + ': ' if source else ''}the topology conf must be a mapping of "
+                                f"key -> value, got {conf!r}")
         topo = Topology(name, dict(self._components), {**DEFAULT_CONF, **(conf or {})}, output or OutputSpec(),
-                        Path(resource_dir or os.getcwd()))
+                        Path(resource_dir or os.getcwd()), source)
         topo.validate()
         return topo
 
 
 # --- the built topology -----------------------------------------------------------
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+
+
+def _check_impl(impl: Any, where: str) -> None:
+    """Types of a component's implementation (what a TOML table or a
+    builder call may get wrong); a string is never taken as a list."""
+    if not isinstance(impl, (ShellBolt, PythonBolt, PythonSpout)):
+        raise TopologyError(f"{where}: expected a ShellSpout, ShellBolt, PythonSpout or PythonBolt, got {impl!r}")
+    if impl.fields is not None and not _is_str_list(impl.fields):
+        raise TopologyError(f"{where}: fields must be a list of field names (strings), got {impl.fields!r}")
+    streams = impl.streams
+    if streams is not None:
+        if not isinstance(streams, Mapping):
+            raise TopologyError(f"{where}: streams must be a table of stream name -> list of field names, "
+                                f"got {streams!r}")
+        for name, fields in streams.items():
+            if not isinstance(name, str) or not name:
+                raise TopologyError(f"{where}: stream names must be non-empty strings, got {name!r}")
+            if not _is_str_list(fields):
+                raise TopologyError(f"{where}: stream {name!r}: fields must be a list of field names (strings), "
+                                    f"got {fields!r}")
+    if isinstance(impl, ShellBolt):
+        cmd = impl.command
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd) or not cmd[0]:
+            raise TopologyError(f"{where}: command must be a non-empty list of strings (an argv, no shell), "
+                                f"got {cmd!r}")
+        if impl.cwd is not None and not isinstance(impl.cwd, (str, os.PathLike)):
+            raise TopologyError(f"{where}: cwd must be a string (a directory), got {impl.cwd!r}")
+        env = impl.env
+        if env is not None and (not isinstance(env, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise TopologyError(f"{where}: env must be a table of NAME = \"value\" strings, got {env!r}")
+        if env and any(not k or "=" in k or "\0" in k or "\0" in v for k, v in env.items()):
+            raise TopologyError(f"{where}: env names must be non-empty without '=' and values without NUL")
+    elif isinstance(impl, PythonBolt):
+        if not callable(impl.fn):
+            raise TopologyError(f"{where}: a PythonBolt needs a function, got {impl.fn!r}")
+    elif not callable(impl.source) and not isinstance(impl.source, Iterable):
+        raise TopologyError(f"{where}: a PythonSpout needs an iterable or a function returning one, "
+                            f"got {impl.source!r}")
 
 
 @dataclass
@@ -256,9 +316,29 @@ class Topology:
     conf: dict[str, Any]
     output: OutputSpec
     resource_dir: Path
+    #: The file the topology was loaded from, if any: errors name it.
+    source: str | None = None
+
+    def _at(self, where: str = "") -> str:
+        """``where`` prefixed with the file name (if any)."""
+        if not self.source:
+            return where
+        return f"{self.source}: {where}" if where else self.source
 
     def validate(self) -> None:
-        """Check everything a run would trip over; assign task ids."""
+        """Check everything a run would trip over (names, types, the conf of
+        the topology and of each component, wiring); assign task ids."""
+        try:
+            self._validate()
+        except TopologyError as exc:
+            if self.source and not str(exc).startswith(f"{self.source}:"):
+                raise TopologyError(f"{self.source}: {exc}") from None
+            raise
+
+    def _validate(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TopologyError(f"the topology name must be a non-empty string, got {self.name!r}")
+        check_conf(self.conf, self._at() or "topology conf")
         if not self.components:
             raise TopologyError("the topology has no components")
         if not any(c.kind == "spout" for c in self.components.values()):
@@ -272,6 +352,12 @@ class Topology:
             c.tasks = list(range(next_task, next_task + c.parallelism))
             next_task += c.parallelism
         out = self.output
+        for attr in ("component", "stream"):
+            v = getattr(out, attr)
+            if v is not None and not isinstance(v, str):
+                raise TopologyError(f"output: {attr} must be a string, got {v!r}")
+        if out.key is not None and not _is_str_list(out.key):
+            raise TopologyError(f"output: key must be a list of field names, got {out.key!r}")
         if out.component is not None:
             comp = self.components.get(out.component)
             if comp is None:
@@ -291,10 +377,19 @@ class Topology:
             raise TopologyError(f"{where}: component ids must be non-empty and not start with '__' (reserved by Storm)")
         if type(c.parallelism) is not int or c.parallelism < 1:
             raise TopologyError(f"{where}: parallelism must be a positive integer, got {c.parallelism!r}")
-        if isinstance(c.impl, ShellBolt):
-            cmd = c.impl.command
-            if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
-                raise TopologyError(f"{where}: command must be a non-empty list of strings (an argv, no shell)")
+        if c.parallelism > MAX_PARALLELISM:
+            raise TopologyError(f"{where}: parallelism must be at most {MAX_PARALLELISM} (each task is a "
+                                f"process), got {c.parallelism}")
+        _check_impl(c.impl, where)
+        check_conf(c.conf, self._at(where), component=True)
+        for inp in c.inputs:
+            for attr in ("source", "stream", "grouping"):
+                v = getattr(inp, attr)
+                if not isinstance(v, str):
+                    raise TopologyError(f"{where}: input {attr} must be a string, got {v!r}")
+            if not _is_str_list(inp.fields):
+                raise TopologyError(f"{where}: input from {inp.source!r}: fields must be a list of field names, "
+                                    f"got {inp.fields!r}")
         if c.kind == "spout" and c.inputs:
             raise TopologyError(f"{where}: spouts take no inputs")
         if c.kind == "spout" and isinstance(c.impl, PythonBolt):
@@ -316,7 +411,11 @@ class Topology:
                     f"{sorted(src.outputs) or 'no streams'}"
                 )
             if inp.grouping not in GROUPINGS:
-                raise TopologyError(f"{where}: unknown grouping {inp.grouping!r}; use one of {sorted(GROUPINGS)}")
+                raise TopologyError(f"{where}: unknown grouping {inp.grouping!r}{did_you_mean(inp.grouping, GROUPINGS)}"
+                                    f"; use one of {sorted(GROUPINGS)}")
+            if inp.grouping != "fields" and inp.fields:
+                raise TopologyError(f"{where}: input from {inp.source!r}: fields {inp.fields} apply to the fields "
+                                    f"grouping only, not {inp.grouping!r}")
             if inp.grouping == "fields":
                 if not inp.fields:
                     raise TopologyError(f"{where}: fields grouping on {inp.source!r} needs at least one field")
@@ -387,7 +486,7 @@ class Topology:
         env = dict(os.environ)
         env.update(impl.env or {})
         if shutil.which(argv[0], path=env.get("PATH")) is None and not os.path.exists(os.path.join(cwd, argv[0])):
-            raise TopologyError(f"{comp.kind} {comp.name!r}: command {argv[0]!r} not found on PATH")
+            raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} not found on PATH"))
         return argv, cwd, env
 
 
@@ -424,38 +523,127 @@ def load_topology(path: str | os.PathLike[str], overrides: Mapping[str, Any] | N
             doc = tomllib.load(f)
     except FileNotFoundError:
         raise TopologyError(f"topology file {str(path)!r} not found") from None
+    except IsADirectoryError:
+        raise TopologyError(f"{path} is a directory, not a topology file") from None
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path}: not valid TOML: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise TopologyError(f"{path}: not valid TOML: {exc}") from None
-    known = {"topology", "spouts", "bolts", "output"}
-    unknown = set(doc) - known
-    if unknown:
-        raise TopologyError(f"{path}: unknown top-level table(s) {sorted(unknown)}; expected {sorted(known)}")
-    top = doc.get("topology", {})
+    _check_keys(doc, _TOP_KEYS, f"{path}", "top-level table")
+    top = _table(doc, "topology", f"{path}: [topology]")
+    _check_keys(top, _TOPOLOGY_KEYS, f"{path}: [topology]", "key")
+    name = top.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise TopologyError(f"{path}: [topology] name must be a non-empty string, got {name!r}")
+    conf = _table(top, "conf", f"{path}: [topology.conf]")
+    if overrides:
+        check_conf(overrides, f"{path}: conf overrides")
+    conf = {**conf, **(overrides or {})}
+    _no_flux_keys(conf, f"{path}: [topology.conf]")
+
     builder = TopologyBuilder()
     for kind in ("spouts", "bolts"):
-        for name, spec in doc.get(kind, {}).items():
-            where = f"{path}: {kind[:-1]} {name!r}"
+        for cname, spec in _table(doc, kind, f"{path}: [{kind}]").items():
+            where = f"{path}: {kind[:-1]} {cname!r}"
             if not isinstance(spec, dict):
-                raise TopologyError(f"{where}: must be a table")
-            allowed = {"command", "fields", "streams", "parallelism", "inputs", "conf", "cwd", "env"}
-            extra = set(spec) - allowed
-            if extra:
-                raise TopologyError(f"{where}: unknown key(s) {sorted(extra)}; allowed: {sorted(allowed)}")
+                raise TopologyError(f"{where}: must be a table ([{kind}.{cname}] with command, fields, ...), "
+                                    f"got {spec!r}")
+            _check_keys(spec, _COMPONENT_KEYS, where, "key")
             if "command" not in spec:
                 raise TopologyError(f"{where}: needs a 'command' (an argv list)")
+            for key, check, what in _COMPONENT_TYPES:
+                if key in spec and not check(spec[key]):
+                    raise TopologyError(f"{where}: {key} must be {what}, got {spec[key]!r}")
+            comp_conf = spec.get("conf", {})
+            _no_flux_keys(comp_conf, where)
             cls = ShellSpout if kind == "spouts" else ShellBolt
             impl = cls(spec["command"], spec.get("fields"), spec.get("streams"), spec.get("cwd"), spec.get("env"))
             if impl.fields is None and not impl.streams:
                 raise TopologyError(f"{where}: declare its output with 'fields' (default stream) or 'streams'")
             setter = builder.set_spout if kind == "spouts" else builder.set_bolt
-            decl = setter(name, impl, spec.get("parallelism", 1), spec.get("conf"))
-            for inp in spec.get("inputs", []):
-                if not isinstance(inp, dict) or "source" not in inp:
-                    raise TopologyError(f"{where}: each input needs a 'source'")
+            decl = setter(cname, impl, spec.get("parallelism", 1), comp_conf)
+            inputs = spec.get("inputs", [])
+            if not isinstance(inputs, list):
+                raise TopologyError(f"{where}: inputs must be a list of {{ source = ..., grouping = ... }}, "
+                                    f"got {inputs!r}")
+            for n, inp in enumerate(inputs, 1):
+                iwhere = f"{where}: input #{n}"
+                if not isinstance(inp, dict):
+                    raise TopologyError(f"{iwhere}: must be a table {{ source = ..., grouping = ... }}, got {inp!r}")
+                _check_keys(inp, _INPUT_KEYS, iwhere, "key")
+                if "source" not in inp:
+                    raise TopologyError(f"{iwhere}: needs a 'source' (the id of a spout or bolt)")
+                for key in ("source", "stream", "grouping"):
+                    if key in inp and not isinstance(inp[key], str):
+                        raise TopologyError(f"{iwhere}: {key} must be a string, got {inp[key]!r}")
+                if "fields" in inp and not _is_str_list(inp["fields"]):
+                    raise TopologyError(f"{iwhere}: fields must be a list of field names, e.g. [\"word\"], "
+                                        f"got {inp['fields']!r}")
                 decl.grouping(inp["source"], inp.get("grouping", "shuffle"), inp.get("stream", DEFAULT_STREAM),
                               inp.get("fields", ()))
-    out = doc.get("output", {})
+    out = _table(doc, "output", f"{path}: [output]")
+    _check_keys(out, _OUTPUT_KEYS, f"{path}: [output]", "key")
+    for key in ("component", "stream"):
+        if key in out and not isinstance(out[key], str):
+            raise TopologyError(f"{path}: [output] {key} must be a string, got {out[key]!r}")
+    if "key" in out and not _is_str_list(out["key"]):
+        raise TopologyError(f"{path}: [output] key must be a list of field names, e.g. [\"word\"], "
+                            f"got {out['key']!r}")
     output = OutputSpec(out.get("component"), out.get("stream"), out.get("key"))
-    conf = dict(top.get("conf", {}))
-    conf.update(overrides or {})
-    return builder.create_topology(conf, name=top.get("name", path.stem), output=output, resource_dir=path.parent.resolve())
+    return builder.create_topology(conf, name=name, output=output, resource_dir=path.parent.resolve(),
+                                   source=str(path))
+
+
+_TOP_KEYS = {"topology", "spouts", "bolts", "output"}
+_TOPOLOGY_KEYS = {"name", "conf"}
+_COMPONENT_KEYS = {"command", "fields", "streams", "parallelism", "inputs", "conf", "cwd", "env"}
+_INPUT_KEYS = {"source", "stream", "grouping", "fields"}
+_OUTPUT_KEYS = {"component", "stream", "key"}
+
+
+def _is_streams(v: Any) -> bool:
+    return isinstance(v, dict) and all(_is_str_list(f) for f in v.values())
+
+
+def _is_env(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+
+
+#: TOML component keys: check, what it must be (inputs and conf are checked on their own).
+_COMPONENT_TYPES: list[tuple[str, Callable[[Any], bool], str]] = [
+    ("command", lambda v: _is_str_list(v) and bool(v), "a non-empty list of strings (an argv, no shell)"),
+    ("fields", _is_str_list, 'a list of field names, e.g. ["word"]'),
+    ("streams", _is_streams, 'a table of stream name = list of field names, e.g. { errors = ["line"] }'),
+    ("parallelism", lambda v: type(v) is int and v >= 1, "a positive integer"),
+    ("conf", lambda v: isinstance(v, dict), "a table of conf key = value"),
+    ("cwd", lambda v: isinstance(v, str), "a string (a directory, relative to the topology file)"),
+    ("env", _is_env, 'a table of NAME = "value" strings'),
+]
+
+
+def _check_keys(table: Mapping[str, Any], known: set[str], where: str, what: str) -> None:
+    extra = set(table) - known
+    if extra:
+        raise TopologyError(f"{where}: {unknown_key_message(extra, known, what)}")
+
+
+def _table(parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = parent.get(key, {})
+    if not isinstance(v, dict):
+        raise TopologyError(f"{where}: must be a table, got {v!r}")
+    return v
+
+
+def _no_flux_keys(conf: Mapping[str, Any], where: str) -> None:
+    hints = {
+        "multilang.output.component": "use the [output] table",
+        "multilang.output.stream": "use the [output] table",
+        "multilang.output.key": "use the [output] table",
+        "multilang.resource.dir": "commands run in the topology file's directory; give a component 'cwd'",
+        "multilang.testwordspout.count": "TestWordSpout exists in Flux YAML files only",
+        "multilang.testwordspout.seed": "TestWordSpout exists in Flux YAML files only",
+    }
+    for key in conf:
+        if key in hints:
+            raise TopologyError(f"{where}: conf key {key!r} applies to Flux YAML files only and would be "
+                                f"ignored here; {hints[key]}")
