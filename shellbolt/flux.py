@@ -71,6 +71,7 @@ import yaml
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 
+from .conf import SCHEMA, check_value, did_you_mean, unknown_key_message
 from .topology import (
     OutputSpec,
     PythonBolt,
@@ -121,6 +122,41 @@ _VERTEX_KEYS = {"id", "className", "constructorArgs", "configMethods", "properti
                 "config", "onHeapMemoryLoad", "offHeapMemoryLoad", "cpuLoad", "factory", "factoryArgs"}
 # Storm resource hints: meaningless here, accepted so that files run unchanged.
 _IGNORED_VERTEX_KEYS = {"onHeapMemoryLoad", "offHeapMemoryLoad", "cpuLoad"}
+_INCLUDE_KEYS = {"resource", "file", "override"}
+_STREAM_KEYS = {"name", "from", "to", "grouping"}
+_GROUPING_KEYS = {"type", "args", "streamId", "customClass"}
+_METHOD_KEYS = {"name", "args"}
+
+
+def _check_keys(d: Mapping[Any, Any], known: set[str], where: str) -> None:
+    extra = set(d) - known
+    if extra:
+        raise TopologyError(f"{where}: {unknown_key_message(extra, known)}")
+
+
+def _ident(v: Any) -> str | None:
+    """An id as Flux reads it (YAML may make ``1`` an int); None if it is no id."""
+    if isinstance(v, str) and v:
+        return v
+    if type(v) is int:
+        return str(v)
+    return None
+
+
+def _mapping(v: Any, where: str, what: str) -> dict[Any, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise TopologyError(f"{where}: {what} must be a mapping, got {v!r}")
+    return v
+
+
+def _list(v: Any, where: str, what: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise TopologyError(f"{where}: {what} must be a list, got {v!r}")
+    return v
 
 
 # --- substitution ---------------------------------------------------------------------------
@@ -289,9 +325,7 @@ def _read(path: Path, properties: Mapping[str, str] | None, env: Mapping[str, st
         doc = {}
     if not isinstance(doc, dict):
         raise TopologyError(f"{path}: a Flux file is a mapping with name, config, spouts, bolts and streams")
-    unknown = set(doc) - _TOP_LEVEL
-    if unknown:
-        raise TopologyError(f"{path}: unknown top-level key(s) {sorted(unknown)}; Flux knows {sorted(_TOP_LEVEL)}")
+    _check_keys(doc, _TOP_LEVEL, str(path))
     return doc
 
 
@@ -303,11 +337,20 @@ def _includes(doc: dict[str, Any], path: Path, properties: Mapping[str, str] | N
     if not isinstance(includes, list):
         raise TopologyError(f"{path}: includes must be a list of {{file: ..., override: ...}}")
     for inc in includes:
-        if not isinstance(inc, dict) or not inc.get("file"):
-            raise TopologyError(f"{path}: each include needs a 'file'")
-        override = bool(inc.get("override", False))
-        target = _include_path(path, str(inc["file"]), bool(inc.get("resource", False)))
+        if not isinstance(inc, dict) or not isinstance(inc.get("file"), str) or not inc["file"]:
+            raise TopologyError(f"{path}: each include needs a 'file' (a path), got {inc!r}")
+        _check_keys(inc, _INCLUDE_KEYS, f"{path}: include {inc['file']!r}")
+        for flag in ("override", "resource"):
+            if type(inc.get(flag, False)) is not bool:
+                raise TopologyError(f"{path}: include {inc['file']!r}: {flag} must be true or false, "
+                                    f"got {inc[flag]!r}")
+        override = inc.get("override", False)
+        target = _include_path(path, inc["file"], inc.get("resource", False))
         other = _read(target, properties, env)
+        for section in ("config",):
+            _mapping(other.get(section), str(target), section)
+        for section in ("components", "spouts", "bolts", "streams"):
+            _list(other.get(section), str(target), section)
         if other.get("includes"):
             log.warning("%s: includes inside an included file are ignored (as in Flux)", target)
         if other.get("name") is not None and (doc.get("name") is None or override):
@@ -320,9 +363,9 @@ def _includes(doc: dict[str, Any], path: Path, properties: Mapping[str, str] | N
             doc["config"] = conf
         for section in ("components", "spouts", "bolts"):
             mine = list(doc.get(section) or [])
-            ids = {d.get("id"): i for i, d in enumerate(mine) if isinstance(d, dict)}
+            ids = {_ident(d.get("id")): i for i, d in enumerate(mine) if isinstance(d, dict)}
             for d in other.get(section) or []:
-                key = d.get("id") if isinstance(d, dict) else None
+                key = _ident(d.get("id")) if isinstance(d, dict) else None
                 if key in ids:
                     if override:
                         mine[ids[key]] = d
@@ -352,8 +395,11 @@ def _include_path(path: Path, file: str, resource: bool) -> Path:
 
 
 def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topology:
+    for section in ("components", "workerHooks", "spouts", "bolts", "streams"):
+        _list(doc.get(section), str(path), section)
     if doc.get("topologySource"):
-        cls = (doc["topologySource"] or {}).get("className", "?")
+        src = doc["topologySource"]
+        cls = src.get("className", "?") if isinstance(src, dict) else src
         raise TopologyError(f"{path}: topologySource {cls} builds the topology in Java, which multilang-bridge "
                             f"cannot run; describe it with spouts, bolts and streams instead")
     for section in ("components", "workerHooks"):
@@ -363,10 +409,14 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
             raise TopologyError(f"{path}: {section[:-1]} {ident!r} is the Java class {cls}; multilang-bridge runs "
                                 f"no JVM. Remove it, and give shell components their settings with "
                                 f"configMethods addComponentConfig or the component's config")
-    conf = dict(doc.get("config") or {})
-    if not isinstance(doc.get("config") or {}, dict):
-        raise TopologyError(f"{path}: config must be a mapping of topology conf keys")
+    conf = dict(_mapping(doc.get("config"), str(path), "config (a mapping of topology conf keys)"))
     conf.update(overrides)
+    # The keys this loader reads itself are checked before it uses them (the
+    # rest by Topology.validate()).
+    _check_flux_conf(conf, str(path))
+    topo_name = doc.get("name")
+    if topo_name is not None and _ident(topo_name) is None:
+        raise TopologyError(f"{path}: name must be a string, got {topo_name!r}")
 
     builder = TopologyBuilder()
     kinds: dict[str, str] = {}
@@ -393,8 +443,16 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
         subscribed.add(_stream(s, i, path, kinds, declarers))
 
     output = _output(conf, path, builder, impls, subscribed)
-    return builder.create_topology(conf, name=str(doc.get("name") or path.stem), output=output,
-                                   resource_dir=_resource_dir(path, conf))
+    return builder.create_topology(conf, name=_ident(topo_name) or path.stem, output=output,
+                                   resource_dir=_resource_dir(path, conf), source=str(path))
+
+
+def _check_flux_conf(conf: Mapping[Any, Any], where: str) -> None:
+    for key, value in conf.items():
+        if isinstance(key, str) and key in SCHEMA and SCHEMA[key].flux:
+            cause = check_value(key, value)
+            if cause is not None:
+                raise TopologyError(f"{where}: {cause}")
 
 
 def _resource_dir(path: Path, conf: Mapping[str, Any]) -> Path:
@@ -415,16 +473,15 @@ def _str_list(v: Any) -> bool:
 
 
 def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str, Any, int, dict[str, Any]]:
-    if not isinstance(d, dict) or not d.get("id"):
-        raise TopologyError(f"{path}: each {kind} needs an 'id' and a 'className'")
-    name = str(d["id"])
+    if not isinstance(d, dict) or _ident(d.get("id")) is None:
+        raise TopologyError(f"{path}: each {kind} needs an 'id' (a string) and a 'className', got {d!r}")
+    name = _ident(d["id"])
+    assert name is not None
     where = f"{path}: {kind} {name!r}"
+    _check_keys(d, _VERTEX_KEYS, where)
     cls = d.get("className")
-    if not cls:
-        raise TopologyError(f"{where}: needs a 'className'")
-    extra = set(d) - _VERTEX_KEYS
-    if extra:
-        raise TopologyError(f"{where}: unknown key(s) {sorted(extra)}")
+    if not cls or not isinstance(cls, str):
+        raise TopologyError(f"{where}: needs a 'className' (a string), got {cls!r}")
     if d.get("factory"):
         raise TopologyError(f"{where}: a static factory ({cls}.{d['factory']}) is Java; use a shell component")
     args = d.get("constructorArgs") or []
@@ -433,12 +490,15 @@ def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str
     if any(isinstance(a, dict) and ("ref" in a or "reflist" in a) for a in args):
         raise TopologyError(f"{where}: constructorArgs refer to components (ref/reflist), which are Java objects; "
                             f"not supported")
-    comp_conf = dict(d.get("config") or {})
+    comp_conf = dict(_mapping(d.get("config"), where, "config"))
+    _check_flux_conf(comp_conf, where)
     parallelism = d.get("parallelism", 1)
     num_tasks = d.get("numTasks")
     # Storm gives every task of a ShellBolt its own process; here a task is
     # a process too, so numTasks (when set) is the number of tasks.
-    if isinstance(num_tasks, int) and num_tasks > 0:
+    if num_tasks is not None:
+        if type(num_tasks) is not int or num_tasks < 1:
+            raise TopologyError(f"{where}: numTasks must be a positive integer, got {num_tasks!r}")
         parallelism = num_tasks
     if isinstance(parallelism, str) and parallelism.strip().isdigit():  # e.g. "${par}" quoted
         parallelism = int(parallelism)
@@ -495,8 +555,9 @@ def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str
 
 def _shell_method(m: Any, where: str, cls: str, is_flux: bool, streams: dict[str, list[str]],
                   comp_conf: dict[str, Any]) -> None:
-    if not isinstance(m, dict) or not m.get("name"):
-        raise TopologyError(f"{where}: each configMethod needs a 'name'")
+    if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
+        raise TopologyError(f"{where}: each configMethod needs a 'name' (a string), got {m!r}")
+    _check_keys(m, _METHOD_KEYS, f"{where}: configMethod {m['name']!r}")
     mname = m["name"]
     margs = m.get("args") or []
     if not isinstance(margs, list):
@@ -522,31 +583,40 @@ def _stream(s: Any, i: int, path: Path, kinds: Mapping[str, str],
         raise TopologyError(f"{path}: stream #{i + 1} must be a mapping with from, to and grouping")
     label = f"stream {s.get('name')!r}" if s.get("name") else f"stream #{i + 1}"
     where = f"{path}: {label}"
-    src, dst = s.get("from"), s.get("to")
-    for role, ident in (("from", src), ("to", dst)):
-        if ident is None:
+    _check_keys(s, _STREAM_KEYS, where)
+    ends = []
+    for role in ("from", "to"):
+        raw = s.get(role)
+        if raw is None:
             raise TopologyError(f"{where}: needs '{role}'")
-        if ident not in kinds:
-            raise TopologyError(f"{where}: '{role}: {ident}' is not the id of a spout or bolt in the file "
-                                f"(ids: {sorted(kinds)})")
+        ident = _ident(raw)
+        if ident is None or ident not in kinds:
+            raise TopologyError(f"{where}: '{role}: {raw}' is not the id of a spout or bolt in the file "
+                                f"(ids: {sorted(kinds)}){did_you_mean(str(raw), kinds)}")
+        ends.append(ident)
+    src, dst = ends
     if kinds[dst] == "spout":
         raise TopologyError(f"{where}: 'to: {dst}' is a spout; spouts take no input")
     g = s.get("grouping")
-    if not isinstance(g, dict) or not g.get("type"):
+    if not isinstance(g, dict) or not isinstance(g.get("type"), str) or not g["type"]:
         raise TopologyError(f"{where}: needs a grouping with a type ({', '.join(_GROUPINGS)})")
-    gtype = str(g["type"]).upper()
+    _check_keys(g, _GROUPING_KEYS, f"{where}: grouping")
+    gtype = g["type"].upper()
     if gtype == "CUSTOM":
-        cc = g.get("customClass") or {}
+        cc = g.get("customClass") if isinstance(g.get("customClass"), dict) else {}
         raise TopologyError(f"{where}: CUSTOM grouping {cc.get('className', '?')} is a Java class; use one of "
                             f"{', '.join(_GROUPINGS)}")
     if gtype not in _GROUPINGS:
-        raise TopologyError(f"{where}: unknown grouping type {g['type']!r}; use one of {', '.join(_GROUPINGS)}")
+        raise TopologyError(f"{where}: unknown grouping type {g['type']!r}{did_you_mean(gtype, _GROUPINGS)}; "
+                            f"use one of {', '.join(_GROUPINGS)}")
     fields: list[str] = []
     if gtype == "FIELDS":
         fields = g.get("args") or []
         if not _str_list(fields) or not fields:
             raise TopologyError(f"{where}: FIELDS grouping needs args: [field, ...]")
-    stream = str(g.get("streamId") or DEFAULT_STREAM)
+    stream = g.get("streamId") or DEFAULT_STREAM
+    if not isinstance(stream, str):
+        raise TopologyError(f"{where}: streamId must be a string, got {stream!r}")
     declarers[dst].grouping(src, _GROUPINGS[gtype], stream, fields)
     return src, stream
 
