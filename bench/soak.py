@@ -2,7 +2,7 @@
 """Soak: a three-language topology under random SIGKILLs; nothing may be lost.
 
     python bench/soak.py [--tuples N] [--kill-every MIN,MAX] [--seed S]
-                         [--max-spout-pending P] [--no-hold] [--json]
+                         [--max-spout-pending P] [--no-hold] [--limit SECONDS] [--json]
 
 Topology (embedded runtime, ``multilang.shellbolt.Runtime``):
 
@@ -32,7 +32,18 @@ the dead spout started keep running and their acks and fails reach the new
 process, which replays any failed id, known to it or not (spec §8.2).
 Without --no-hold, duplicates must be <= spout kills x per-next.
 
-Exit status: 0 if lost == 0 (and the duplicate bound holds), 1 otherwise.
+--limit SECONDS bounds the run (default 3600): when it passes, the kills stop,
+the runtime stops gracefully (spouts deactivated, in-flight trees drained;
+cancelled after 2 s more, its processes killed and reaped) and the report is
+printed with ``limit_reached`` true. Tuples that have not come out by then are
+``not_out``, not lost: the run was cut short, so ``lost`` is unknown (null)
+and the soak is inconclusive.
+
+Exit status: 0 if lost == 0 (and the duplicate bound holds); 1 if something
+was lost, duplicated beyond the bound, malformed, or a component gave up (also
+when --limit cut the run short: those are failures already); 3 if --limit
+stopped the run before every tuple came out and nothing had failed by then;
+2 for a usage error.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+STOP_WAIT = 2.0  # seconds the runtime gets to stop gracefully once --limit has passed
 EXAMPLES = ROOT / "examples"
 
 
@@ -202,27 +214,63 @@ def soak(n: int, kill_every: tuple[float, float], seed: int, msp: int, per_next:
             print(f"[soak] {time.monotonic() - t0:6.1f}s  distinct out {done}/{n}  kills {kills}  "
                   f"pending {rt.acker.pending}", file=sys.stderr, flush=True)
 
+    limit_reached = False
+
     async def main():
-        with trio.fail_after(limit):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(killer)
-                if progress:
-                    nursery.start_soon(reporter)
+        nonlocal limit_reached
+        kills_scope = trio.CancelScope()
+        run_scope = trio.CancelScope()
+
+        async def kill_until_stopped() -> None:
+            with kills_scope:
+                await killer()
+
+        async def stop_at_limit() -> None:
+            # --limit is a time limit on the whole soak, not an error: stop the
+            # kills and ask the runtime for its graceful stop (drain within the
+            # shutdown grace), which returns a RunResult like any other end.
+            nonlocal limit_reached
+            await trio.sleep(limit)
+            limit_reached = True
+            kills_scope.cancel()
+            print(f"[soak] --limit {limit:g}s reached: stopping the kills and the runtime", file=sys.stderr,
+                  flush=True)
+            rt.request_stop()
+            # The drain may take the whole shutdown grace; the report matters
+            # more. Past STOP_WAIT, cancel: the runtime still kills and reaps
+            # every process, and its figures so far are the report.
+            await trio.sleep(STOP_WAIT)
+            print(f"[soak] the runtime did not stop within {STOP_WAIT:g}s of the limit: cancelling it",
+                  file=sys.stderr, flush=True)
+            run_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_until_stopped)
+            nursery.start_soon(stop_at_limit)
+            if progress:
+                nursery.start_soon(reporter)
+            result = None
+            with run_scope:
                 result = await rt.run(until_done=True)
-                nursery.cancel_scope.cancel()
-        return result
+            nursery.cancel_scope.cancel()
+        return result if result is not None else rt.result()
 
     start = time.monotonic()
     result = trio.run(main)
     elapsed = time.monotonic() - start
     distinct = sum(1 for x in seen if x)
     duplicates = sum(x - 1 for x in seen if x > 1)
+    # Cut short by --limit, an id not seen at the sink may simply not have been
+    # emitted yet (or be in a tree abandoned at the stop): not_out, not lost.
+    incomplete = limit_reached and distinct < n
     report = {
         "tuples_in": n,
         "spout_emits": result.stats["spout"].emitted,
         "tuples_out": out_total,
         "distinct_out": distinct,
-        "lost": n - distinct,
+        "lost": None if incomplete else n - distinct,
+        "not_out": n - distinct,
+        "limit_reached": limit_reached,
         "duplicates": duplicates,
         "bad_outputs": bad_outputs,
         "kills": kills,
@@ -233,7 +281,7 @@ def soak(n: int, kill_every: tuple[float, float], seed: int, msp: int, per_next:
         "trees_incomplete": result.pending,
         "gave_up": [str(e) for e in result.gave_up],
         "seconds": round(elapsed, 2),
-        "tuples_per_sec": round(n / elapsed) if elapsed else None,
+        "tuples_per_sec": round((distinct if incomplete else n) / elapsed) if elapsed else None,
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "hold": hold,
         "per_next": per_next,
@@ -261,7 +309,8 @@ def main() -> None:
     p.add_argument("--max-spout-pending", type=int, default=2000)
     p.add_argument("--per-next", type=int, default=50)
     p.add_argument("--no-hold", action="store_true", help="at-least-once: bolt kills then duplicate too")
-    p.add_argument("--limit", type=float, default=3600, help="give up after this many seconds")
+    p.add_argument("--limit", type=float, default=3600,
+                   help="stop the soak after this many seconds (graceful stop, report, exit 3 if not all out)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args()
@@ -271,8 +320,10 @@ def main() -> None:
     report = soak(args.tuples, kill_every, seed, args.max_spout_pending, args.per_next, not args.no_hold,
                   not args.quiet, args.limit)
     dup_bound = report["kills"]["spout"] * args.per_next
-    ok = report["lost"] == 0 and report["bad_outputs"] == 0 and not report["gave_up"] and (
-        args.no_hold or report["duplicates"] <= dup_bound)
+    failed = bool(report["lost"] or report["bad_outputs"] or report["gave_up"]) or (
+        not args.no_hold and report["duplicates"] > dup_bound)
+    inconclusive = not failed and report["lost"] is None
+    ok = not failed and not inconclusive
     report["ok"] = ok
     if args.json:
         print(json.dumps(report))
@@ -282,7 +333,20 @@ def main() -> None:
             print(f"{k:<{w}}  {v}")
         if not args.no_hold:
             print(f"{'duplicate bound':<{w}}  {dup_bound} (spout kills x per-next)")
-    sys.exit(0 if ok else 1)
+    if inconclusive:
+        print(f"soak: inconclusive: --limit {args.limit:g}s stopped the run after {report['seconds']}s with "
+              f"{report['distinct_out']} of {report['tuples_in']} tuples out and nothing failed so far; "
+              f"raise --limit or lower --tuples (exit 3)", file=sys.stderr)
+    elif failed:
+        print("soak: FAILED: " + ", ".join(
+            what for what, bad in [
+                (f"lost {report['lost']}", report["lost"]),
+                (f"bad outputs {report['bad_outputs']}", report["bad_outputs"]),
+                (f"gave up: {report['gave_up']}", report["gave_up"]),
+                (f"duplicates {report['duplicates']} > bound {dup_bound}",
+                 not args.no_hold and report["duplicates"] > dup_bound),
+            ] if bad), file=sys.stderr)
+    sys.exit(0 if ok else 3 if inconclusive else 1)
 
 
 if __name__ == "__main__":
