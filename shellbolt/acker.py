@@ -69,6 +69,7 @@ class Acker:
         #: (spout_task, msg_id) of trees completed / failed since last drained.
         self._acked: list[tuple[int, Any]] = []
         self._failed: list[tuple[int, Any]] = []
+        self._causes: list[str | None] = []  # why each of _failed failed, in the same order
         self.stats = {"completed": 0, "failed": 0, "timed_out": 0}
 
     def new_id(self) -> int:
@@ -151,23 +152,35 @@ class Acker:
             if root.value == 0:
                 self._complete(r)
 
-    def fail(self, t: TupleEdges) -> None:
-        """The tuple was failed (explicitly, or its process died)."""
+    def fail(self, t: TupleEdges, cause: str | None = None) -> None:
+        """The tuple was failed (explicitly, or its process died).
+        ``cause``, if known, travels with the failure to the spout's host
+        (a dead letter says why its input was given up on)."""
         for r in t.ids:
-            self.fail_root(r)
+            self.fail_root(r, cause)
 
-    def fail_root(self, r: int) -> None:
+    def fail_root(self, r: int, cause: str | None = None) -> None:
         root = self.roots.pop(r, None)
         if root is not None:
             self.stats["failed"] += 1
             self._failed.append((root.spout_task, root.msg_id))
+            self._causes.append(cause)
+
+    def is_live(self, t: TupleEdges) -> bool:
+        """False if ``t`` belongs to trees that have all completed, failed or
+        timed out: delivering it would only do work nobody waits for (and,
+        once its tree is replayed, do it twice). An unanchored tuple (no
+        roots) is always live."""
+        ids = t.ids
+        return not ids or not self.roots.keys().isdisjoint(ids)
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""
         self._now = now
         late = [r for r, root in self.roots.items() if root.deadline <= now]
+        cause = f"timed out: not completed within {self.timeout:g}s (topology.message.timeout.secs)"
         for r in late:
-            self.fail_root(r)
+            self.fail_root(r, cause)
         self.stats["timed_out"] += len(late)
         if self._early:
             for r in [r for r, (_, deadline) in self._early.items() if deadline <= now]:
@@ -183,9 +196,14 @@ class Acker:
 
     def drain(self) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
         """(acked, failed) since the last call, as (spout_task, msg_id) pairs."""
-        acked, failed = self._acked, self._failed
-        self._acked, self._failed = [], []
+        acked, failed, _ = self.drain_with_causes()
         return acked, failed
+
+    def drain_with_causes(self) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]], list[str | None]]:
+        """:meth:`drain`, plus the cause of each failure (None if unknown)."""
+        acked, failed, causes = self._acked, self._failed, self._causes
+        self._acked, self._failed, self._causes = [], [], []
+        return acked, failed, causes
 
     @property
     def pending(self) -> int:

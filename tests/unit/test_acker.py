@@ -395,3 +395,30 @@ def test_new_edge_id_is_nonzero_64_bit():
     for _ in range(1000):
         e = new_edge_id(rnd.getrandbits)
         assert 0 < e < 2**64
+
+
+def test_is_live_until_every_root_of_the_tuple_is_finished():
+    acker = make_acker()
+    _, (a,) = acker.spout_emit(1, "r1", 1, T0)
+    _, (b,) = acker.spout_emit(2, "r2", 1, T0)
+    (n,) = acker.anchor([a, b], 1)
+    assert acker.is_live(a) and acker.is_live(n)
+    acker.fail(a, "boom")
+    assert not acker.is_live(a), "its only tree failed"
+    assert acker.is_live(n), "still part of r2"
+    acker.expire(T0 + 31)
+    assert not acker.is_live(n) and not acker.is_live(b)
+    assert acker.is_live(TupleEdges()), "an unanchored tuple (or a tick) is always live"
+
+
+def test_a_failure_carries_its_cause_to_the_spout():
+    acker = make_acker(timeout=10)
+    _, (a,) = acker.spout_emit(1, "r1", 1, T0)
+    acker.spout_emit(1, "r2", 1, T0)
+    acker.fail(a, "failed by bolt:3 (pid 9): ValueError: x")
+    acker.expire(T0 + 10)
+    acked, failed, causes = acker.drain_with_causes()
+    assert acked == [] and failed == [(1, "r1"), (1, "r2")]
+    assert causes == ["failed by bolt:3 (pid 9): ValueError: x",
+                      "timed out: not completed within 10s (topology.message.timeout.secs)"]
+    assert acker.drain_with_causes() == ([], [], [])
