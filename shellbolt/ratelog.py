@@ -1,0 +1,67 @@
+"""Errors logged once per interval per kind, with a count: never once per tuple.
+
+A poison tuple replayed over and over, or a bolt that reports the same
+exception for every input, would otherwise print the same ERROR record
+thousands of times a minute and bury everything else (issue 18). The first
+record of a kind is logged in full at once; later ones of the same kind are
+only counted, and the count is logged once the interval has passed
+("... and 1,234 more like it in the last 10s").
+
+A *kind* is the task plus the first line of the message with its numbers and
+quoted values masked, so "failed on tuple -4217..." and "failed on tuple
+8812..." are one kind. Pure: the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+__all__ = ["RateLimitedLog"]
+
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?")
+_MAX_KINDS = 1000  # kinds remembered at once; past that the oldest are forgotten (memory stays bounded)
+
+
+def kind_of(where: str, msg: str) -> str:
+    first = msg.split("\n", 1)[0][:200]
+    return f"{where}|{_VARYING.sub('#', first)}"
+
+
+class RateLimitedLog:
+    """``log(where, level, now, fmt, *args)``: logs the first record of a kind
+    and counts the rest until ``interval`` seconds have passed."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
+        self.logger = logger
+        self.interval = interval
+        # kind -> [window start, suppressed count, level]
+        self._kinds: dict[str, list[Any]] = {}
+
+    def log(self, where: str, level: int, now: float, fmt: str, *args: Any) -> None:
+        msg = fmt % args if args else fmt
+        kind = kind_of(where, msg)
+        state = self._kinds.get(kind)
+        if state is not None and now - state[0] < self.interval:
+            state[1] += 1
+            return
+        if state is not None and state[1]:
+            self._report(kind, state, now)
+        if state is None and len(self._kinds) >= _MAX_KINDS:
+            self.flush(now)
+            self._kinds.pop(next(iter(self._kinds)))
+        self._kinds[kind] = [now, 0, level]
+        self.logger.log(level, "%s", msg)
+
+    def flush(self, now: float) -> None:
+        """Log the counts still held (at the end of a run)."""
+        for kind, state in self._kinds.items():
+            if state[1]:
+                self._report(kind, state, now)
+                state[1] = 0
+
+    def _report(self, kind: str, state: list[Any], now: float) -> None:
+        where, _, text = kind.partition("|")
+        self.logger.log(state[2], "%s: %d more like \"%s\" in the last %.0fs",
+                        where, state[1], text[:120], max(now - state[0], 0.0))

@@ -1,0 +1,50 @@
+"""RateLimitedLog: the same error for many tuples is logged once per interval
+per kind, then as a count (issue 18: never once per tuple)."""
+
+from __future__ import annotations
+
+import logging
+
+from multilang.shellbolt.ratelog import RateLimitedLog, kind_of
+
+LOG = logging.getLogger("multilang.test.ratelog")
+
+
+def _messages(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOG.name]
+
+
+def test_numbers_and_quoted_values_do_not_make_a_new_kind():
+    assert kind_of("b:1", "failed on tuple -4217 'x'\ntrace") == kind_of("b:1", "failed on tuple 8812 'yy'\nother")
+    assert kind_of("b:1", "failed on tuple 1") != kind_of("b:2", "failed on tuple 1"), "per task"
+    assert kind_of("b:1", "KeyError: 'a'") != kind_of("b:1", "ValueError: 'a'")
+
+
+def test_first_of_a_kind_logged_the_rest_counted_then_reported(caplog):
+    rl = RateLimitedLog(LOG, interval=10)
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        for i in range(1000):
+            rl.log("bolt:1", logging.ERROR, float(i) / 1000, "bolt:1 failed on tuple %d", i)
+        assert _messages(caplog) == ["bolt:1 failed on tuple 0"]
+        rl.log("bolt:1", logging.ERROR, 11.0, "bolt:1 failed on tuple %d", 5000)
+    msgs = _messages(caplog)
+    assert msgs[1].startswith('bolt:1: 999 more like "bolt:# failed on tuple #"')
+    assert msgs[2] == "bolt:1 failed on tuple 5000", "a new interval logs the next one in full"
+
+
+def test_flush_reports_what_is_still_counted(caplog):
+    rl = RateLimitedLog(LOG, interval=10)
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        for i in range(3):
+            rl.log("s:2", logging.ERROR, 1.0, "gave up on input ['line%d']", i)
+        rl.flush(2.0)
+        rl.flush(3.0)
+    assert len(_messages(caplog)) == 2 and "2 more like" in _messages(caplog)[1]
+
+
+def test_memory_is_bounded_by_the_number_of_kinds_remembered(caplog):
+    rl = RateLimitedLog(LOG, interval=10)
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        for i in range(5000):
+            rl.log(f"t:{i}", logging.ERROR, 0.0, "distinct")
+    assert len(rl._kinds) <= 1000
