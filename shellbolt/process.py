@@ -32,6 +32,7 @@ __all__ = ["ShellProcess"]
 _READ_SIZE = 1 << 16
 _STDERR_TAIL = 20
 _TAIL_LINE = 1000
+_PID_FILE_WAIT = 1.0  # seconds a pid file may lag the pid reply before a warning
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -124,12 +125,25 @@ class ShellProcess:
                     break
         if scope.cancelled_caught:
             raise self.error(HeartbeatTimeout, f"no pid reply within the {timeout:g}s handshake timeout (§2.4)")
-        if not os.path.exists(os.path.join(self.pid_dir, str(self.pid))):
+        if not await self._pid_file_appears():
             log.warning(
-                "%s:%d (pid %s) did not create its pid file in %s (§2.3); continuing",
-                self.component, self.task, self.pid, self.pid_dir,
+                "%s:%d (pid %s) did not create its pid file in %s within %gs of its pid reply (§2.3); continuing",
+                self.component, self.task, self.pid, self.pid_dir, _PID_FILE_WAIT,
             )
         return events
+
+    async def _pid_file_appears(self) -> bool:
+        """storm.py and storm.rb write the pid file just *after* the pid
+        reply: give it a moment before calling it missing (§2.3)."""
+        path = os.path.join(self.pid_dir, str(self.pid))
+        delay, waited = 0.001, 0.0
+        while not os.path.exists(path):
+            if waited >= _PID_FILE_WAIT:
+                return False
+            await trio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 0.1)
+        return True
 
     async def read_events(self) -> list[Message]:
         """Read one chunk and return every complete event in it (maybe none).
