@@ -485,7 +485,7 @@ class _Feeder(PythonSpoutTask):
         self.engine = engine
         self.queue: deque[tuple[tuple[int, int, int], str, list[Any]]] = deque()
 
-    def notify(self, kind: str, msg_id: Any) -> None:
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         lease = self.engine.lease
         if lease is not None:
             lease.notice(kind, msg_id)
@@ -553,15 +553,23 @@ class _DirectBolt(ShellBoltTask):
         self._out[stream] = plan
         return plan
 
-    def _fail_unsent(self, edges: Any) -> None:
+    def _fail_unsent(self, edges: Any, cause: str) -> None:
         self._tree_failed(edges)
+
+    def _stale(self, tok: Any) -> bool:
+        """A queued row whose attempt the lease no longer waits for (it
+        timed out or failed, and its retry is queued): not written."""
+        if type(tok) is not tuple:  # a tick's (TupleEdges)
+            return False
+        lease = self.engine.lease
+        return lease is None or not lease.is_current(tok)
 
     def _tree_failed(self, tok: Any) -> None:
         lease = self.engine.lease
         if lease is not None and type(tok) is tuple:  # not a tick's (TupleEdges)
             lease.notice("fail", tok)
 
-    def _on_session_lost(self) -> None:
+    def _on_session_lost(self, cause: str) -> None:
         """Fail what the dead process had in flight: the lease replays those rows."""
         if self.in_flight:
             toks = list(self.in_flight.values())
@@ -600,15 +608,12 @@ class _DirectBolt(ShellBoltTask):
     def _acked(self, tids: Any, lease: "_Lease | None") -> None:
         in_flight = self.in_flight
         toks = [in_flight.pop(tid) for tid in tids]
-        if self._expired:
-            self._expired.difference_update(tids)
         self.stats.acked += len(toks)
         if lease is not None:
             lease.acked(toks)
 
     def _fail_one(self, tid: str) -> None:
         tok = self.in_flight.pop(tid)
-        self._expired.discard(tid)
         self.stats.failed += 1
         self._tree_failed(tok)
 
@@ -1112,6 +1117,12 @@ class _Lease:
         c["acked"] += n
         c["tuples_out"] += out
         self.wake()
+
+    def is_current(self, msg_id: Any) -> bool:
+        """Whether the lease still waits for this attempt of its row."""
+        lid, seq, attempt = msg_id
+        row = self.rows.get(seq)
+        return lid == self.id and row is not None and row.attempt == attempt and not row.done
 
     def notice(self, kind: str, msg_id: Any) -> None:
         lid, seq, attempt = msg_id

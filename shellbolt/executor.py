@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import shutil
 import tempfile
@@ -54,13 +55,17 @@ from multilang.messages import (
 from .acker import Acker, TupleEdges
 from .grouping import Grouping, Router
 from .process import ShellProcess
+from .ratelog import RateLimitedLog
 from .topology import ANY_FIELDS, ComponentDef, PythonBolt, PythonSpout, Topology
 
-__all__ = ["Runtime", "RunResult", "ComponentStats"]
+__all__ = ["Runtime", "RunResult", "ComponentStats", "DeadLetter"]
 
 log = logging.getLogger("multilang.shellbolt")
 _PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _INBOX_CAPACITY = 1024
+#: the acker edges of every tick tuple: it belongs to no tree (§5.3), and
+#: anchoring to it adds no edge (Acker.anchor skips anchors without roots)
+_TICK_EDGES = TupleEdges()
 _new_tuple = tuple.__new__
 
 
@@ -96,13 +101,41 @@ class ComponentStats:
     failed: int = 0  # bolts: inputs failed (incl. by crashes); spouts: trees failed
     restarts: int = 0
     errors: int = 0  # `error` commands and emit errors
+    #: queued tuples dropped unsent because their tree had already failed,
+    #: timed out or completed (a replay is on its way; delivering the stale
+    #: copy would process the input twice)
+    expired: int = 0
+    dead_letters: int = 0  # spouts of the host: inputs given up on after multilang.max.replays
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
+class DeadLetter:
+    """An input a spout of the host gave up on after ``multilang.max.replays``
+    replays: what it was, which spout emitted it, and why its last try failed."""
+
+    component: str
+    task: int
+    msg_id: Any
+    input: list[Any]
+    cause: str
+    attempts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"component": self.component, "task": self.task, "input": self.input, "cause": self.cause,
+                "attempts": self.attempts}
+
+
+@dataclass
 class RunResult:
-    """What a run did. ``ok`` is False if a component gave up or trees were
-    still incomplete when the run ended."""
+    """What a run did.
+
+    ``ok`` is False if a component gave up or an input was given up on (a
+    dead letter). Trees still in flight when a run is stopped (``duration``,
+    a signal) are *abandoned at stop*: counted in ``pending``, neither acked
+    nor failed, and not a failure (spec §5.4). ``stopped_by`` says why the
+    run ended: ``"done"``, ``"duration"``, ``"max_tuples"``, ``"gave_up"``,
+    ``"signal"`` or ``"request"``."""
 
     stats: dict[str, ComponentStats]
     completed: int
@@ -111,10 +144,23 @@ class RunResult:
     pending: int
     gave_up: list[ComponentError]
     outputs: list[dict[str, Any]]
+    dead_letters: int = 0
+    #: the first dead letters (at most 10), for the summary
+    dead_letter_sample: list[DeadLetter] = field(default_factory=list)
+    #: shell spouts: (component, msg_id, times failed, last cause) of the ids
+    #: that failed most often, at most 5 per spout (Storm semantics: the
+    #: spout decides about replays; the host only names them)
+    repeated_failures: list[tuple[str, Any, int, str | None]] = field(default_factory=list)
+    stopped_by: str = "done"
 
     @property
     def ok(self) -> bool:
-        return not self.gave_up and self.pending == 0
+        return not self.gave_up and not self.dead_letters
+
+    @property
+    def abandoned(self) -> int:
+        """Trees in flight when the run stopped: neither acked nor failed."""
+        return self.pending
 
 
 class Delivery(NamedTuple):
@@ -191,7 +237,11 @@ class Task:
 
     @property
     def busy(self) -> bool:
-        return bool(self.inbox) or bool(self.in_flight)
+        """Work queued or in flight. A tick the bolt never acked does not
+        count: nothing waits for it (Storm's bolts ack ticks at will)."""
+        if self.inbox:
+            return True
+        return any(e is not _TICK_EDGES for e in self.in_flight.values())
 
     async def run(self) -> None:
         raise NotImplementedError
@@ -215,9 +265,13 @@ class ShellTask(Task):
         self.budget = int(c.get("multilang.restart.budget", 5))
         self.window = float(c.get("multilang.restart.window.secs", 60))
         self._blocked = False  # our reader waits on downstream space: not the child's fault
+        self._starts = 0  # process starts of this task: each gets a fresh pid directory (§2.1)
+        self._last_error: str | None = None  # the last `error` frame of the current process
 
     async def run(self) -> None:
-        restarts: deque[float] = deque()
+        # The budget is per component, as documented (§8.2): every task of
+        # the component counts its restarts in the same window.
+        restarts = self.runtime.restart_times(self.name)
         backoff = 0.1
         while True:
             started = trio.current_time()
@@ -230,7 +284,7 @@ class ShellTask(Task):
                     if err is not None:
                         return
                     raise
-            self._on_session_lost()
+            self._on_session_lost(f"{self.where()}'s process was lost: {_first_line(str(err))}")
             now = trio.current_time()
             if now - started > 10:
                 backoff = 0.1
@@ -238,21 +292,22 @@ class ShellTask(Task):
             while restarts and restarts[0] < now - self.window:
                 restarts.popleft()
             if len(restarts) > self.budget:
-                log.error("%s: giving up after %d restarts in %gs: %s", self.where(), len(restarts) - 1, self.window, err)
+                log.error("%s: giving up after %d restarts of component %r in %gs: %s", self.where(),
+                          len(restarts) - 1, self.name, self.window, err)
                 self.runtime.give_up(err)
                 return
             self.stats.restarts += 1
-            log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs): %s",
-                      self.where(), backoff, len(restarts), self.budget, self.window, err)
+            log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r): %s",
+                      self.where(), backoff, len(restarts), self.budget, self.window, self.name, err)
             await trio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    def _on_session_lost(self) -> None:
+    def _on_session_lost(self, cause: str) -> None:
         """Fail what the dead process had in flight, so spouts replay (§8.2)."""
         if self.in_flight:
             acker = self.runtime.acker
             for edges in self.in_flight.values():
-                acker.fail(edges)
+                acker.fail(edges, cause)
             self.stats.failed += len(self.in_flight)
             self.in_flight.clear()
             self.runtime.settle()
@@ -260,9 +315,15 @@ class ShellTask(Task):
     async def _session(self) -> None:
         rt = self.runtime
         argv, cwd, env = rt.topology.resolve_command(self.comp)
+        # §2.1: a fresh pid directory for every process start, inside the
+        # run's private (0700) directory.
+        self._starts += 1
+        pid_dir = os.path.join(rt.pid_dir, f"{self.task_id}-{self._starts}")
+        os.mkdir(pid_dir, 0o700)
+        self._last_error = None
         proc = ShellProcess(
             component=self.name, task=self.task_id, role=self.role, argv=argv, cwd=cwd, env=env,
-            pid_dir=rt.pid_dir, max_frame_size=int(self.conf.get("multilang.max.frame.bytes") or 64 << 20),
+            pid_dir=pid_dir, max_frame_size=int(self.conf.get("multilang.max.frame.bytes") or 64 << 20),
         )
         self.proc = proc
         try:
@@ -277,6 +338,7 @@ class ShellTask(Task):
         finally:
             await proc.aclose(self.kill_grace)
             self.proc = None
+            shutil.rmtree(pid_dir, ignore_errors=True)
 
     async def _stderr(self, proc: ShellProcess) -> None:
         while proc.proc is None:
@@ -302,12 +364,18 @@ class ShellTask(Task):
         """log / error / metrics / sync / unknown commands (§3.7)."""
         t = type(ev)
         if t is Log:
-            log.log(_PY_LEVEL.get(ev.level, logging.INFO), "[%s pid %s] %s", self.where(), proc.pid, ev.msg)
+            level = _PY_LEVEL.get(ev.level, logging.INFO)
+            if level >= logging.WARNING:  # a component's own errors, maybe one per tuple: rate-limited
+                self.runtime.errlog.log(self.where(), level, trio.current_time(), "[%s pid %s] %s",
+                                        self.where(), proc.pid, ev.msg)
+            else:
+                log.log(level, "[%s pid %s] %s", self.where(), proc.pid, ev.msg)
         elif t is Error:
             self.stats.errors += 1
             err = ComponentReportedError(ev.msg, component=self.name, task=self.task_id, pid=proc.pid)
             self.runtime.reported_errors.append(err)
-            log.error("%s", err)
+            self._last_error = ev.msg
+            self.runtime.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s", err)
         elif t is Metrics:
             self.stats.metrics[ev.name] = ev.params
         elif t is Sync:
@@ -351,28 +419,14 @@ class ShellBoltTask(ShellTask):
         self._urgent: list[bytes] = []
         # hold mode: input id -> emits waiting for it to be acked
         self._held: dict[str, list[_Held]] = {}
-        # §5.3: a tuple in flight past the message timeout stops counting
-        # toward max pending, so a bolt that never acks (storm.rb's example
-        # split bolt) slows down instead of stalling.
-        self._sent: deque[tuple[float, str]] = deque()
-        self._expired: set[str] = set()
-
-    def _room(self) -> int:
-        sent = self._sent
-        if sent:
-            limit = trio.current_time() - self.message_timeout
-            in_flight = self.in_flight
-            while sent and sent[0][0] <= limit:
-                tid = sent.popleft()[1]
-                if tid in in_flight:
-                    self._expired.add(tid)
-        return self.max_pending - (len(self.in_flight) - len(self._expired))
+        self._last_settled = 0.0  # when the process last acked or failed a tuple (or started)
+        self._warned_holding = False
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._urgent = []
         self._held = {}
-        self._sent.clear()
-        self._expired.clear()
+        self._last_settled = trio.current_time()
+        self._warned_holding = False
         nursery.start_soon(self._writer, proc)
         nursery.start_soon(self._heartbeats, proc)
         nursery.start_soon(self._watchdog, proc, lambda: proc.last_inbound)
@@ -385,51 +439,84 @@ class ShellBoltTask(ShellTask):
             await proc.wait_if_closed()
             self._urgent.append(proc.conn.send(Heartbeat(id=_new_tuple_id())))
             self.kick()
+            self._check_holding(proc)
+
+    def _check_holding(self, proc: ShellProcess) -> None:
+        """One clear warning for a bolt that keeps taking tuples and settles
+        none of them (storm-starter's splitsentence.rb never acks): its
+        trees time out and are replayed, and the host keeps every one of
+        those ids until the bolt acks or fails it (§5.3)."""
+        if self._warned_holding or len(self.in_flight) < self.max_pending:
+            return
+        quiet = trio.current_time() - self._last_settled
+        if quiet >= self.message_timeout:
+            self._warned_holding = True
+            log.warning("%s (pid %s) holds %d tuples and has acked or failed none for %.0fs; their trees time out "
+                        "after topology.message.timeout.secs (%gs) and are replayed. A bolt must ack or fail every "
+                        "tuple it gets (an unanchored emit does not ack its input).", self.where(), proc.pid,
+                        len(self.in_flight), quiet, self.message_timeout)
+
+    def _stale(self, edges: Any) -> bool:
+        """A queued tuple whose tree has already failed, timed out or
+        completed: writing it would process an input whose replay is on its
+        way (a duplicate). Overridden where a tuple's tree is not acker edges."""
+        return not self.runtime.acker.is_live(edges)
 
     async def _writer(self, proc: ShellProcess) -> None:
         conn = proc.conn
         inbox = self.inbox
         in_flight = self.in_flight
-        sent = self._sent
+        stale = self._stale
         while True:
-            while not self._urgent and not (inbox and self._room() > 0):
+            while not self._urgent and not inbox:
                 await self._work.park()
             await proc.wait_if_closed()
             # §5.3: task-id replies and heartbeats jump the tuple queue.
             parts, self._urgent = self._urgent, []
-            room = self._room()
+            # §5.3, Storm's meaning of topology.shellbolt.max.pending: it
+            # bounds the tuples taken from the queue and not yet written
+            # (ShellBolt's pendingWrites), not the tuples the process holds
+            # unacked. A bolt that acks late or in groups keeps getting
+            # tuples as fast as it reads them; the spouts' max pending and
+            # the input queue bound the rest.
+            room = self.max_pending
             batch: list[Tuple] = []
+            dropped = 0
             while inbox and len(batch) < room:
                 d = inbox.popleft()
+                if stale(d.edges):
+                    dropped += 1
+                    continue
                 tid = _new_tuple_id()
                 while tid in in_flight:
                     tid = _new_tuple_id()
                 # tuple.__new__: the fields in order, without the named tuple's keyword __new__
                 batch.append(_new_tuple(Tick if d.tick else Tuple, (tid, d.source, d.stream, d.source_task, d.values)))
                 in_flight[tid] = d.edges
+            if dropped:
+                self.stats.expired += dropped
+                self._space.unpark_all()
             if batch:
-                now = trio.current_time()
                 # One frame for the lot if the process accepted `batch` (§9.5).
                 for frame, tuples in conn.send_tuples(batch, self.max_frame):
                     if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
                         tid = tuples[0].id
-                        log.error("%s: a %d-byte tuple from %s exceeds multilang.max.frame.bytes (%d); failed",
-                                  self.where(), len(frame), tuples[0].component, self.max_frame)
+                        msg = (f"a {len(frame)}-byte tuple from {tuples[0].component} exceeds "
+                               f"multilang.max.frame.bytes ({self.max_frame})")
+                        log.error("%s: %s; failed", self.where(), msg)
                         conn.pending.discard(tid)
                         self.stats.failed += 1
-                        self._fail_unsent(in_flight.pop(tid))
+                        self._fail_unsent(in_flight.pop(tid), f"{self.where()}: {msg}")
                         continue
                     parts.append(frame)
-                    for u in tuples:
-                        sent.append((now, u.id))
                 self.stats.executed += len(batch)
                 self._space.unpark_all()
             if parts:
                 await proc.write(b"".join(parts))
 
-    def _fail_unsent(self, edges: TupleEdges) -> None:
+    def _fail_unsent(self, edges: TupleEdges, cause: str) -> None:
         """Fail the tree of a tuple that could not be sent (too large)."""
-        self.runtime.acker.fail(edges)
+        self.runtime.acker.fail(edges, cause)
         self.runtime.settle()
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
@@ -458,11 +545,9 @@ class ShellBoltTask(ShellTask):
                     for tid in ev.acks:
                         self._on_ack(tid, touched)
                 elif ev.acks:  # _on_ack without a call per ack
-                    in_flight, expired, ack = self.in_flight, self._expired, self.runtime.acker.ack
+                    in_flight, ack = self.in_flight, self.runtime.acker.ack
                     for tid in ev.acks:
                         ack(in_flight.pop(tid))
-                        if expired:
-                            expired.discard(tid)
                     self.stats.acked += len(ev.acks)
                 for tid in ev.fails:
                     self._on_fail(tid)
@@ -470,6 +555,7 @@ class ShellBoltTask(ShellTask):
             else:
                 self._common(ev, proc)
         if freed:
+            self._last_settled = trio.current_time()
             self.kick()
         await self._after_batch(touched)
 
@@ -493,7 +579,6 @@ class ShellBoltTask(ShellTask):
 
     def _on_ack(self, tid: str, touched: set[Task]) -> None:
         edges = self.in_flight.pop(tid)
-        self._expired.discard(tid)
         if self._held:
             self._release(tid, edges, touched)
         self.runtime.acker.ack(edges)
@@ -501,11 +586,20 @@ class ShellBoltTask(ShellTask):
 
     def _on_fail(self, tid: str) -> None:
         edges = self.in_flight.pop(tid)
-        self._expired.discard(tid)
         if self._held:
             self._drop(tid)
-        self.runtime.acker.fail(edges)
+        self.runtime.acker.fail(edges, self._fail_cause())
         self.stats.failed += 1
+
+    def _fail_cause(self) -> str:
+        """Why the process failed a tuple: its own word, the last `error` it
+        reported (a BasicBolt reports the exception, then fails), if any."""
+        pid = self.proc.pid if self.proc is not None else None
+        cause = f"failed by {self.where()} (pid {pid})"
+        if self._last_error is not None:
+            cause += f": {_brief(self._last_error)}"
+            self._last_error = None
+        return cause
 
     def _release(self, tid: str, edges: TupleEdges, touched: set[Task]) -> None:
         """Hold mode: the input was acked, so the emits anchored to it go out
@@ -548,10 +642,33 @@ class ShellSpoutTask(ShellTask):
         self._command_since: float | None = None
         self._empty_nexts = 0
         self._deactivated = False
+        #: msg id -> [times failed, last cause]: the spout decides about
+        #: replays (Storm semantics); the host only names the ids that keep
+        #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
+        self.fail_counts: dict[Any, list[Any]] = {}
 
-    def notify(self, kind: str, msg_id: Any) -> None:
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id))
         self.kick()
+        if len(self.notices) == _OWED_WARNING:
+            # Acks and fails reach a spout only between its commands (§4):
+            # the one queue the host cannot bound is the one owed to a spout
+            # that emits without returning from `next`.
+            log.warning("%s owes %d acks/fails to a spout that has not returned from its current command; they are "
+                        "queued (about 100 bytes each) until it does. Keep each `next` short, as Storm requires.",
+                        self.where(), _OWED_WARNING)
+        counts = self.fail_counts
+        if kind == "fail" or counts:
+            key = _id_key(msg_id)
+            if kind == "fail":
+                entry = counts.get(key)
+                if entry is not None:
+                    entry[0] += 1
+                    entry[1] = cause
+                elif len(counts) < _MAX_FAIL_IDS:
+                    counts[key] = [1, cause, msg_id]
+            else:
+                counts.pop(key, None)
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._sync = None
@@ -647,13 +764,18 @@ class PythonBoltTask(Task):
                 await self._work.park()
             touched: set[Task] = set()
             batch = 0
+            acker = rt.acker
             while inbox and batch < 256:
                 d = inbox.popleft()
                 batch += 1
-                self.stats.executed += 1
                 if d.tick:
-                    rt.acker.ack(d.edges)
+                    self.stats.executed += 1
+                    acker.ack(d.edges)
                     continue
+                if not acker.is_live(d.edges):  # its tree failed or timed out: a replay is on its way
+                    self.stats.expired += 1
+                    continue
+                self.stats.executed += 1
                 try:
                     outputs = list(impl.fn(d.values) or ())
                     for values in outputs:
@@ -661,8 +783,10 @@ class PythonBoltTask(Task):
                 except Exception as exc:
                     self.stats.failed += 1
                     self.stats.errors += 1
-                    log.error("%s: %s on %r: %s", self.where(), type(exc).__name__, d.values, exc)
-                    rt.acker.fail(d.edges)
+                    cause = f"{self.where()}: {type(exc).__name__}: {exc}"
+                    rt.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s: %s on %r: %s",
+                                  self.where(), type(exc).__name__, d.values, exc)
+                    acker.fail(d.edges, cause)
                 else:
                     self.stats.acked += 1
                     rt.acker.ack(d.edges)
@@ -678,7 +802,7 @@ class PythonSpoutTask(Task):
 
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
-        self.notices: deque[tuple[str, Any]] = deque()
+        self.notices: deque[tuple[str, Any, str | None]] = deque()
         self.pending_roots = 0
         self.idle = False
         impl = comp.impl
@@ -689,9 +813,13 @@ class PythonSpoutTask(Task):
         self._replay: deque[int] = deque()
         self._seq = 0
         self._exhausted = False
+        #: msg id -> times failed so far; an input failed more than
+        #: multilang.max.replays times is a dead letter, not replayed again
+        self._fails: dict[int, int] = {}
+        self.max_replays = int(self.conf.get("multilang.max.replays", 3))
 
-    def notify(self, kind: str, msg_id: Any) -> None:
-        self.notices.append((kind, msg_id))
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        self.notices.append((kind, msg_id, cause))
         self.kick()
 
     def resume(self) -> None:
@@ -704,11 +832,18 @@ class PythonSpoutTask(Task):
         rt = self.runtime
         while True:
             while self.notices:
-                kind, msg_id = self.notices.popleft()
+                kind, msg_id, cause = self.notices.popleft()
                 if kind == "ack":
                     self._values.pop(msg_id, None)
+                    self._fails.pop(msg_id, None)
                 elif msg_id in self._values:
-                    self._replay.append(msg_id)
+                    fails = self._fails.get(msg_id, 0) + 1
+                    if fails > self.max_replays:
+                        self._fails.pop(msg_id, None)
+                        rt.dead_letter(self, msg_id, self._values.pop(msg_id), cause, fails)
+                    else:
+                        self._fails[msg_id] = fails
+                        self._replay.append(msg_id)
             if rt.spouts_stopped or not rt.may_emit(self) or (self._exhausted and not self._replay):
                 self.idle = self._exhausted and not self._replay and self.pending_roots == 0
                 await self._work.park()
@@ -769,7 +904,8 @@ class Runtime:
         self.router = Router()
         self.tasks: dict[int, Task] = {}
         self.gave_up: list[ComponentError] = []
-        self.reported_errors: list[ComponentReportedError] = []
+        #: the latest `error` commands (at most 100: a bolt may report one per tuple)
+        self.reported_errors: deque[ComponentReportedError] = deque(maxlen=100)
         self.spouts_stopped = False
         self.stopping = False
         self.emitted_by_spouts = 0  # tuples emitted by spouts, any stream (what max_tuples counts)
@@ -777,6 +913,15 @@ class Runtime:
         self.pid_dir = ""
         self._stop: trio.Event | None = None  # made by run(), inside trio
         self._stop_requested = False
+        self._stopped_by: str | None = None
+        #: errors that may repeat per tuple: logged once per kind per 10 s, with a count
+        self.errlog = RateLimitedLog(log)
+        self._last_emit_error: str | None = None
+        self._restart_times: dict[str, deque[float]] = {}
+        #: receives each DeadLetter (``multilang run --dead-letter FILE``)
+        self.on_dead_letter: Callable[[DeadLetter], None] | None = None
+        self.dead_letters = 0
+        self._dead_letter_sample: list[DeadLetter] = []
         self._build()
 
     def _build(self) -> None:
@@ -850,11 +995,12 @@ class Runtime:
         if targets is None and not invalid:
             targets = self.targets(src, emit)
         if targets is None:  # invalid emit: already reported; fail what it belonged to
+            cause = self._last_emit_error
             if anchors:
                 for a in anchors:
-                    self.acker.fail(TupleEdges(dict(a.ids)))
+                    self.acker.fail(TupleEdges(dict(a.ids)), cause)
             elif emit.id is not None and isinstance(src, (ShellSpoutTask, PythonSpoutTask)):
-                src.notify("fail", emit.id)
+                src.notify("fail", emit.id, cause)
             return []
         self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
         return targets
@@ -955,7 +1101,10 @@ class Runtime:
     def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
         src.stats.errors += 1
         pid = getattr(getattr(src, "proc", None), "pid", None)
-        log.error("%s (pid %s): %s; the tuple %r is dropped and its tree failed", src.where(), pid, msg, emit.values)
+        self._last_emit_error = f"{src.where()} (pid {pid}): {msg}"
+        self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
+                        "%s (pid %s): %s; the tuple %r is dropped and its tree failed", src.where(), pid, msg,
+                        _brief(repr(emit.values)))
         return None
 
     def _output(self, component: str, stream: str, values: list[Any]) -> None:
@@ -979,7 +1128,7 @@ class Runtime:
 
     def settle(self) -> None:
         """Tell spouts about trees that completed or failed."""
-        acked, failed = self.acker.drain()
+        acked, failed, causes = self.acker.drain_with_causes()
         if not acked and not failed:
             return
         tasks = self.tasks
@@ -988,11 +1137,11 @@ class Runtime:
             t.pending_roots -= 1  # type: ignore[attr-defined]
             t.stats.acked += 1
             t.notify("ack", msg_id)  # type: ignore[attr-defined]
-        for task_id, msg_id in failed:
+        for (task_id, msg_id), cause in zip(failed, causes):
             t = tasks[task_id]
             t.pending_roots -= 1  # type: ignore[attr-defined]
             t.stats.failed += 1
-            t.notify("fail", msg_id)  # type: ignore[attr-defined]
+            t.notify("fail", msg_id, cause)  # type: ignore[attr-defined]
 
     def may_emit(self, spout: Task) -> bool:
         if self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
@@ -1000,12 +1149,34 @@ class Runtime:
         msp = self.max_spout_pending
         return msp is None or spout.pending_roots < msp  # type: ignore[attr-defined]
 
+    def restart_times(self, component: str) -> deque[float]:
+        """The recent restart times of a component, shared by its tasks."""
+        return self._restart_times.setdefault(component, deque())
+
+    def dead_letter(self, spout: Task, msg_id: Any, values: list[Any], cause: str | None, attempts: int) -> None:
+        """A spout of the host gives up on an input after multilang.max.replays."""
+        letter = DeadLetter(spout.name, spout.task_id, msg_id, values, cause or "failed (cause unknown)", attempts)
+        self.dead_letters += 1
+        spout.stats.dead_letters += 1
+        if len(self._dead_letter_sample) < 10:
+            self._dead_letter_sample.append(letter)
+        self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
+                        "%s: gave up on input %s after %d attempts (multilang.max.replays=%d); last cause: %s",
+                        spout.where(), _brief(repr(values)), attempts, attempts - 1, letter.cause)
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(letter)
+
     def give_up(self, err: ComponentError) -> None:
         self.gave_up.append(err)
-        self.request_stop()
+        self.request_stop("gave_up")
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str = "request") -> None:
+        """Stop the run: spouts are deactivated and in-flight trees get up to
+        ``multilang.shutdown.grace.secs`` to finish (§5.4); then it returns
+        its result. A signal handler calls this with ``reason="signal"``."""
         self._stop_requested = True
+        if self._stopped_by is None:
+            self._stopped_by = reason
         if self._stop is not None:
             self._stop.set()
 
@@ -1029,7 +1200,10 @@ class Runtime:
     ) -> RunResult:
         """Run until ``duration`` passes, ``max_tuples`` spout tuples are
         emitted and their trees finish, every spout is exhausted
-        (``until_done``), a component gives up, or the caller cancels."""
+        (``until_done``), a component gives up, :meth:`request_stop` is
+        called, or the caller cancels. Every way but cancellation drains the
+        trees in flight for up to the shutdown grace (§5.4) and returns the
+        result; what is still in flight then is abandoned at stop."""
         self._stop = trio.Event()
         if self._stop_requested:
             self._stop.set()
@@ -1046,13 +1220,17 @@ class Runtime:
                         nursery.start_soon(self._ticks, comp, float(freq))
                 if progress is not None:
                     nursery.start_soon(self._progress, progress, progress_interval)
-                with trio.move_on_after(math.inf if duration is None else duration):
+                with trio.move_on_after(math.inf if duration is None else duration) as timer:
                     await self._wait_for_stop(until_done or max_tuples is not None)
+                if self._stopped_by is None:
+                    self._stopped_by = ("duration" if timer.cancelled_caught else
+                                        "max_tuples" if max_tuples is not None else "done")
                 await self._drain()
                 self.stopping = True
                 nursery.cancel_scope.cancel()
         finally:
             self.stopping = True
+            self.errlog.flush(trio.current_time())
             shutil.rmtree(self.pid_dir, ignore_errors=True)
         return self.result()
 
@@ -1071,7 +1249,9 @@ class Runtime:
                 await self._stop.wait()
 
     async def _drain(self) -> None:
-        """Deactivate spouts and let in-flight trees finish, up to the grace (§5.4)."""
+        """Deactivate spouts, let in-flight trees finish and hand the spouts
+        the acks and fails owed to them, within the shutdown grace (§5.4).
+        A component that gave up cuts this short; nothing else does."""
         self.spouts_stopped = True
         for t in self.tasks.values():
             t.kick()
@@ -1079,7 +1259,10 @@ class Runtime:
         with trio.move_on_after(grace):
             while self.acker.pending and not self.gave_up:
                 await trio.sleep(0.02)
-            # let deactivate commands and final acks be delivered
+        # The acks and fails owed to spouts, also after the grace ran out: a
+        # spout told "ack" commits its position; one left untold replays.
+        self.settle()
+        with trio.move_on_after(max(grace, 1.0)):
             while any(getattr(t, "notices", None) for t in self.tasks.values()) and not self.gave_up:
                 await trio.sleep(0.02)
 
@@ -1088,16 +1271,13 @@ class Runtime:
             await trio.sleep(1.0)
             if self.acker.expire(trio.current_time()):
                 self.settle()
-            for t in self.tasks.values():
-                if t.inbox:
-                    t.kick()  # expired in-flight tuples may have freed room (§5.3)
 
     async def _ticks(self, comp: ComponentDef, freq: float) -> None:
         while True:
             await trio.sleep(freq)
             for task_id in comp.tasks:
                 self.tasks[task_id].deliver(Delivery([int(freq) if freq == int(freq) else freq], SYSTEM_COMPONENT,
-                                                     TICK_STREAM, SYSTEM_TASK, TupleEdges(), tick=True))
+                                                     TICK_STREAM, SYSTEM_TASK, _TICK_EDGES, tick=True))
 
     async def _progress(self, report: Callable[["Runtime"], None], interval: float) -> None:
         while True:
@@ -1108,6 +1288,12 @@ class Runtime:
         outputs = list(self.outputs_by_key.values())
         if self._key_index is not None:
             outputs.sort(key=lambda r: [_sort_key(r[k]) for k in self.topology.output.key or []])
+        repeated: list[tuple[str, Any, int, str | None]] = []
+        for t in self.tasks.values():
+            counts = getattr(t, "fail_counts", None)
+            if counts:
+                worst = sorted(counts.values(), key=lambda e: -e[0])[:5]
+                repeated.extend((t.name, e[2], e[0], e[1]) for e in worst if e[0] > 1)
         return RunResult(
             stats=self.stats,
             completed=self.acker.stats["completed"],
@@ -1116,7 +1302,32 @@ class Runtime:
             pending=self.acker.pending,
             gave_up=list(self.gave_up),
             outputs=outputs,
+            dead_letters=self.dead_letters,
+            dead_letter_sample=list(self._dead_letter_sample),
+            repeated_failures=repeated,
+            stopped_by=self._stopped_by or "request",
         )
+
+
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
+def _brief(text: str, limit: int = 300) -> str:
+    """One line for a log or a dead letter: a traceback's first and last lines."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return text.strip()
+    out = lines[0] if len(lines) <= 1 else f"{lines[0]} ... {lines[-1].strip()}"
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
+_MAX_FAIL_IDS = 10_000
+_OWED_WARNING = 100_000
+
+
+def _id_key(msg_id: Any) -> Any:
+    return _hashable(msg_id)
 
 
 def _hashable(v: Any) -> Any:

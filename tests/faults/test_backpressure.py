@@ -2,10 +2,11 @@
 
 Memory must stay bounded while the spout could produce far faster than the
 bolt consumes: ``topology.max.spout.pending`` bounds the trees in flight per
-spout task, ``topology.shellbolt.max.pending`` the tuples written to a bolt
-process and not yet acked, and the per-task input queue (backpressure: no
-``next`` while a consumer's queue is full) bounds the rest when max spout
-pending is unset. Nothing may time out needlessly.
+spout task, and the per-task input queue (backpressure: no ``next`` while a
+consumer's queue is full) plus what the pipe to the bolt buffers bound the
+rest when max spout pending is unset. ``topology.shellbolt.max.pending``
+bounds only the tuples taken from the queue and not yet written, as in
+Storm (tests/faults/test_late_ack.py). Nothing may time out needlessly.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def test_max_spout_pending_and_shellbolt_max_pending_bound_a_slow_bolt():
     # PER_NEXT tuples: the bound can be passed by one next's worth.
     assert max(s["pending"]) <= msp + PER_NEXT - 1, max(s["pending"])
     assert max(s["pending"]) >= msp * 0.9, "the spout did run ahead of the bolt up to the bound"
-    assert max(s["in_flight"]) <= mp, max(s["in_flight"])
+    assert max(s["in_flight"]) <= msp + PER_NEXT, max(s["in_flight"])
     assert max(s["inbox"]) <= msp + PER_NEXT
     assert res.timed_out == 0 and res.failed == 0, "nothing timed out or failed needlessly"
     assert_nothing_lost(run, n, "bolt", Counter(range(n)))
@@ -66,8 +67,10 @@ def test_without_max_spout_pending_the_input_queue_backpressures_the_spout():
     assert res.ok, res
     capacity = run.runtime.tasks[task_ids(run.runtime, "bolt")[0]].capacity
     assert max(s["inbox"]) <= capacity + PER_NEXT, (max(s["inbox"]), capacity)
-    assert max(s["in_flight"]) <= mp
-    assert max(s["pending"]) <= capacity + mp + 2 * PER_NEXT, max(s["pending"])
+    # Written and not yet acked: what the 64 KiB pipe and the bolt's read
+    # buffer hold, a bound that does not grow with n (2,500 here).
+    assert max(s["in_flight"]) <= 2000, max(s["in_flight"])
+    assert max(s["pending"]) <= capacity + max(s["in_flight"]) + 2 * PER_NEXT, max(s["pending"])
     assert max(s["inbox"]) >= capacity * 0.5, "the queue did fill: the spout was held back, not slow"
     assert res.timed_out == 0 and res.failed == 0
     assert_nothing_lost(run, n, "bolt", Counter(range(n)))

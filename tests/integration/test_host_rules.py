@@ -36,10 +36,10 @@ def test_unknown_bolt_command_is_ignored_and_logged(caplog):
     assert any("unknown command 'shrug'" in r.getMessage() and "b:" in r.getMessage() for r in caplog.records)
 
 
-def test_in_flight_tuples_past_the_message_timeout_stop_counting_toward_max_pending():
-    """§5.3: with max pending 2, a bolt that never acks still gets new tuples
-    once the first ones time out (instead of stalling for good, as it would
-    if unacked tuples counted forever)."""
+def test_a_bolt_that_never_acks_still_gets_tuples_beyond_max_pending():
+    """§5.3: topology.shellbolt.max.pending bounds the tuples not yet written
+    (Storm's pendingWrites), not the unacked ones: with max pending 2, a bolt
+    that never acks still gets every tuple (its trees time out)."""
     conf = {"topology.shellbolt.max.pending": 2, "topology.message.timeout.secs": 1}
     out, result = _run("neverack", list(range(6)), conf, duration=6)
     seen = {r["a"] for r in out}
