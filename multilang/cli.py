@@ -3,12 +3,14 @@
 Exit codes of ``multilang run`` and ``multilang pipe``:
 
 ====  =========================================================
-0     the run finished and every tuple tree completed
-1     tuples failed for good (trees incomplete at the end) or a
-      component gave up after its restart budget
-2     usage error or invalid topology
-130   interrupted (Ctrl-C / SIGINT)
-143   terminated (SIGTERM)
+0     the run finished; no input was given up on (trees still in
+      flight at a timed stop are "abandoned at stop", not failures)
+1     an input failed for good (a dead letter after
+      multilang.max.replays) or a component gave up after its
+      restart budget
+2     usage error or invalid topology (nothing was started)
+130   interrupted (Ctrl-C / SIGINT): summary and partial output printed
+143   terminated (SIGTERM): summary and partial output printed
 ====  =========================================================
 
 Human output (progress, summary, logs) goes to stderr; data to stdout.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import sys
 import time
@@ -52,6 +55,12 @@ def _parse_conf(pairs: tuple[str, ...]) -> dict[str, Any]:
     return conf
 
 
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper()),
@@ -81,14 +90,53 @@ class _Progress:
         click.echo("[progress] " + " | ".join(parts), err=True)
 
 
-def _summary(result: Any, elapsed: float) -> None:
-    click.echo(f"[summary] {elapsed:.1f}s; trees completed {result.completed}, failed {result.failed} "
-               f"(timed out {result.timed_out}), incomplete {result.pending}", err=True)
+def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
+    line = (f"[summary] {elapsed:.1f}s; trees completed {result.completed}, failed {result.failed} "
+            f"(timed out {result.timed_out})")
+    if result.pending:
+        line += f", abandoned at stop {result.pending}"
+    click.echo(line, err=True)
     for name, s in result.stats.items():
+        extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
+                                                            ("dead letters", s.dead_letters)) if n)
         click.echo(f"[summary]   {name}: emitted {s.emitted}, executed {s.executed}, acked {s.acked}, "
-                   f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}", err=True)
+                   f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
+    if result.dead_letters:
+        where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"
+        click.echo(f"[summary] {result.dead_letters} input(s) failed for good after multilang.max.replays "
+                   f"and were given up on{where}:", err=True)
+        for d in result.dead_letter_sample:
+            click.echo(f"[summary]   {d.component}: {_clip(orjson.dumps(d.input).decode())} "
+                       f"({d.attempts} attempts): {d.cause}", err=True)
+        if result.dead_letters > len(result.dead_letter_sample):
+            click.echo(f"[summary]   ... and {result.dead_letters - len(result.dead_letter_sample)} more", err=True)
+    for name, msg_id, times, cause in result.repeated_failures:
+        click.echo(f"[summary] spout {name!r} saw message id {_clip(repr(msg_id))} fail {times} times"
+                   + (f"; last cause: {cause}" if cause else ""), err=True)
     for err in result.gave_up:
         click.echo(f"[summary] gave up: {err}", err=True)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _dead_letter_writer(path: str | None) -> tuple[Any, Any]:
+    """(on_dead_letter callback, file) for --dead-letter: JSON lines with the
+    input, the cause, the component and the attempts, flushed per letter."""
+    if path is None:
+        return None, None
+    try:
+        f = open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        click.echo(f"error: --dead-letter {path}: {exc.strerror}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+
+    def write(letter: Any) -> None:
+        f.write(orjson.dumps(letter.to_json()).decode() + "\n")
+        f.flush()
+
+    return write, f
 
 
 def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
@@ -98,21 +146,34 @@ def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
-def _run_trio(fn: Any) -> Any:
-    """Run ``fn`` under trio. SIGINT (Ctrl-C) and SIGTERM cancel it, which
-    stops and reaps every component; then KeyboardInterrupt (exit 130) or
-    exit 143. Both are received as signals rather than left to trio's
-    KeyboardInterrupt delivery, which could be lost while the run idled."""
+def _run_trio(fn: Any, runtime: Any = None) -> Any:
+    """Run ``fn`` under trio and return ``(result, signal number or None)``.
+
+    The first SIGINT (Ctrl-C) or SIGTERM asks ``runtime`` to stop: spouts
+    are deactivated, the trees in flight get the shutdown grace, and the run
+    returns its result, so the caller can print the summary and the output
+    gathered so far. A second signal (or the first, without a runtime)
+    cancels at once, which still stops and reaps every component; then
+    KeyboardInterrupt or exit 143. Signals are received here rather than
+    left to trio's KeyboardInterrupt delivery, which could be lost while
+    the run idled."""
     import trio
 
     terminated = interrupted = False
+    first: int | None = None
 
     async def wrapper() -> Any:
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
+                nonlocal terminated, interrupted, first
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async for signum in signals:
-                        nonlocal terminated, interrupted
+                        if runtime is not None and first is None:
+                            first = signum
+                            click.echo(f"{signal.Signals(signum).name}: stopping (the summary and the output so "
+                                       "far follow; signal again to stop at once)", err=True)
+                            runtime.request_stop("signal")
+                            continue
                         if signum == signal.SIGINT:
                             interrupted = True
                         else:
@@ -139,15 +200,22 @@ def _run_trio(fn: Any) -> Any:
         raise KeyboardInterrupt
     if terminated:
         raise SystemExit(EXIT_SIGTERM)
-    return result
+    return result, first
+
+
+def _exit_code(result: Any, signum: int | None) -> int:
+    if signum is not None:
+        return EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 @main.command()
 @click.argument("topology_file", type=click.Path(dir_okay=False))
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="local: the embedded trio runtime. spark: compile onto Spark.")
-@click.option("--duration", type=float, help="Stop after this many seconds.")
-@click.option("--max-tuples", type=int, help="Stop after the spouts emitted this many tuples (and their trees finished).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, v: _finite(v),
+              help="Stop after this many seconds.")
+@click.option("--max-tuples", type=click.IntRange(min=1), help="Stop after the spouts emitted this many tuples (and their trees finished).")
 @click.option("--until-done/--no-until-done", default=None,
               help="Stop when every spout is exhausted and all trees finished (the default without --duration).")
 @click.option("--output", "-o", type=click.File("w"), default="-", show_default=True,
@@ -155,14 +223,16 @@ def _run_trio(fn: Any) -> Any:
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE", help="Conf override (VALUE parsed as JSON if it can be).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Live progress on stderr.")
+@click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write inputs given up on (after multilang.max.replays) here, as JSON lines.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL (--engine spark).")
 @click.option("--filter", "filter_file", type=click.Path(dir_okay=False), metavar="PROPERTIES_FILE",
               help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
 @click.option("--env-filter", "-e", is_flag=True,
               help="Flux YAML: substitute ${ENV-NAME} with environment variables (like flux -e).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
-        output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, master: str,
-        filter_file: str | None, env_filter: bool) -> None:
+        output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
+        master: str, filter_file: str | None, env_filter: bool) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
@@ -198,23 +268,31 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
+    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
     start = time.monotonic()
     try:
-        result = _run_trio(lambda: runtime.run(
+        result, signum = _run_trio(lambda: runtime.run(
             duration=duration, max_tuples=max_tuples, until_done=until_done,
             progress=_Progress() if progress else None,
-        ))
+        ), runtime)
     except KeyboardInterrupt:
         click.echo("interrupted; all component processes were stopped", err=True)
         raise SystemExit(EXIT_SIGINT) from None
     except (TopologyError, MultilangError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+    finally:
+        if dead_file is not None:
+            dead_file.close()
     for record in result.outputs:
         emit(record)
     output.flush()
-    _summary(result, time.monotonic() - start)
-    raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)
+    _summary(result, time.monotonic() - start, dead_letter)
+    if signum is not None:
+        view = "the last tuple per key so far" if topology.output.key else "what the run emitted before it stopped"
+        click.echo(f"[summary] interrupted by {signal.Signals(signum).name}: the output is partial ({view}); "
+                   "all component processes were stopped", err=True)
+    raise SystemExit(_exit_code(result, signum))
 
 
 @main.command()
@@ -223,9 +301,11 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
 @click.option("--json-input", is_flag=True, help="Each input line is a JSON list of values instead of one string.")
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
+@click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write input lines given up on (after multilang.max.replays) here, as JSON lines.")
 @click.argument("command", nargs=-1, required=True)
 def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[str, ...], log_level: str,
-         command: tuple[str, ...]) -> None:
+         dead_letter: str | None, command: tuple[str, ...]) -> None:
     """Pipe stdin through one bolt: each line becomes a tuple, each emit a JSON line.
 
     Like Spark's RDD.pipe, but with a multilang bolt: multilang pipe -- ruby split_bolt.rb
@@ -237,10 +317,14 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     in_fields = [f for f in fields.split(",") if f]
 
     def lines() -> Any:
-        for line in sys.stdin:
+        for number, line in enumerate(sys.stdin, 1):
             line = line.rstrip("\n")
             if json_input:
-                values = json.loads(line)
+                try:
+                    values = json.loads(line)
+                except ValueError as exc:
+                    raise TopologyError(f"stdin line {number}: --json-input expects one JSON value per line: "
+                                        f"{exc}") from None
                 yield values if isinstance(values, list) else [values]
             else:
                 yield [line] + [None] * (len(in_fields) - 1)
@@ -265,17 +349,23 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
+    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
+    start = time.monotonic()
     try:
-        result = _run_trio(lambda: runtime.run(until_done=True))
+        result, signum = _run_trio(lambda: runtime.run(until_done=True), runtime)
     except KeyboardInterrupt:
         raise SystemExit(EXIT_SIGINT) from None
     except MultilangError as exc:
         click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_FAILED) from None
+        raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+    finally:
+        if dead_file is not None:
+            dead_file.close()
     sys.stdout.flush()
-    if not result.ok:
-        _summary(result, 0)
-    raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)
+    code = _exit_code(result, signum)
+    if code != EXIT_OK:
+        _summary(result, time.monotonic() - start, dead_letter)
+    raise SystemExit(code)
 
 from .conform import conform_command
 main.add_command(conform_command, "conform")

@@ -286,3 +286,30 @@ def test_pipe_output_fields_and_empty_input():
     p = multilang("pipe", "--", "python", "examples/python/split_bolt.py", input="", timeout=30)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout == ""
+
+
+@needs_ruby_node
+def test_sigterm_prints_the_keyed_output_so_far_marked_partial_and_the_summary():
+    # Issue 18: a signal used to lose everything the run had gathered.
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "--duration", "60"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        # The progress line says when every sentence's tree has completed
+        # (the run then idles until --duration): signal then.
+        for line in proc.stderr:
+            seen.append(line)
+            if "sentences: emitted 1080 " in line and "acked 1080 " in line.split("sentences:")[1]:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen) + err
+    assert proc.returncode == 143, err[-3000:]
+    counts = {r["word"]: r["count"] for r in map(json.loads, out.splitlines())}
+    assert counts.get("alice") == 360, "the keyed view gathered so far was printed"
+    assert "[summary]" in err
+    assert "interrupted by SIGTERM: the output is partial (the last tuple per key so far)" in err
