@@ -51,6 +51,9 @@ and share plain Python objects without locks. The rules:
   tuple queued or in flight), the session asks the runtime to stop; the run
   returns and ``async for`` ends. If a component gave up (restart budget
   spent) the iteration raises its ``ComponentError`` after the last output.
+  An input that fails every time is replayed ``multilang.max.replays`` times
+  (3), then given up on: logged, and counted in ``result.dead_letters``
+  (the first ten in ``result.dead_letter_sample``, with their causes).
 * **Cleanup**: leaving the ``async with`` normally stops the run gracefully
   (spouts deactivated, in-flight trees drained up to
   ``multilang.shutdown.grace.secs``, stdin closed, processes reaped).

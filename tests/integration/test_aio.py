@@ -203,3 +203,18 @@ async def test_send_rejects_a_bare_string():
     async with open_bolt(RUBY_SPLIT, fields=["word"]) as bolt:
         with pytest.raises(TypeError, match="list of values"):
             await bolt.send("not a list")
+
+
+async def test_a_poison_input_is_given_up_on_and_counted_not_replayed_for_ever():
+    # Issue 18: the asyncio feed is one of the host's own spouts.
+    poison = ["python", str(ROOT / "tests" / "faults" / "components" / "poison_bolt.py"), "raise"]
+    async with open_bolt(poison, fields=["out"], conf={"multilang.max.replays": 1}) as bolt:
+        for line in ["a", "poison", "b"]:
+            await bolt.send([line])
+        bolt.close_input()
+        got = sorted([v async for v in bolt])
+    assert got == [["A"], ["B"]]
+    res = bolt.result
+    assert not res.ok and res.dead_letters == 1
+    (letter,) = res.dead_letter_sample
+    assert letter.input == ["poison"] and letter.attempts == 2 and "ValueError" in letter.cause
