@@ -17,7 +17,10 @@ in short:
   ``setNamedStream``. Any other class whose ``constructorArgs`` are exactly
   ``[[command...], [fields...]]`` is taken to be a ``ShellSpout``/``ShellBolt``
   subclass with that constructor (Storm's own ``ShellSpout``/``ShellBolt``
-  included) and runs as a shell component.
+  included) and runs as a shell component, unless its name is one edit away
+  from a class listed here (or is such a class's name without its package):
+  that is a typo (Storm would not find the class), a ``TopologyError`` with
+  "did you mean".
 * **Built-in Java classes** that Storm's examples wire next to shell
   components run in-process with the same fields: ``LogInfoBolt`` (logs each
   tuple at INFO, no output), ``TestWordSpout`` (random words from Storm's
@@ -71,7 +74,7 @@ import yaml
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 
-from .conf import SCHEMA, check_value, did_you_mean, unknown_key_message
+from .conf import SCHEMA, check_value, did_you_mean, suggest, unknown_key_message
 from .topology import (
     OutputSpec,
     PythonBolt,
@@ -410,13 +413,19 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
                                 f"no JVM. Remove it, and give shell components their settings with "
                                 f"configMethods addComponentConfig or the component's config")
     conf = dict(_mapping(doc.get("config"), str(path), "config (a mapping of topology conf keys)"))
+    # -c overrides are not in the file: a bad value is reported as theirs.
+    for key, value in overrides.items():
+        cause = check_value(key, value) if isinstance(key, str) else None
+        if cause is not None:
+            raise TopologyError(f"{path}: conf overrides: {cause}")
     conf.update(overrides)
     # The keys this loader reads itself are checked before it uses them (the
     # rest by Topology.validate()).
     _check_flux_conf(conf, str(path))
     topo_name = doc.get("name")
-    if topo_name is not None and _ident(topo_name) is None:
-        raise TopologyError(f"{path}: name must be a string, got {topo_name!r}")
+    # As in TOML: a number is not a name (quote it: name: "5").
+    if topo_name is not None and (not isinstance(topo_name, str) or not topo_name):
+        raise TopologyError(f"{path}: name must be a non-empty string, got {topo_name!r}")
 
     builder = TopologyBuilder()
     kinds: dict[str, str] = {}
@@ -429,7 +438,8 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
         for d in defs:
             name, impl, parallelism, comp_conf = _vertex(d, kind, path, conf)
             if name in kinds:
-                raise TopologyError(f"{path}: id {name!r} is defined twice")
+                raise TopologyError(f"{path}: id {name!r} is defined twice: as a {kinds[name]} and as a {kind}; "
+                                    f"ids must be unique across spouts and bolts")
             kinds[name] = kind
             impls[name] = impl
             setter = builder.set_spout if kind == "spout" else builder.set_bolt
@@ -443,7 +453,7 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
         subscribed.add(_stream(s, i, path, kinds, declarers))
 
     output = _output(conf, path, builder, impls, subscribed)
-    return builder.create_topology(conf, name=_ident(topo_name) or path.stem, output=output,
+    return builder.create_topology(conf, name=topo_name or path.stem, output=output,
                                    resource_dir=_resource_dir(path, conf), source=str(path))
 
 
@@ -500,14 +510,16 @@ def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str
         if type(num_tasks) is not int or num_tasks < 1:
             raise TopologyError(f"{where}: numTasks must be a positive integer, got {num_tasks!r}")
         parallelism = num_tasks
-    if isinstance(parallelism, str) and parallelism.strip().isdigit():  # e.g. "${par}" quoted
-        parallelism = int(parallelism)
+    # Types are checked, never coerced (as in TOML): "2" is a string; write
+    # parallelism: 2, or ${par} unquoted (substitution happens before parsing).
     if type(parallelism) is not int or parallelism < 1:
-        raise TopologyError(f"{where}: parallelism must be a positive integer, got {parallelism!r}")
+        hint = " (a string: drop the quotes)" if isinstance(parallelism, str) else ""
+        raise TopologyError(f"{where}: parallelism must be a positive integer, got {parallelism!r}{hint}")
     methods = d.get("configMethods") or []
     if not isinstance(methods, list):
         raise TopologyError(f"{where}: configMethods must be a list of {{name, args}}")
 
+    _check_class_name(cls, where)
     builtin = _BUILTINS.get(cls)
     if builtin is not None:
         want, make = builtin
@@ -551,6 +563,28 @@ def _vertex(d: Any, kind: str, path: Path, conf: Mapping[str, Any]) -> tuple[str
         f"[[command, args...], [output fields...]]. The Java classes provided in-process are "
         f"{', '.join(sorted(_BUILTINS))}."
     )
+
+
+#: Every Java class name this loader knows (shell wrappers and built-ins).
+_KNOWN_CLASSES = (_FLUX_SHELL_SPOUT, _FLUX_SHELL_BOLT, _STORM_SHELL_SPOUT, _STORM_SHELL_BOLT, _LOG_INFO_BOLT,
+                  _TEST_WORD_SPOUT, _TEST_WORD_COUNTER)
+
+
+def _check_class_name(cls: str, where: str) -> None:
+    """A className one edit away from a known one (or a known class's simple
+    name without its package) is a typo: Storm's Flux would fail to load it
+    (ClassNotFoundException), whereas here, with constructorArgs
+    [[command], [fields]], it would run silently as a ShellBolt subclass."""
+    if cls in _KNOWN_CLASSES:
+        return
+    hit = suggest(cls, _KNOWN_CLASSES)
+    if hit is None and "." not in cls:
+        simple = {k.rsplit(".", 1)[1]: k for k in _KNOWN_CLASSES}
+        near = cls if cls in simple else suggest(cls, simple)
+        hit = simple[near] if near is not None else None
+    if hit is not None:
+        raise TopologyError(f"{where}: unknown className {cls!r}; did you mean {hit!r}? (Storm's Flux would not "
+                            f"find this class either)")
 
 
 def _shell_method(m: Any, where: str, cls: str, is_flux: bool, streams: dict[str, list[str]],

@@ -229,7 +229,8 @@ class TopologyBuilder:
 
     def _set(self, name: str, kind: str, impl: Any, parallelism: int, conf: Mapping[str, Any] | None) -> ComponentDef:
         if name in self._components:
-            raise TopologyError(f"component {name!r} is defined twice")
+            raise TopologyError(f"component {name!r} is defined twice: as a {self._components[name].kind} and "
+                                f"as a {kind}; ids must be unique across spouts and bolts")
         if not isinstance(name, str):
             raise TopologyError(f"component ids must be strings, got {name!r}")
         # A conf that is not a mapping is kept for validate() to report.
@@ -270,6 +271,13 @@ def _is_str_list(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
 
 
+def _check_field_names(fields: Iterable[str], where: str) -> None:
+    """No empty field name: a tuple's values are read by name (fields
+    groupings, ``[output] key``, ``tuple["word"]`` in a component)."""
+    if any(f == "" for f in fields):
+        raise TopologyError(f"{where}: field names must be non-empty strings, got {list(fields)!r}")
+
+
 def _check_impl(impl: Any, where: str) -> None:
     """Types of a component's implementation (what a TOML table or a
     builder call may get wrong); a string is never taken as a list."""
@@ -277,6 +285,8 @@ def _check_impl(impl: Any, where: str) -> None:
         raise TopologyError(f"{where}: expected a ShellSpout, ShellBolt, PythonSpout or PythonBolt, got {impl!r}")
     if impl.fields is not None and not _is_str_list(impl.fields):
         raise TopologyError(f"{where}: fields must be a list of field names (strings), got {impl.fields!r}")
+    if impl.fields is not None:
+        _check_field_names(impl.fields, f"{where}: fields")
     streams = impl.streams
     if streams is not None:
         if not isinstance(streams, Mapping):
@@ -288,6 +298,7 @@ def _check_impl(impl: Any, where: str) -> None:
             if not _is_str_list(fields):
                 raise TopologyError(f"{where}: stream {name!r}: fields must be a list of field names (strings), "
                                     f"got {fields!r}")
+            _check_field_names(fields, f"{where}: stream {name!r}: fields")
     if isinstance(impl, ShellBolt):
         cmd = impl.command
         if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd) or not cmd[0]:
@@ -345,6 +356,7 @@ class Topology:
             raise TopologyError("the topology has no spout")
         for c in self.components.values():
             self._validate_component(c)
+        self._check_reachable()
         # Task ids as Storm assigns them: components sorted by id, from 1.
         next_task = 1
         for name in sorted(self.components):
@@ -358,6 +370,8 @@ class Topology:
                 raise TopologyError(f"output: {attr} must be a string, got {v!r}")
         if out.key is not None and not _is_str_list(out.key):
             raise TopologyError(f"output: key must be a list of field names, got {out.key!r}")
+        if out.key is not None:
+            _check_field_names(out.key, "output: key")
         if out.component is not None:
             comp = self.components.get(out.component)
             if comp is None:
@@ -390,6 +404,7 @@ class Topology:
             if not _is_str_list(inp.fields):
                 raise TopologyError(f"{where}: input from {inp.source!r}: fields must be a list of field names, "
                                     f"got {inp.fields!r}")
+            _check_field_names(inp.fields, f"{where}: input from {inp.source!r}: fields")
         if c.kind == "spout" and c.inputs:
             raise TopologyError(f"{where}: spouts take no inputs")
         if c.kind == "spout" and isinstance(c.impl, PythonBolt):
@@ -425,6 +440,35 @@ class Topology:
                         f"{where}: fields grouping on {bad}, but {inp.source!r}/{inp.stream} has fields "
                         f"{src.outputs[inp.stream]}"
                     )
+
+    def _check_reachable(self) -> None:
+        """Every bolt must be reachable from a spout over inputs. Cycles are
+        allowed (as in Storm), but a bolt fed only by itself, or by bolts that
+        no spout feeds, would never receive a tuple: the run would end with
+        no output and no error."""
+        feeds: dict[str, set[str]] = {}
+        for c in self.components.values():
+            for inp in c.inputs:
+                feeds.setdefault(inp.source, set()).add(c.name)
+        reached = {n for n, c in self.components.items() if c.kind == "spout"}
+        todo = list(reached)
+        while todo:
+            for sub in feeds.get(todo.pop(), ()):
+                if sub not in reached:
+                    reached.add(sub)
+                    todo.append(sub)
+        unreached = [c for c in self.components.values() if c.name not in reached]
+        if not unreached:
+            return
+        c = unreached[0]
+        sources = list(dict.fromkeys(inp.source for inp in c.inputs))
+        msg = f"bolt {c.name!r} gets no input from any spout: its only inputs are {sources}"
+        if sources != [c.name]:
+            msg += ", which no spout reaches either"
+        others = [o.name for o in unreached[1:]]
+        if others:
+            msg += f" (also unreachable: {others})"
+        raise TopologyError(msg + "; subscribe it to a spout, or to a bolt that a spout feeds")
 
     # -- derived views -------------------------------------------------------------
 
@@ -483,6 +527,13 @@ class Topology:
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable
         cwd = str((self.resource_dir / impl.cwd) if impl.cwd else self.resource_dir)
+        if not os.path.isdir(cwd):  # else every start fails with "No such file or directory": a crash loop
+            what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            if impl.cwd:
+                msg = f"cwd {str(impl.cwd)!r} {what} ({cwd}; a cwd is relative to {self.resource_dir})"
+            else:
+                msg = f"the directory commands run in, {cwd}, {what}"
+            raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: {msg}"))
         env = dict(os.environ)
         env.update(impl.env or {})
         if shutil.which(argv[0], path=env.get("PATH")) is None and not os.path.exists(os.path.join(cwd, argv[0])):
@@ -538,13 +589,20 @@ def load_topology(path: str | os.PathLike[str], overrides: Mapping[str, Any] | N
     conf = _table(top, "conf", f"{path}: [topology.conf]")
     if overrides:
         check_conf(overrides, f"{path}: conf overrides")
-    conf = {**conf, **(overrides or {})}
+    # Each part is checked under its own name: a -c override is not in the file.
     _no_flux_keys(conf, f"{path}: [topology.conf]")
+    _no_flux_keys(overrides or {}, f"{path}: conf overrides")
+    conf = {**conf, **(overrides or {})}
 
     builder = TopologyBuilder()
+    spouts = _table(doc, "spouts", f"{path}: [spouts]")
     for kind in ("spouts", "bolts"):
         for cname, spec in _table(doc, kind, f"{path}: [{kind}]").items():
             where = f"{path}: {kind[:-1]} {cname!r}"
+            if kind == "bolts" and cname in spouts:
+                raise TopologyError(f"{path}: component {cname!r} is defined twice: as a spout "
+                                    f"([spouts.{cname}]) and as a bolt ([bolts.{cname}]); ids must be unique "
+                                    f"across spouts and bolts")
             if not isinstance(spec, dict):
                 raise TopologyError(f"{where}: must be a table ([{kind}.{cname}] with command, fields, ...), "
                                     f"got {spec!r}")

@@ -301,6 +301,70 @@ def test_shell_subclass_with_command_and_fields_is_a_shell_component(tmp_path):
         "default": ["word"]}
 
 
+@pytest.mark.parametrize("cls, meant", [
+    ("org.apache.storm.flux.wrappers.bolts.FluxShelBolt", "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"),
+    ("org.apache.storm.flux.wrappers.bolt.FluxShellBolt", "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"),
+    ("org.apache.storm.flux.wrappers.bolts.fluxShellBolt", "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"),
+    ("org.apache.storm.task.ShelBolt", "org.apache.storm.task.ShellBolt"),
+    ("FluxShellBolt", "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"),
+    ("org.apache.storm.testing.TestWordCountr", "org.apache.storm.testing.TestWordCounter"),
+])
+def test_class_name_typo_is_an_error_with_did_you_mean(tmp_path, cls, meant):
+    """With [[command], [fields]] any class runs as a ShellBolt subclass, so a
+    typo in a known class would otherwise run silently (Storm's Flux fails
+    with ClassNotFoundException)."""
+    path = _shell_file(tmp_path, f"""
+        spouts:
+          - {{id: words, className: org.apache.storm.testing.TestWordSpout}}
+        bolts:
+          - id: split
+            className: "{cls}"
+            constructorArgs: [["python3", "splitsentence.py"], ["word"]]
+        streams:
+          - {{from: words, to: split, grouping: {{type: SHUFFLE}}}}
+    """)
+    with pytest.raises(TopologyError) as info:
+        load_flux(path)
+    assert str(info.value).startswith(f"{path}: bolt 'split': unknown className {cls!r}; did you mean {meant!r}?")
+
+
+def test_class_name_of_own_shell_subclass_still_runs_as_a_shell_component(tmp_path):
+    """Arbitrary names are kept for user subclasses: only near misses of known classes are refused."""
+    for cls in ("com.example.ShellBolt", "com.example.storm.FluxShellBoltWithRetry", "SplitBolt"):
+        path = _shell_file(tmp_path, f"""
+            spouts: [{{id: words, className: org.apache.storm.testing.TestWordSpout}}]
+            bolts: [{{id: split, className: "{cls}", constructorArgs: [["python3", "split.py"], ["word"]]}}]
+            streams: [{{from: words, to: split, grouping: {{type: SHUFFLE}}}}]
+        """)
+        assert load_flux(path).components["split"].is_shell, cls
+
+
+def test_duplicate_id_names_both_kinds(tmp_path):
+    path = _shell_file(tmp_path, """
+        spouts: [{id: x, className: org.apache.storm.testing.TestWordSpout}]
+        bolts: [{id: x, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}]
+        streams: [{from: x, to: x, grouping: {type: SHUFFLE}}]
+    """)
+    with pytest.raises(TopologyError, match=rf"^{re.escape(str(path))}: id 'x' is defined twice: as a spout and as a "
+                                            r"bolt"):
+        load_flux(path)
+
+
+def test_bolt_fed_only_by_itself_is_an_error(tmp_path):
+    path = _shell_file(tmp_path, """
+        spouts: [{id: words, className: org.apache.storm.testing.TestWordSpout}]
+        bolts:
+          - {id: count, className: org.apache.storm.testing.TestWordCounter}
+          - {id: log, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}
+        streams:
+          - {from: count, to: count, grouping: {type: FIELDS, args: [word]}}
+          - {from: words, to: log, grouping: {type: SHUFFLE}}
+    """)
+    with pytest.raises(TopologyError, match=rf"^{re.escape(str(path))}: bolt 'count' gets no input from any spout: "
+                                            r"its only inputs are \['count'\]"):
+        load_flux(path)
+
+
 @pytest.mark.parametrize("body, needles", [
     ("""
         spouts: [{id: s, className: org.apache.storm.testing.TestWordSpout}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -121,10 +122,95 @@ def test_bad_spout_parallelism():
 
 def test_duplicate_component():
     b = basic_builder()
-    with pytest.raises(TopologyError, match=r"'split' is defined twice"):
+    with pytest.raises(TopologyError, match=r"'split' is defined twice: as a bolt and as a bolt"):
         b.set_bolt("split", bolt())
-    with pytest.raises(TopologyError, match=r"'sentences' is defined twice"):
+    with pytest.raises(TopologyError, match=r"'sentences' is defined twice: as a spout and as a bolt"):
         b.set_bolt("sentences", bolt())
+
+
+# --- reachability: every bolt is fed, directly or not, by a spout ------------------------------------
+
+
+def test_bolt_subscribed_only_to_itself_is_refused():
+    b = basic_builder()
+    b.set_bolt("count", bolt()).shuffle_grouping("count")
+    with pytest.raises(TopologyError) as info:
+        b.create_topology()
+    assert str(info.value) == ("bolt 'count' gets no input from any spout: its only inputs are ['count']; "
+                               "subscribe it to a spout, or to a bolt that a spout feeds")
+
+
+def test_bolts_feeding_only_each_other_are_refused_and_all_named():
+    b = basic_builder()
+    b.set_bolt("a", bolt()).shuffle_grouping("b")
+    b.set_bolt("b", bolt()).shuffle_grouping("a").shuffle_grouping("a")
+    b.set_bolt("c", bolt()).shuffle_grouping("b")
+    with pytest.raises(TopologyError, match=r"bolt 'a' gets no input from any spout: its only inputs are \['b'\], "
+                                            r"which no spout reaches either \(also unreachable: \['b', 'c'\]\)"):
+        b.create_topology()
+
+
+def test_cycles_reachable_from_a_spout_are_allowed():
+    """Storm allows cycles; a loop is fine as long as a spout feeds into it."""
+    b = basic_builder()
+    b.set_bolt("count", bolt(), parallelism=2).shuffle_grouping("split").shuffle_grouping("count")
+    b.set_bolt("loop", bolt()).shuffle_grouping("loop").shuffle_grouping("count")
+    topo = b.create_topology()
+    assert sorted(topo.components) == ["count", "loop", "sentences", "split"]
+
+
+def test_unconsumed_bolt_next_to_an_output_is_fine():
+    from multilang.shellbolt import OutputSpec
+
+    b = basic_builder()
+    b.set_bolt("count", bolt(("word", "count"))).fields_grouping("split", ["word"])
+    b.set_bolt("audit", bolt(("line",))).shuffle_grouping("sentences")  # nobody reads it
+    topo = b.create_topology(output=OutputSpec("count", None, ["word"]))
+    assert topo.output.component == "count"
+
+
+def test_toml_bolt_subscribed_to_itself_names_the_file(tmp_path):
+    text = WORDCOUNT.read_text().replace(
+        'inputs = [{ source = "split", grouping = "fields", fields = ["word"] }]', 'inputs = [{ source = "count" }]')
+    p = tmp_path / "wc.toml"
+    p.write_text(text)
+    with pytest.raises(TopologyError, match=rf"^{re.escape(str(p))}: bolt 'count' gets no input from any spout: "
+                                            r"its only inputs are \['count'\]"):
+        load_topology(p)
+
+
+# --- empty field names ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build, pattern", [
+    (lambda b: b.set_bolt("count", bolt(("word", ""))).shuffle_grouping("split"),
+     r"bolt 'count': fields: field names must be non-empty strings, got \['word', ''\]"),
+    (lambda b: b.set_bolt("count", ShellBolt(["python", "b.py"], streams={"side": [""]})).shuffle_grouping("split"),
+     r"bolt 'count': stream 'side': fields: field names must be non-empty"),
+    (lambda b: b.set_bolt("count", bolt()).fields_grouping("split", ["word", ""]),
+     r"bolt 'count': input from 'split': fields: field names must be non-empty"),
+])
+def test_empty_field_names_are_refused(build, pattern):
+    b = basic_builder()
+    build(b)
+    with pytest.raises(TopologyError, match=pattern):
+        b.create_topology()
+
+
+def test_empty_output_key_field_is_refused():
+    from multilang.shellbolt import OutputSpec
+
+    with pytest.raises(TopologyError, match=r"output: key: field names must be non-empty"):
+        basic_builder().create_topology(output=OutputSpec("split", None, [""]))
+
+
+def test_toml_empty_field_name_names_file_and_component(tmp_path):
+    text = WORDCOUNT.read_text().replace('fields = ["word", "count"]', 'fields = ["word", ""]')
+    p = tmp_path / "wc.toml"
+    p.write_text(text)
+    with pytest.raises(TopologyError, match=rf"^{re.escape(str(p))}: bolt 'count': fields: field names must be "
+                                            r"non-empty strings"):
+        load_topology(p)
 
 
 def test_spout_with_inputs():
@@ -330,6 +416,7 @@ def test_conf_for_merges_component_conf_over_topology_conf():
 
 
 def test_resolve_command_python_is_this_interpreter_and_env_is_added(tmp_path):
+    (tmp_path / "sub").mkdir()
     b = TopologyBuilder()
     b.set_spout("s", ShellSpout(["python", "s.py"], fields=["x"], env={"MY_TEST_VAR": "1"}, cwd="sub"))
     b.set_bolt("b", ShellBolt(["python3", "b.py", "--flag"], fields=["x"])).shuffle_grouping("s")
@@ -341,6 +428,31 @@ def test_resolve_command_python_is_this_interpreter_and_env_is_added(tmp_path):
     assert env["PATH"] == os.environ["PATH"], "extra env vars are added, the inherited env is kept"
     argv, cwd, _ = topo.resolve_command(topo.components["b"])
     assert argv == [sys.executable, "b.py", "--flag"] and cwd == str(tmp_path)
+
+
+def test_resolve_command_missing_cwd_is_a_topology_error(tmp_path):
+    """Not a crash loop of "No such file or directory" restarts."""
+    b = TopologyBuilder()
+    b.set_spout("s", ShellSpout(["python", "s.py"], fields=["x"]))
+    b.set_bolt("b", ShellBolt(["python", "b.py"], fields=["x"], cwd="nonexistent_dir")).shuffle_grouping("s")
+    topo = b.create_topology(resource_dir=tmp_path)
+    with pytest.raises(TopologyError, match=r"bolt 'b': cwd 'nonexistent_dir' does not exist \(.*nonexistent_dir; "
+                                            r"a cwd is relative to "):
+        topo.resolve_command(topo.components["b"])
+    (tmp_path / "nonexistent_dir").write_text("a file")
+    with pytest.raises(TopologyError, match=r"bolt 'b': cwd 'nonexistent_dir' is not a directory"):
+        topo.resolve_command(topo.components["b"])
+
+
+def test_toml_missing_cwd_fails_before_any_process_starts(tmp_path):
+    from multilang.shellbolt import Runtime
+
+    p = tmp_path / "topo.toml"
+    p.write_text(textwrap.dedent(GOOD).replace("[bolts.c]\n", '[bolts.c]\ncwd = "nonexistent_dir"\n')
+                 .replace('"node"', '"python"'))
+    topo = load_topology(p)
+    with pytest.raises(TopologyError, match=rf"^{re.escape(str(p))}: bolt 'c': cwd 'nonexistent_dir' does not exist"):
+        Runtime(topo)
 
 
 def test_resolve_command_not_found(tmp_path):
@@ -444,7 +556,8 @@ def test_toml_name_defaults_to_file_stem(tmp_path):
         (lambda s: s.replace('component = "c"', 'component = "zz"'), r"output component 'zz'"),
         (lambda s: s.replace('key = ["w"]', 'key = ["nope"]'), r"output key \['nope'\]"),
         (lambda s: s.replace("[bolts.c]", "[bolts.c]\nbogus = 1"), r"bolt 'c': unknown key 'bogus'; allowed"),
-        (lambda s: s + '\n[spouts.b]\ncommand = ["x"]\nfields = ["y"]\n', r"'b' is defined twice"),
+        (lambda s: s + '\n[spouts.b]\ncommand = ["x"]\nfields = ["y"]\n',
+         r"topo\.toml: component 'b' is defined twice: as a spout \(\[spouts\.b\]\) and as a bolt \(\[bolts\.b\]\)"),
         (lambda s: s.replace('[topology]', '[topology\n'), r"not valid TOML"),
     ],
     ids=[

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -122,6 +123,13 @@ def test_toml_typos_are_named_with_a_suggestion(tmp_path, old, new, pattern):
     ("[output]\ncomponent = \"count\"", "[output]\ncomponent = [\"count\"]", r"\[output\] component must be a string"),
     ('"topology.max.spout.pending" = 200', '"multilang.output.component" = "count"',
      r"\[topology\.conf\]: conf key 'multilang\.output\.component' applies to Flux YAML files only"),
+    ('fields = ["word"]\nparallelism = 2', 'fields = ["word", ""]\nparallelism = 2',
+     r"wc\.toml: bolt 'split': fields: field names must be non-empty strings, got \['word', ''\]"),
+    ('fields = ["word"] }', 'fields = [""] }', r"bolt 'count': input from 'split': fields: field names must be"),
+    ('key = ["word"]', 'key = [""]', r"output: key: field names must be non-empty"),
+    ("[bolts.split]", "[bolts.sentences]",
+     r"wc\.toml: component 'sentences' is defined twice: as a spout \(\[spouts\.sentences\]\) and as a bolt "
+     r"\(\[bolts\.sentences\]\)"),
 ])
 def test_toml_wrong_types_are_named(tmp_path, old, new, pattern):
     with pytest.raises(TopologyError, match=pattern) as info:
@@ -429,6 +437,16 @@ def test_flux_typos(tmp_path, old, new, pattern):
     ("    parallelism: 2", "    parallelism: 2\n    config: [1]", r"bolt 'split': config must be a mapping"),
     ("    parallelism: 2", "    parallelism: 2\n    numTasks: 0", r"bolt 'split': numTasks must be a positive"),
     ("    parallelism: 2", "    parallelism: two", r"bolt 'split': parallelism must be a positive integer"),
+    # Types are checked, never coerced, as in TOML.
+    ("    parallelism: 2", '    parallelism: "2"',
+     r"wc\.yaml: bolt 'split': parallelism must be a positive integer, got '2' \(a string: drop the quotes\)"),
+    ("    parallelism: 1", "    parallelism: 1.0", r"spout 'words': parallelism must be a positive integer, got 1\.0"),
+    ("    parallelism: 1", "    parallelism: true", r"spout 'words': parallelism must be a positive integer, got True"),
+    ('name: "flux-wc"', "name: 5", r"wc\.yaml: name must be a non-empty string, got 5"),
+    ('name: "flux-wc"', "name: 5.5", r"wc\.yaml: name must be a non-empty string, got 5\.5"),
+    ('      - ["word"]', '      - ["word", ""]',
+     r"wc\.yaml: bolt 'split': fields: field names must be non-empty strings, got \['word', ''\]"),
+    ("      args: [\"word\"]", "      args: [\"\"]", r"bolt 'split': input from 'words': fields: field names must be"),
     ("  topology.workers: 1\n  topology.max.spout.pending: 20", "  - 1",
      r"wc\.yaml: config \(a mapping of topology conf keys\) must be a mapping"),
     ("topology.workers: 1", "multilang.output.key: word", r"conf key 'multilang\.output\.key' must be a list"),
@@ -455,7 +473,7 @@ def test_flux_bad_sections(tmp_path):
         ("topologySource: java.Main\n", r"topologySource java\.Main builds the topology in Java"),
         ("includes:\n  - {file: x.yaml, overide: true}\n", r"include 'x\.yaml': unknown key 'overide'; did you mean"),
         ("includes:\n  - {file: x.yaml, override: yes please}\n", r"override must be true or false"),
-        ("name: [a]\n" + FLUX.split("\n", 1)[1], r"name must be a string"),
+        ("name: [a]\n" + FLUX.split("\n", 1)[1], r"name must be a non-empty string"),
     ]:
         p = tmp_path / "bad.yaml"
         p.write_text(text)
@@ -495,6 +513,44 @@ def test_cli_bad_conf_override_is_a_usage_error(conf):
     assert result.exit_code == 2, result.output
     assert "error: " in result.output and "conf overrides: conf key" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("key", ["multilang.output.key", "multilang.output.component", "multilang.resource.dir"])
+def test_flux_only_key_in_toml_overrides_is_named_as_an_override(tmp_path, key):
+    """A -c override is not in [topology.conf]: say where it really came from."""
+    p = wordcount(tmp_path)
+    with pytest.raises(TopologyError, match=rf"^{re.escape(str(p))}: conf overrides: conf key {re.escape(repr(key))} "
+                                            r"applies to Flux YAML files only"):
+        load_topology(p, {key: ["word"] if key.endswith("key") else "x"})
+    # ...while the same key in the file is still named as the file's.
+    with pytest.raises(TopologyError, match=r"wc\.toml: \[topology\.conf\]: conf key"):
+        load_topology(wordcount(tmp_path, '"topology.max.spout.pending" = 200', f'"{key}" = "x"'),
+                      {"topology.max.spout.pending": 3})
+
+
+def test_cli_flux_only_key_override_on_toml_says_conf_overrides():
+    result = _cli("run", str(EXAMPLES / "wordcount.toml"), "-c", 'multilang.output.key=["word"]', "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert "error: " in result.output and "wordcount.toml: conf overrides: conf key 'multilang.output.key'" in \
+        result.output and "[topology.conf]" not in result.output
+
+
+def test_flux_bad_override_is_named_as_an_override(tmp_path):
+    p = flux(tmp_path)
+    for key, value in [("multilang.output.key", "word"), ("topology.max.spout.pending", 0)]:
+        with pytest.raises(TopologyError, match=rf"^{re.escape(str(p))}: conf overrides: conf key "
+                                                rf"{re.escape(repr(key))} must be"):
+            load_flux(p, overrides={key: value})
+
+
+def test_cli_toml_missing_cwd_is_a_usage_error_naming_file_component_and_key(tmp_path):
+    """Exit 2 up front, not exit 1 after a restart loop of "No such file or directory"."""
+    p = tmp_path / "wc.toml"
+    p.write_text(WORDCOUNT_TEXT.replace("[bolts.count]\n", '[bolts.count]\ncwd = "nonexistent_dir"\n')
+                 .replace('command = ["', 'command = ["python", "'))  # on PATH wherever the test runs
+    result = _cli("run", str(p), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert f"error: {p}: bolt 'count': cwd 'nonexistent_dir' does not exist" in result.output
 
 
 @pytest.mark.parametrize("args", [("--duration", "-1"), ("--duration", "0"), ("--max-tuples", "0"),
