@@ -20,13 +20,14 @@ from typing import Any
 
 __all__ = ["RateLimitedLog"]
 
-_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?")
+# Numbers, and quoted values that start a word ("tuple 'abc'", not "bolt:1's").
+_VARYING = re.compile(r"(?<!\w)'[^'\n]*'|(?<!\w)\"[^\"\n]*\"|-?\d+(?:\.\d+)?")
 _MAX_KINDS = 1000  # kinds remembered at once; past that the oldest are forgotten (memory stays bounded)
 
 
 def kind_of(where: str, msg: str) -> str:
-    first = msg.split("\n", 1)[0][:200]
-    return f"{where}|{_VARYING.sub('#', first)}"
+    # Masked before it is cut: the length of a number must not make a new kind.
+    return f"{where}|{_VARYING.sub('#', msg.split(chr(10), 1)[0])[:200]}"
 
 
 class RateLimitedLog:
@@ -36,7 +37,7 @@ class RateLimitedLog:
     def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
         self.logger = logger
         self.interval = interval
-        # kind -> [window start, suppressed count, level]
+        # kind -> [window start, suppressed count, level, the first message's first line]
         self._kinds: dict[str, list[Any]] = {}
 
     def log(self, where: str, level: int, now: float, fmt: str, *args: Any) -> None:
@@ -51,7 +52,7 @@ class RateLimitedLog:
         if state is None and len(self._kinds) >= _MAX_KINDS:
             self.flush(now)
             self._kinds.pop(next(iter(self._kinds)))
-        self._kinds[kind] = [now, 0, level]
+        self._kinds[kind] = [now, 0, level, msg.split("\n", 1)[0]]
         self.logger.log(level, "%s", msg)
 
     def flush(self, now: float) -> None:
@@ -62,6 +63,7 @@ class RateLimitedLog:
                 state[1] = 0
 
     def _report(self, kind: str, state: list[Any], now: float) -> None:
-        where, _, text = kind.partition("|")
-        self.logger.log(state[2], "%s: %d more like \"%s\" in the last %.0fs",
-                        where, state[1], text[:120], max(now - state[0], 0.0))
+        where = kind.partition("|")[0]
+        sample = state[3] if len(state[3]) <= 160 else state[3][:160] + "..."
+        self.logger.log(state[2], "%s: %d more like this in the last %.0fs: %s",
+                        where, state[1], max(now - state[0], 0.0), sample)
