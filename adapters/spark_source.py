@@ -895,7 +895,7 @@ class _SpoutProcess:
         self.env = env
         self.conf = conf
         self.timeout = float(conf.get("topology.subprocess.timeout.secs") or conf.get("supervisor.worker.timeout.secs") or 30)
-        self.kill_grace = float(conf.get("multilang.kill.grace.secs") or 2)
+        self.kill_grace = float(conf.get("multilang.kill.grace.secs", 2))  # 0 is valid: no grace
         self.conn = Connection(Role.SPOUT, Side.HOST, max_frame_size=int(conf.get("multilang.max.frame.bytes") or 64 << 20))
         self.proc: subprocess.Popen | None = None
         self.pid: int | None = None

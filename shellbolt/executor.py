@@ -237,11 +237,8 @@ class Task:
 
     @property
     def busy(self) -> bool:
-        """Work queued or in flight. A tick the bolt never acked does not
-        count: nothing waits for it (Storm's bolts ack ticks at will)."""
-        if self.inbox:
-            return True
-        return any(e is not _TICK_EDGES for e in self.in_flight.values())
+        """Work queued or in flight."""
+        return bool(self.inbox) or bool(self.in_flight)
 
     async def run(self) -> None:
         raise NotImplementedError
@@ -261,7 +258,7 @@ class ShellTask(Task):
         c = self.conf
         self.timeout = float(c.get("topology.subprocess.timeout.secs") or c.get("supervisor.worker.timeout.secs") or 30)
         self.handshake_timeout = float(c.get("multilang.handshake.timeout.secs") or 30)
-        self.kill_grace = float(c.get("multilang.kill.grace.secs") or 2)
+        self.kill_grace = float(c.get("multilang.kill.grace.secs", 2))  # 0 is valid: no grace
         self.budget = int(c.get("multilang.restart.budget", 5))
         self.window = float(c.get("multilang.restart.window.secs", 60))
         self._blocked = False  # our reader waits on downstream space: not the child's fault
@@ -336,7 +333,7 @@ class ShellTask(Task):
                 await self._handle(proc, early)
                 await self._serve(proc, n)
         finally:
-            await proc.aclose(self.kill_grace)
+            await proc.aclose(self.kill_grace, self.runtime.hurry)
             self.proc = None
             shutil.rmtree(pid_dir, ignore_errors=True)
 
@@ -421,6 +418,10 @@ class ShellBoltTask(ShellTask):
         self._held: dict[str, list[_Held]] = {}
         self._last_settled = 0.0  # when the process last acked or failed a tuple (or started)
         self._warned_holding = False
+        #: (spout task, msg id) of the inputs in flight when a process of this
+        #: task died with several tuples: each is retried alone (§8.4)
+        self._suspects: set[Any] = set()
+        self._alone: str | None = None  # the id of the suspect being tried alone
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._urgent = []
@@ -456,6 +457,77 @@ class ShellBoltTask(ShellTask):
                         "tuple it gets (an unanchored emit does not ack its input).", self.where(), proc.pid,
                         len(self.in_flight), quiet, self.message_timeout)
 
+    @property
+    def busy(self) -> bool:
+        """Work queued, or a tuple in flight that something still waits for:
+        one whose tree is still pending, or an unanchored one (acking off, or
+        an unanchored emit upstream) while the bolt still acks or fails
+        within the message timeout. A tuple whose trees have finished, or a
+        tick, holds nothing up: a bolt that never acks it must not keep a
+        run from ending (Storm's bolts ack ticks at will)."""
+        if self.inbox:
+            return True
+        if not self.in_flight:
+            return False
+        stale = self._stale
+        settling = trio.current_time() - self._last_settled < self.message_timeout
+        for e in self.in_flight.values():
+            if e is _TICK_EDGES:
+                continue
+            if type(e) is TupleEdges and not e.ids:
+                if settling:
+                    return True
+            elif not stale(e):
+                return True
+        return False
+
+    def _on_session_lost(self, cause: str) -> None:
+        """Fail what the dead process had in flight (§8.2). Who is to blame
+        (§8.4): a tuple alone in the process is; tuples that were in flight
+        together are not (the failure does not count against their inputs'
+        replays) and become suspects, each tried alone when it comes back."""
+        live = [tid for tid, e in self.in_flight.items() if e is not _TICK_EDGES]
+        if len(live) == 1:
+            cause = Cause(f"{cause} (the only tuple in that process)")
+        elif live:
+            roots = self.runtime.acker.roots
+            suspects = self._suspects
+            for tid in live:
+                e = self.in_flight[tid]
+                if type(e) is TupleEdges and len(suspects) < _MAX_SUSPECTS:
+                    for r in e.ids:
+                        root = roots.get(r)
+                        if root is not None:
+                            suspects.add((root.spout_task, _id_key(root.msg_id)))
+            cause = Cause.unblamed(f"{cause} (with {len(live) - 1} other tuples in flight; retried alone, "
+                                   "not counted against multilang.max.replays)")
+        self._alone = None
+        super()._on_session_lost(cause)
+
+    def _suspect(self, edges: Any) -> bool:
+        """Whether a queued tuple belongs to an input under suspicion (§8.4)."""
+        if type(edges) is not TupleEdges:
+            return False
+        roots, suspects = self.runtime.acker.roots, self._suspects
+        for r in edges.ids:
+            root = roots.get(r)
+            if root is not None and (root.spout_task, _id_key(root.msg_id)) in suspects:
+                return True
+        return False
+
+    def _clear_suspect(self, edges: Any) -> None:
+        roots = self.runtime.acker.roots
+        for r in edges.ids:
+            root = roots.get(r)
+            if root is not None:
+                self._suspects.discard((root.spout_task, _id_key(root.msg_id)))
+
+    def _others_in_flight(self) -> bool:
+        """A tuple in flight that could share the blame for a crash: not a
+        tick, not one whose trees already finished."""
+        stale = self._stale
+        return any(e is not _TICK_EDGES and not stale(e) for e in self.in_flight.values())
+
     def _stale(self, edges: Any) -> bool:
         """A queued tuple whose tree has already failed, timed out or
         completed: writing it would process an input whose replay is on its
@@ -468,7 +540,7 @@ class ShellBoltTask(ShellTask):
         in_flight = self.in_flight
         stale = self._stale
         while True:
-            while not self._urgent and not inbox:
+            while not self._urgent and not (inbox and (self._alone is None or self._alone not in in_flight)):
                 await self._work.park()
             await proc.wait_if_closed()
             # §5.3: task-id replies and heartbeats jump the tuple queue.
@@ -479,20 +551,34 @@ class ShellBoltTask(ShellTask):
             # unacked. A bolt that acks late or in groups keeps getting
             # tuples as fast as it reads them; the spouts' max pending and
             # the input queue bound the rest.
-            room = self.max_pending
+            room = self.max_pending if self._alone is None or self._alone not in in_flight else 0
+            self._alone = None
             batch: list[Tuple] = []
             dropped = 0
+            held_back = False  # a suspect waits for the process to hold nothing else
             while inbox and len(batch) < room:
                 d = inbox.popleft()
                 if stale(d.edges):
                     dropped += 1
                     continue
+                alone = False
+                if self._suspects and self._suspect(d.edges):
+                    # §8.4: a suspect goes alone, so a crash on it is its own.
+                    if batch or self._others_in_flight():
+                        inbox.appendleft(d)
+                        held_back = True
+                        break
+                    self._clear_suspect(d.edges)
+                    alone = True
                 tid = _new_tuple_id()
                 while tid in in_flight:
                     tid = _new_tuple_id()
                 # tuple.__new__: the fields in order, without the named tuple's keyword __new__
                 batch.append(_new_tuple(Tick if d.tick else Tuple, (tid, d.source, d.stream, d.source_task, d.values)))
                 in_flight[tid] = d.edges
+                if alone:
+                    self._alone = tid
+                    break
             if dropped:
                 self.stats.expired += dropped
                 self._space.unpark_all()
@@ -513,6 +599,8 @@ class ShellBoltTask(ShellTask):
                 self._space.unpark_all()
             if parts:
                 await proc.write(b"".join(parts))
+            if held_back and not batch:
+                await self._work.park()  # an ack, a fail or the next heartbeat wakes it
 
     def _fail_unsent(self, edges: TupleEdges, cause: str) -> None:
         """Fail the tree of a tuple that could not be sent (too large)."""
@@ -798,7 +886,12 @@ class PythonBoltTask(Task):
 
 
 class PythonSpoutTask(Task):
-    """An in-process spout (``PythonSpout``): reliable, replays failures."""
+    """An in-process spout (``PythonSpout``): reliable, replays failures.
+
+    An open-ended source (``multilang pipe``'s stdin, the asyncio feed) is an
+    iterator whose ``StopIteration`` means "nothing now": while its ``open``
+    attribute is true the run does not count the spout as finished, and the
+    source calls :meth:`resume` when it has more."""
 
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
@@ -837,6 +930,9 @@ class PythonSpoutTask(Task):
                     self._values.pop(msg_id, None)
                     self._fails.pop(msg_id, None)
                 elif msg_id in self._values:
+                    if not getattr(cause, "blamed", True):  # §8.4: it only shared a crashed process
+                        self._replay.append(msg_id)
+                        continue
                     fails = self._fails.get(msg_id, 0) + 1
                     if fails > self.max_replays:
                         self._fails.pop(msg_id, None)
@@ -845,7 +941,8 @@ class PythonSpoutTask(Task):
                         self._fails[msg_id] = fails
                         self._replay.append(msg_id)
             if rt.spouts_stopped or not rt.may_emit(self) or (self._exhausted and not self._replay):
-                self.idle = self._exhausted and not self._replay and self.pending_roots == 0
+                self.idle = (self._exhausted and not self._replay and self.pending_roots == 0
+                             and not getattr(self._items, "open", False))
                 await self._work.park()
                 continue
             self.idle = False
@@ -914,6 +1011,8 @@ class Runtime:
         self._stop: trio.Event | None = None  # made by run(), inside trio
         self._stop_requested = False
         self._stopped_by: str | None = None
+        #: set by abort(): every process is closed without its kill grace
+        self.hurry: trio.Event | None = None
         #: errors that may repeat per tuple: logged once per kind per 10 s, with a count
         self.errlog = RateLimitedLog(log)
         self._last_emit_error: str | None = None
@@ -1166,6 +1265,13 @@ class Runtime:
         if self.on_dead_letter is not None:
             self.on_dead_letter(letter)
 
+    def abort(self) -> None:
+        """Stop at once: the caller cancels the run; this makes the processes
+        go without their grace periods (a second Ctrl-C)."""
+        self._stopped_by = self._stopped_by or "signal"
+        if self.hurry is not None:
+            self.hurry.set()
+
     def give_up(self, err: ComponentError) -> None:
         self.gave_up.append(err)
         self.request_stop("gave_up")
@@ -1205,6 +1311,7 @@ class Runtime:
         trees in flight for up to the shutdown grace (§5.4) and returns the
         result; what is still in flight then is abandoned at stop."""
         self._stop = trio.Event()
+        self.hurry = trio.Event()
         if self._stop_requested:
             self._stop.set()
         self.max_tuples = max_tuples
@@ -1323,6 +1430,22 @@ def _brief(text: str, limit: int = 300) -> str:
 
 
 _MAX_FAIL_IDS = 10_000
+_MAX_SUSPECTS = 10_000
+
+
+class Cause(str):
+    """Why a tree failed, as the spout hears it. ``blamed`` False: the input
+    was only in flight in a process that died with other tuples, so the
+    failure does not count against its replays (spec §8.4); it is retried
+    alone, and then a crash is its own."""
+
+    blamed: bool = True
+
+    @classmethod
+    def unblamed(cls, text: str) -> "Cause":
+        c = cls(text)
+        c.blamed = False
+        return c
 _OWED_WARNING = 100_000
 
 

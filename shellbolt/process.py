@@ -231,9 +231,10 @@ class ShellProcess:
                 await self.proc.wait()
             await trio.sleep(0.01)
 
-    async def aclose(self, grace: float = 2.0) -> None:
+    async def aclose(self, grace: float = 2.0, hurry: trio.Event | None = None) -> None:
         """Close stdin (a component exits on EOF, §5.4), then SIGTERM, then
-        SIGKILL; always reap. Safe to call twice and under cancellation."""
+        SIGKILL; always reap. Safe to call twice and under cancellation.
+        ``hurry``, once set, cuts every grace short (a second Ctrl-C)."""
         proc = self.proc
         if proc is None:
             return
@@ -243,12 +244,10 @@ class ShellProcess:
                     await proc.stdin.aclose()
                 except trio.BrokenResourceError:
                     pass
-                with trio.move_on_after(grace):
-                    await proc.wait()
+                await self._wait_exit(grace, hurry)
             if proc.returncode is None:
                 self._signal(signal.SIGTERM)
-                with trio.move_on_after(grace):
-                    await proc.wait()
+                await self._wait_exit(grace, hurry)
             if proc.returncode is None:
                 self._signal(signal.SIGKILL)
                 await proc.wait()
@@ -259,6 +258,23 @@ class ShellProcess:
                 os.unlink(os.path.join(self.pid_dir, str(self.pid)))
             except (OSError, TypeError):
                 pass
+
+    async def _wait_exit(self, grace: float, hurry: trio.Event | None) -> None:
+        """Wait up to ``grace`` for the child to exit, less once ``hurry`` is set."""
+        proc = self.proc
+        assert proc is not None
+        if hurry is not None and hurry.is_set():
+            return
+        with trio.move_on_after(grace):
+            async with trio.open_nursery() as n:
+                async def exited() -> None:
+                    await proc.wait()
+                    n.cancel_scope.cancel()
+
+                n.start_soon(exited)
+                if hurry is not None:
+                    await hurry.wait()
+                    n.cancel_scope.cancel()
 
     def kill(self) -> None:
         """SIGKILL now (hung process); the caller still reaps with aclose."""

@@ -87,3 +87,49 @@ def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_i
     named = [x for x in proc.stderr.splitlines() if "saw message id 7 fail" in x]
     assert named and "ValueError: cannot digest '7'" in named[0], proc.stderr[-3000:]
     assert len(proc.stderr.encode()) < 200_000
+
+
+CRASH_BOLT = ["python", str(COMPONENTS / "crash_bolt.py")]
+LINES_201 = [f"line{i}" for i in range(100)] + ["poison"] + [f"line{i}" for i in range(100, 200)]
+
+
+def test_a_poison_that_kills_the_process_is_the_only_dead_letter(tmp_path):
+    # The process dies with many tuples in flight: those failures count
+    # against nobody; each is retried alone, and then the poison's crashes
+    # are its own (spec §8.4). Before, every tuple in flight at each crash
+    # was a dead letter too (101 of them).
+    dead = tmp_path / "dead.jsonl"
+    proc = subprocess.run(ML + ["pipe", "--dead-letter", str(dead), "--", *CRASH_BOLT],
+                          input="".join(f"{x}\n" for x in LINES_201), capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert sorted(json.loads(x)[0] for x in proc.stdout.splitlines()) == sorted(f"LINE{i}" for i in range(200))
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert [(d["input"], d["attempts"]) for d in letters] == [(["poison"], 4)]
+    assert "the only tuple in that process" in letters[0]["cause"] and "exit status 1" in letters[0]["cause"]
+
+
+def test_a_bolt_that_forgets_a_tuple_does_not_keep_the_run_from_ending(tmp_path):
+    # The poison's tree times out (2 s) and is replayed until it is a dead
+    # letter; the bolt still holds the forgotten tuples. Nothing waits for
+    # them: the run ends by itself (it hung before).
+    dead = tmp_path / "dead.jsonl"
+    proc = subprocess.run(ML + ["pipe", "-c", "topology.message.timeout.secs=1", "--dead-letter", str(dead),
+                                "--", *CRASH_BOLT, "forget"],
+                          input="".join(f"{x}\n" for x in LINES_201), capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert [json.loads(x)["input"] for x in dead.read_text().splitlines()] == [["poison"]]
+    assert "timed out" in dead.read_text()
+
+
+def test_a_line_that_is_not_utf8_is_a_dead_letter_and_the_rest_goes_through(tmp_path):
+    dead = tmp_path / "dead.jsonl"
+    data = b"".join(f"line{i}\n".encode() for i in range(100)) + b"caf\xe9\n" + b"".join(
+        f"line{i}\n".encode() for i in range(100, 200))
+    proc = subprocess.run(ML + ["pipe", "--dead-letter", str(dead), "--", *POISON_BOLT, "raise"], input=data,
+                          capture_output=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(proc.stdout.splitlines()) == 200
+    (letter,) = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert letter["input"] == ["caf\\xe9"] and "stdin line 101 is not valid UTF-8" in letter["cause"]

@@ -377,10 +377,14 @@ def test_fail_anywhere_fails_the_root_once_and_the_spout_replays():
     assert [e for e in ev if e[1] == "z"] == [("emitted", "z"), ("acked", "z")]
     stats = run.result.stats
     assert run.result.failed == 1 and run.result.completed == 3
-    assert stats["leafA"].failed == 1 and stats["leafB"].failed == 1
+    # Each leaf failed "bad", or found its tree already failed by the other
+    # and dropped it unsent (§5.3); the root failed once either way.
+    assert stats["leafA"].failed + stats["leafA"].expired == 1
+    assert stats["leafB"].failed + stats["leafB"].expired == 1
+    assert stats["leafA"].failed + stats["leafB"].failed >= 1
     assert stats["spout"].failed == 1 and stats["spout"].acked == 3
     leaf_values = sorted(r["values"][0] for r in run.records("leafA"))
-    assert leaf_values == ["bad", "good", "ok1", "ok2"], "the replay carried the replay values"
+    assert leaf_values in (["bad", "good", "ok1", "ok2"], ["good", "ok1", "ok2"]), "the replay carried its values"
     assert all(s.restarts == 0 for s in stats.values())
     assert_no_orphans(run)
 
