@@ -146,45 +146,43 @@ def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
-def _run_trio(fn: Any, runtime: Any = None) -> Any:
-    """Run ``fn`` under trio and return ``(result, signal number or None)``.
+def _run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
+    """Run ``fn(nursery)`` under trio; return ``(its result, signal number or None)``.
 
     The first SIGINT (Ctrl-C) or SIGTERM asks ``runtime`` to stop: spouts
     are deactivated, the trees in flight get the shutdown grace, and the run
-    returns its result, so the caller can print the summary and the output
-    gathered so far. A second signal (or the first, without a runtime)
-    cancels at once, which still stops and reaps every component; then
-    KeyboardInterrupt or exit 143. Signals are received here rather than
-    left to trio's KeyboardInterrupt delivery, which could be lost while
-    the run idled."""
+    returns its result. A second signal stops at once: the run is cancelled
+    and every process is closed without its grace periods (still reaped);
+    the result is then None and the caller asks the runtime for what it
+    has. Signals are received here rather than left to trio's
+    KeyboardInterrupt delivery, which could be lost while the run idled."""
     import trio
 
-    terminated = interrupted = False
     first: int | None = None
 
     async def wrapper() -> Any:
+        out = None
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
-                nonlocal terminated, interrupted, first
+                nonlocal first
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     async for signum in signals:
-                        if runtime is not None and first is None:
+                        name = signal.Signals(signum).name
+                        if first is None:
                             first = signum
-                            click.echo(f"{signal.Signals(signum).name}: stopping (the summary and the output so "
-                                       "far follow; signal again to stop at once)", err=True)
+                            click.echo(f"{name}: stopping (the summary and the output so far follow; signal "
+                                       "again to stop at once)", err=True)
                             runtime.request_stop("signal")
                             continue
-                        if signum == signal.SIGINT:
-                            interrupted = True
-                        else:
-                            terminated = True
+                        click.echo(f"{name}: stopping at once", err=True)
+                        runtime.abort()
                         nursery.cancel_scope.cancel()
                         return
 
             nursery.start_soon(watch)
-            result = await fn()
+            out = await fn(nursery)
             nursery.cancel_scope.cancel()
-            return result
+        return out
 
     try:
         result = trio.run(wrapper)
@@ -196,11 +194,17 @@ def _run_trio(fn: Any, runtime: Any = None) -> Any:
         if len(leaves) == 1 and isinstance(leaves[0], Exception):
             raise leaves[0] from None
         raise
-    if interrupted:
-        raise KeyboardInterrupt
-    if terminated:
-        raise SystemExit(EXIT_SIGTERM)
     return result, first
+
+
+async def _flush_every(stream: IO[str], interval: float = 0.2) -> None:
+    """Outputs reach a pipe as they come (within ``interval``), not at the
+    end, without a write call per tuple."""
+    import trio
+
+    while True:
+        await trio.sleep(interval)
+        stream.flush()
 
 
 def _exit_code(result: Any, signum: int | None) -> int:
@@ -218,7 +222,7 @@ def _exit_code(result: Any, signum: int | None) -> int:
 @click.option("--max-tuples", type=click.IntRange(min=1), help="Stop after the spouts emitted this many tuples (and their trees finished).")
 @click.option("--until-done/--no-until-done", default=None,
               help="Stop when every spout is exhausted and all trees finished (the default without --duration).")
-@click.option("--output", "-o", type=click.File("w"), default="-", show_default=True,
+@click.option("--output", "-o", type=click.File("w", lazy=False), default="-", show_default=True,
               help="Where output tuples go, as JSON lines.")
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE", help="Conf override (VALUE parsed as JSON if it can be).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
@@ -271,10 +275,14 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
     start = time.monotonic()
     try:
-        result, signum = _run_trio(lambda: runtime.run(
-            duration=duration, max_tuples=max_tuples, until_done=until_done,
-            progress=_Progress() if progress else None,
-        ), runtime)
+        async def go(nursery: Any) -> Any:
+            nursery.start_soon(_flush_every, output)
+            return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
+                                     progress=_Progress() if progress else None)
+
+        result, signum = _run_trio(go, runtime)
+        if result is None:  # stopped at once by a second signal: what it had
+            result = runtime.result()
     except KeyboardInterrupt:
         click.echo("interrupted; all component processes were stopped", err=True)
         raise SystemExit(EXIT_SIGINT) from None
@@ -315,22 +323,13 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
 
     _setup_logging(log_level)
     in_fields = [f for f in fields.split(",") if f]
+    if len(in_fields) > 1 and not json_input:
+        raise click.UsageError(f"--fields declares {len(in_fields)} fields, but without --json-input each line is "
+                               "one value; add --json-input (a JSON list per line) or give one field")
 
-    def lines() -> Any:
-        for number, line in enumerate(sys.stdin, 1):
-            line = line.rstrip("\n")
-            if json_input:
-                try:
-                    values = json.loads(line)
-                except ValueError as exc:
-                    raise TopologyError(f"stdin line {number}: --json-input expects one JSON value per line: "
-                                        f"{exc}") from None
-                yield values if isinstance(values, list) else [values]
-            else:
-                yield [line] + [None] * (len(in_fields) - 1)
-
+    feed = _StdinFeed(len(in_fields), json_input)
     builder = TopologyBuilder()
-    builder.set_spout("stdin", PythonSpout(lines, fields=in_fields))
+    builder.set_spout("stdin", PythonSpout(feed, fields=in_fields))
     # Without --output-fields the bolt may emit tuples of any length ("*").
     out_fields = output_fields.split(",") if output_fields else ["*"]
     builder.set_bolt("bolt", ShellBolt(list(command), fields=out_fields)).shuffle_grouping("stdin")
@@ -352,7 +351,16 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
     start = time.monotonic()
     try:
-        result, signum = _run_trio(lambda: runtime.run(until_done=True), runtime)
+        (spout,) = [t for t in runtime.tasks.values() if t.name == "stdin"]
+
+        async def go(nursery: Any) -> Any:
+            nursery.start_soon(feed.pump, runtime, spout)
+            nursery.start_soon(_flush_every, sys.stdout)
+            return await runtime.run(until_done=True)
+
+        result, signum = _run_trio(go, runtime)
+        if result is None:  # stopped at once by a second signal: what it had
+            result = runtime.result()
     except KeyboardInterrupt:
         raise SystemExit(EXIT_SIGINT) from None
     except MultilangError as exc:
@@ -366,6 +374,83 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     if code != EXIT_OK:
         _summary(result, time.monotonic() - start, dead_letter)
     raise SystemExit(code)
+
+class _StdinFeed:
+    """``multilang pipe``'s input: an open-ended source for the stdin spout.
+
+    stdin is read in a worker thread, in chunks of whatever is there, so a
+    read never blocks the host: outputs stream while a slow producer (a
+    ``tail -f``) keeps stdin open, and signals are handled at once. Lines
+    wait here (at most ``CAPACITY``: the reader waits for room) until the
+    spout takes them; ``open`` stays true until EOF (PythonSpoutTask). A
+    line that is not UTF-8 cannot become a tuple: it is a dead letter at
+    once, naming its line number."""
+
+    CAPACITY = 4096
+
+    def __init__(self, n_fields: int, json_input: bool) -> None:
+        from collections import deque
+
+        self.items: Any = deque()
+        self.open = True
+        self.n_fields = n_fields
+        self.json_input = json_input
+        self._room: Any = None  # a trio.Event while the reader waits for room
+
+    def __iter__(self) -> "_StdinFeed":
+        return self
+
+    def __next__(self) -> list[Any]:
+        if not self.items:
+            raise StopIteration  # nothing now; pump() resumes the spout
+        values = self.items.popleft()
+        if self._room is not None and len(self.items) <= self.CAPACITY // 2:
+            self._room.set()
+        return values
+
+    async def pump(self, runtime: Any, spout: Any) -> None:
+        import os
+
+        import trio
+
+        fd, buf, number = sys.stdin.fileno(), b"", 0
+        while True:
+            while len(self.items) >= self.CAPACITY:
+                self._room = trio.Event()
+                await self._room.wait()
+                self._room = None
+            chunk = await trio.to_thread.run_sync(os.read, fd, 1 << 16, abandon_on_cancel=True)
+            if chunk:
+                *lines, buf = (buf + chunk).split(b"\n")
+            else:
+                lines, buf = ([buf] if buf else []), b""
+            for raw in lines:
+                number += 1
+                values = self._values(raw[:-1] if raw.endswith(b"\r") else raw, number, runtime, spout)
+                if values is not None:
+                    self.items.append(values)
+            spout.resume()
+            if not chunk:
+                break
+        self.open = False
+        spout.resume()
+
+    def _values(self, raw: bytes, number: int, runtime: Any, spout: Any) -> list[Any] | None:
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            runtime.dead_letter(spout, None, [raw.decode("utf-8", "backslashreplace")],
+                                f"stdin line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start}); "
+                                "it was not sent", 0)
+            return None
+        if not self.json_input:
+            return [line] + [None] * (self.n_fields - 1)
+        try:
+            values = json.loads(line)
+        except ValueError as exc:
+            raise TopologyError(f"stdin line {number}: --json-input expects one JSON value per line: {exc}") from None
+        return values if isinstance(values, list) else [values]
+
 
 from .conform import conform_command
 main.add_command(conform_command, "conform")

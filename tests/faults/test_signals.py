@@ -95,3 +95,71 @@ def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_on
     assert not left, f"processes survived {sig.name}: {left}"
     # close stdin, kill grace, SIGTERM, kill grace, SIGKILL: about 1 s here
     assert took < 6, f"shutdown took {took:.1f}s"
+
+
+def test_pipe_streams_while_stdin_stays_open_and_sigterm_stops_it_at_once():
+    # Issue 18: stdin was read on the host's event loop, so an idle stdin
+    # froze everything: no output until EOF, and no reaction to signals.
+    proc = subprocess.Popen(ML + ["pipe", "--", "python", str(ROOT / "examples/python/split_bolt.py")], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("hello streaming world\n")
+        proc.stdin.flush()
+        got = [proc.stdout.readline() for _ in range(3)]  # arrives while stdin is still open
+        assert got == ['["hello"]\n', '["streaming"]\n', '["world"]\n'], got
+        proc.send_signal(signal.SIGTERM)
+        err = proc.stderr.read()  # EOF once it has exited; stdin is still open
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+
+
+def test_a_second_signal_stops_at_once_and_still_prints_the_summary(tmp_path):
+    # A stubborn bolt ignores SIGTERM and EOF: the first signal's graceful
+    # stop would wait through both kill graces (2 x 5 s here); the second
+    # signal cuts them short.
+    path = tmp_path / "stubborn.toml"
+    path.write_text(textwrap.dedent(f"""
+        [topology.conf]
+        "multilang.kill.grace.secs" = 5
+        "multilang.shutdown.grace.secs" = 5
+        [spouts.spout]
+        command = {json.dumps(["python", str(SPOUT), "1000000000"])}
+        fields = ["n"]
+        streams = {{ events = ["event", "msg_id"] }}
+        [bolts.stubborn]
+        command = {json.dumps(["python", str(BOLT), "--stubborn", "--sleep", "0.01"])}
+        fields = ["n"]
+        inputs = [{{ source = "spout" }}]
+    """))
+    proc = subprocess.Popen(ML + ["run", str(path), "-o", os.devnull], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in proc.stderr:  # progress lines: the bolt is working
+            seen.append(line)
+            if "[progress]" in line and "stubborn: emitted 0 " not in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stderr:
+            seen.append(line)
+            if "SIGINT: stopping (" in line:
+                break
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        proc.wait(timeout=20)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err[-3000:]
+    assert "SIGINT: stopping at once" in err and "[summary]" in err
+    # Not a timed assert of speed: the graces alone would take 10 s or more.
+    assert took < 8, f"the second signal did not cut the graces short ({took:.1f}s)"

@@ -313,3 +313,17 @@ def test_sigterm_prints_the_keyed_output_so_far_marked_partial_and_the_summary()
     assert counts.get("alice") == 360, "the keyed view gathered so far was printed"
     assert "[summary]" in err
     assert "interrupted by SIGTERM: the output is partial (the last tuple per key so far)" in err
+
+
+def test_an_output_file_that_cannot_be_written_is_a_usage_error_before_anything_runs(tmp_path):
+    p = subprocess.run(ML + ["run", WORDCOUNT, "-o", str(tmp_path / "no" / "such" / "dir.jsonl")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "[summary]" not in p.stderr, "the topology did not run first"
+
+
+def test_pipe_with_several_fields_needs_json_input():
+    # Without --json-input a line is one value: the other fields would always be null.
+    p = subprocess.run(ML + ["pipe", "--fields", "a,b", "--", "cat"], input="x\n", cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "--json-input" in p.stderr
