@@ -692,13 +692,19 @@ class ShellBoltTask(ShellTask):
     def _release(self, tid: str, edges: TupleEdges, touched: set[Task]) -> None:
         """Hold mode: the input was acked, so the emits anchored to it go out
         now, before the ack reaches the acker (the tree must not complete in
-        between)."""
+        between). An emit whose every tree has meanwhile failed or timed out
+        is dropped: the replay will emit it again, and releasing it too
+        would be a duplicate (§5.3, no delivery after expiry)."""
+        is_live = self.runtime.acker.is_live
         for held in self._held.pop(tid, ()):
             if held.done:
                 continue
             held.done = True
             anchors = [self.in_flight[a] for a in held.anchors if a in self.in_flight and a != tid]
             anchors.append(edges)
+            if not any(is_live(a) for a in anchors):
+                self.stats.expired += 1
+                continue
             self.runtime.route(self, held.emit, anchors, touched, targets=held.targets)
 
     def _drop(self, tid: str) -> None:
