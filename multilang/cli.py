@@ -384,7 +384,8 @@ class _StdinFeed:
     wait here (at most ``CAPACITY``: the reader waits for room) until the
     spout takes them; ``open`` stays true until EOF (PythonSpoutTask). A
     line that is not UTF-8 cannot become a tuple: it is a dead letter at
-    once, naming its line number."""
+    once, naming its line number, and so is a line that is not JSON with
+    --json-input."""
 
     CAPACITY = 4096
 
@@ -440,15 +441,17 @@ class _StdinFeed:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             runtime.dead_letter(spout, None, [raw.decode("utf-8", "backslashreplace")],
-                                f"stdin line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start}); "
-                                "it was not sent", 0)
+                                f"stdin line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start}; "
+                                "shown with \\x escapes); it was not sent", 0)
             return None
         if not self.json_input:
             return [line] + [None] * (self.n_fields - 1)
         try:
             values = json.loads(line)
         except ValueError as exc:
-            raise TopologyError(f"stdin line {number}: --json-input expects one JSON value per line: {exc}") from None
+            runtime.dead_letter(spout, None, [line], f"stdin line {number} is not JSON (--json-input): {exc}; "
+                                "it was not sent", 0)
+            return None
         return values if isinstance(values, list) else [values]
 
 

@@ -487,20 +487,21 @@ class ShellBoltTask(ShellTask):
         together are not (the failure does not count against their inputs'
         replays) and become suspects, each tried alone when it comes back."""
         live = [tid for tid, e in self.in_flight.items() if e is not _TICK_EDGES]
+        # Every input in flight is (still) a suspect: its next try goes alone.
+        roots = self.runtime.acker.roots
+        suspects = self._suspects
+        for tid in live:
+            e = self.in_flight[tid]
+            if type(e) is TupleEdges and len(suspects) < _MAX_SUSPECTS:
+                for r in e.ids:
+                    root = roots.get(r)
+                    if root is not None:
+                        suspects.add((root.spout_task, _id_key(root.msg_id)))
         if len(live) == 1:
-            cause = Cause(f"{cause} (the only tuple in that process)")
+            cause = Cause.make(f"{cause} (the only tuple in that process)", crashed_alone=True)
         elif live:
-            roots = self.runtime.acker.roots
-            suspects = self._suspects
-            for tid in live:
-                e = self.in_flight[tid]
-                if type(e) is TupleEdges and len(suspects) < _MAX_SUSPECTS:
-                    for r in e.ids:
-                        root = roots.get(r)
-                        if root is not None:
-                            suspects.add((root.spout_task, _id_key(root.msg_id)))
-            cause = Cause.unblamed(f"{cause} (with {len(live) - 1} other tuples in flight; retried alone, "
-                                   "not counted against multilang.max.replays)")
+            cause = Cause.make(f"{cause} (with {len(live) - 1} other tuples in flight; retried alone, "
+                               "not counted against multilang.max.replays)", blamed=False)
         self._alone = None
         super()._on_session_lost(cause)
 
@@ -759,6 +760,12 @@ class ShellSpoutTask(ShellTask):
                 if entry is not None:
                     entry[0] += 1
                     entry[1] = cause
+                    if entry[0] % _FAIL_WARNING == 0:
+                        self.runtime.errlog.log(
+                            self.where(), logging.WARNING, trio.current_time(),
+                            "%s: message id %s has failed %d times (last cause: %s); this spout replays it "
+                            "(a shell spout decides, as in Storm)", self.where(), _brief(repr(msg_id), 100),
+                            entry[0], cause)
                 elif len(counts) < _MAX_FAIL_IDS:
                     counts[key] = [1, cause, msg_id]
             else:
@@ -801,7 +808,9 @@ class ShellSpoutTask(ShellTask):
                 self.idle = True
                 await self._work.park()
                 continue
-            if rt.may_emit(self):
+            # Past --max-tuples a spout that has failed ids outstanding still
+            # gets `next`: that is where a shell spout replays them.
+            if rt.may_emit(self, replay=bool(self.fail_counts)):
                 before = self.stats.emitted
                 await self._command(proc, Next())
                 if self.stats.emitted == before:
@@ -915,6 +924,7 @@ class PythonSpoutTask(Task):
         #: msg id -> times failed so far; an input failed more than
         #: multilang.max.replays times is a dead letter, not replayed again
         self._fails: dict[int, int] = {}
+        self._crashes: dict[int, int] = {}  # msg id -> times its tuple was alone in a process that died
         self.max_replays = int(self.conf.get("multilang.max.replays", 3))
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
@@ -935,18 +945,25 @@ class PythonSpoutTask(Task):
                 if kind == "ack":
                     self._values.pop(msg_id, None)
                     self._fails.pop(msg_id, None)
+                    self._crashes.pop(msg_id, None)
                 elif msg_id in self._values:
                     if not getattr(cause, "blamed", True):  # §8.4: it only shared a crashed process
                         self._replay.append(msg_id)
                         continue
                     fails = self._fails.get(msg_id, 0) + 1
-                    if fails > self.max_replays:
+                    if getattr(cause, "crashed_alone", False):
+                        crashes = self._crashes[msg_id] = self._crashes.get(msg_id, 0) + 1
+                    else:
+                        crashes = 0
+                    if fails > self.max_replays or crashes >= _CRASHES_ALONE or getattr(cause, "final", False):
+                        self._crashes.pop(msg_id, None)
                         self._fails.pop(msg_id, None)
                         rt.dead_letter(self, msg_id, self._values.pop(msg_id), cause, fails)
                     else:
                         self._fails[msg_id] = fails
                         self._replay.append(msg_id)
-            if rt.spouts_stopped or not rt.may_emit(self) or (self._exhausted and not self._replay):
+            if rt.spouts_stopped or not rt.may_emit(self, replay=bool(self._replay)) or (
+                    self._exhausted and not self._replay):
                 self.idle = (self._exhausted and not self._replay and self.pending_roots == 0
                              and not getattr(self._items, "open", False))
                 await self._work.park()
@@ -1105,7 +1122,8 @@ class Runtime:
                 for a in anchors:
                     self.acker.fail(TupleEdges(dict(a.ids)), cause)
             elif emit.id is not None and isinstance(src, (ShellSpoutTask, PythonSpoutTask)):
-                src.notify("fail", emit.id, cause)
+                # The host's own check fails the same way on every replay.
+                src.notify("fail", emit.id, Cause.make(cause or "", final=isinstance(src, PythonSpoutTask)))
             return []
         self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
         return targets
@@ -1206,10 +1224,10 @@ class Runtime:
     def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
         src.stats.errors += 1
         pid = getattr(getattr(src, "proc", None), "pid", None)
-        self._last_emit_error = f"{src.where()} (pid {pid}): {msg}"
+        who = src.where() if pid is None else f"{src.where()} (pid {pid})"
+        self._last_emit_error = f"{who}: {msg}"
         self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
-                        "%s (pid %s): %s; the tuple %r is dropped and its tree failed", src.where(), pid, msg,
-                        _brief(repr(emit.values)))
+                        "%s: %s; the tuple %r is dropped and its tree failed", who, msg, _brief(repr(emit.values)))
         return None
 
     def _output(self, component: str, stream: str, values: list[Any]) -> None:
@@ -1248,8 +1266,11 @@ class Runtime:
             t.stats.failed += 1
             t.notify("fail", msg_id, cause)  # type: ignore[attr-defined]
 
-    def may_emit(self, spout: Task) -> bool:
-        if self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
+    def may_emit(self, spout: Task, replay: bool = False) -> bool:
+        """Whether a spout may emit now. A replay may go past ``max_tuples``
+        (the limit counts what the spouts emitted; a failed tree of those
+        must still be replayed), not past max spout pending."""
+        if not replay and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
             return False
         msp = self.max_spout_pending
         return msp is None or spout.pending_roots < msp  # type: ignore[attr-defined]
@@ -1265,9 +1286,13 @@ class Runtime:
         spout.stats.dead_letters += 1
         if len(self._dead_letter_sample) < 10:
             self._dead_letter_sample.append(letter)
-        self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
-                        "%s: gave up on input %s after %d attempts (multilang.max.replays=%d); last cause: %s",
-                        spout.where(), _brief(repr(values)), attempts, attempts - 1, letter.cause)
+        if attempts:
+            self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
+                            "%s: gave up on input %s after %d attempt(s); last cause: %s",
+                            spout.where(), _brief(repr(values)), attempts, letter.cause)
+        else:
+            self.errlog.log(spout.where(), logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
+                            spout.where(), _brief(repr(values)), letter.cause)
         if self.on_dead_letter is not None:
             self.on_dead_letter(letter)
 
@@ -1300,7 +1325,8 @@ class Runtime:
         limit_reached = self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples
         for t in self.tasks.values():
             if isinstance(t, (ShellSpoutTask, PythonSpoutTask)):
-                if t.notices or not (t.idle or (limit_reached and t.pending_roots == 0)):
+                if t.notices or getattr(t, "_replay", None) or not (
+                        t.idle or (limit_reached and t.pending_roots == 0 and not getattr(t, "fail_counts", None))):
                     return False
             elif t.busy:
                 return False
@@ -1446,13 +1472,24 @@ class Cause(str):
     alone, and then a crash is its own."""
 
     blamed: bool = True
+    #: the input's tuple was alone in a process that died or hung: twice is
+    #: enough to give up on it (a deterministic crash costs restarts, §8.4)
+    crashed_alone: bool = False
+    #: the host's own check failed (an emit error of a host spout): the same
+    #: every time, so not worth a replay
+    final: bool = False
 
     @classmethod
-    def unblamed(cls, text: str) -> "Cause":
+    def make(cls, text: str, **flags: bool) -> "Cause":
         c = cls(text)
-        c.blamed = False
+        for k, v in flags.items():
+            setattr(c, k, v)
         return c
+
+
 _OWED_WARNING = 100_000
+_FAIL_WARNING = 10  # a shell spout's id failed this often: warn while the run goes on
+_CRASHES_ALONE = 2
 
 
 def _id_key(msg_id: Any) -> Any:

@@ -91,3 +91,24 @@ def test_the_restart_budget_is_counted_per_component_not_per_task():
     assert not res.ok and len(res.gave_up) == 1
     assert res.stats["bolt"].restarts == 2
     assert_no_orphans(run)
+
+
+def test_max_tuples_still_replays_a_failed_tree_of_a_host_spout():
+    from multilang.shellbolt import PythonBolt, PythonSpout
+
+    seen: list[int] = []
+
+    def flaky(values):
+        seen.append(values[0])
+        if values[0] == 3 and seen.count(3) == 1:
+            raise ValueError("first try of 3 fails")
+        return [values]
+
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout([[i] for i in range(50)], fields=["n"]))
+    b.set_bolt("bolt", PythonBolt(flaky, fields=["n"])).shuffle_grouping("spout")
+    run = run_topology(build(b), max_tuples=10)
+    res = run.result
+    assert res.ok and res.pending == 0
+    assert sorted(set(seen)) == list(range(10)) and seen.count(3) == 2, "3 was replayed past the limit"
+    assert sorted(r["n"] for r in run.records("bolt")) == list(range(10))
