@@ -1,7 +1,8 @@
 """``multilang conform``: play the host against a component, run the vectors.
 
 The vectors in ``spec/vectors/*.json`` are data (their format is documented in
-``spec/vectors/README.md`` and ``spec/vectors/schema.json``). This module is
+``spec/vectors/README.md`` and ``spec/vectors/schema.json``); a wheel carries
+them as package data in ``multilang/vectors/``. This module is
 their runner: for each vector it starts a fresh process of the component
 command (argv list, no shell) with a private pid directory, drives it through
 the vector's steps and checks every frame it writes.
@@ -61,14 +62,34 @@ __all__ = [
     "PASSED",
     "FAILED",
     "NOT_APPLICABLE",
+    "REQUIRED",
+    "RECOMMENDED",
+    "EXTENSION",
 ]
 
-#: spec/vectors of this checkout (the package is installed from the repository).
-DEFAULT_VECTORS_DIR = Path(__file__).resolve().parent.parent / "spec" / "vectors"
+
+def _default_vectors_dir() -> Path:
+    """The vectors shipped with the package (``multilang/vectors/`` in a wheel:
+    pyproject.toml maps spec/vectors there), else this checkout's spec/vectors
+    (an editable install runs from the repository)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "vectors"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "spec" / "vectors"
+
+
+DEFAULT_VECTORS_DIR = _default_vectors_dir()
 
 PASSED = "passed"
 FAILED = "failed"
 NOT_APPLICABLE = "not-applicable"
+
+# Levels (spec/CONFORMANCE.md "Levels"): how a failed check counts.
+REQUIRED = "required"  # what Storm's host and ours rely on: a failure fails the run
+RECOMMENDED = "recommended"  # the liberal reading: a failure is a warning unless strict
+EXTENSION = "extension"  # an extension the component accepted: a failure fails the run
+LEVELS = (REQUIRED, RECOMMENDED, EXTENSION)
 
 #: spec/CONFORMANCE.md "Announcing itself".
 READY_RE = re.compile(r"^multilang-conformance ready mode=(bolt|basic|spout) lang=(\S+)$")
@@ -111,12 +132,27 @@ DEFAULT_CONTEXT: dict[Role, dict[str, Any]] = {
 DEFAULT_TASK_IDS = [4]
 DEFAULT_IGNORE = ("log", "metrics")
 
+# The fixed waits below are for the default --timeout (2 s); a longer --timeout
+# stretches every one of them in proportion (_scale), so a slow component (a
+# JVM, storm-starter's asyncSplitsentence.js: about 6 s per tuple) is given
+# time everywhere, not only for expected frames. A shorter one never shrinks them.
+_DEFAULT_TIMEOUT = 2.0
 # How long to wait, after the pid reply, for the ready line of a scripted
 # conformance component. It is written right after the pid, so this is only
 # slack for a loaded machine.
 _READY_WAIT = 1.5
 # The pid reply may come after a slow start (a JVM, a cold cache).
 _MIN_HANDSHAKE_WAIT = 5.0
+# storm.py and storm.rb create the pid file just after their pid reply (Storm
+# never looks at it): the file is awaited this long before a check fails.
+_PID_FILE_GRACE = 1.0
+# Reading what a component wrote before it exited.
+_EXIT_DRAIN = 0.5
+
+
+def _scale(timeout: float) -> float:
+    """The factor --timeout applies to every fixed wait (never below 1)."""
+    return max(1.0, timeout / _DEFAULT_TIMEOUT)
 _STDERR_KEEP = 16 * 1024
 _SHOW = 240  # bytes of a frame shown in a report
 _SHOW_FRAMES = 12  # frames of the transcript shown for a failure
@@ -158,6 +194,8 @@ class CheckResult:
     file: str
     status: str
     reason: str = ""
+    #: required, recommended or extension (spec/CONFORMANCE.md "Levels").
+    level: str = REQUIRED
     #: The rule that was broken (``ids.string-echo``, ``expect.timeout``, ...).
     rule: str = ""
     #: Where it failed: "handshake" (the automatic one), "step N" (1-based,
@@ -175,6 +213,7 @@ class CheckResult:
             "spec": self.spec,
             "file": self.file,
             "status": self.status,
+            "level": self.level,
             "reason": self.reason,
             "rule": self.rule,
             "step": self.step,
@@ -186,7 +225,13 @@ class CheckResult:
 
 @dataclass
 class Report:
-    """Everything one run found out."""
+    """Everything one run found out.
+
+    A failed check of level ``recommended`` is a *warning* (it does not fail
+    the run) unless ``strict``; required and extension failures always fail it.
+    ``CheckResult.status`` stays ``"failed"`` either way: :meth:`is_warning`
+    and the counts say how it counts.
+    """
 
     argv: list[str]
     role: str
@@ -194,6 +239,12 @@ class Report:
     lang: str | None
     results: list[CheckResult] = field(default_factory=list)
     duration: float = 0.0
+    #: Recommended failures fail the run too (``--strict``).
+    strict: bool = False
+
+    def is_warning(self, r: CheckResult) -> bool:
+        """A failed check that is only reported (a recommended one, not strict)."""
+        return r.status == FAILED and r.level == RECOMMENDED and not self.strict
 
     @property
     def passed(self) -> int:
@@ -201,7 +252,13 @@ class Report:
 
     @property
     def failed(self) -> int:
-        return sum(r.status == FAILED for r in self.results)
+        """Failed checks that fail the run (warnings not counted)."""
+        return sum(r.status == FAILED and not self.is_warning(r) for r in self.results)
+
+    @property
+    def warnings(self) -> int:
+        """Failed recommended checks, when not strict."""
+        return sum(self.is_warning(r) for r in self.results)
 
     @property
     def not_applicable(self) -> int:
@@ -214,6 +271,9 @@ class Report:
     def ids(self, status: str) -> list[str]:
         return [r.id for r in self.results if r.status == status]
 
+    def warning_ids(self) -> list[str]:
+        return [r.id for r in self.results if self.is_warning(r)]
+
     def __getitem__(self, check_id: str) -> CheckResult:
         for r in self.results:
             if r.id == check_id:
@@ -223,6 +283,23 @@ class Report:
     def __contains__(self, check_id: object) -> bool:
         return any(r.id == check_id for r in self.results)
 
+    # -- diagnosis -----------------------------------------------------------
+
+    def diagnosis(self) -> list[Any]:
+        """What ``multilang.conform_diagnosis.diagnose`` makes of the results:
+        a list of diagnoses (``title``, ``detail``, ``checks``: the ids of the
+        checks that failed only as a consequence). Empty while that module is
+        not installed."""
+        try:
+            from .conform_diagnosis import diagnose
+        except ImportError:
+            return []
+        return list(diagnose(self.results))
+
+    @staticmethod
+    def _consequences(diagnoses: list[Any]) -> set[str]:
+        return {c for d in diagnoses for c in getattr(d, "checks", ())}
+
     # -- output formats ------------------------------------------------------
 
     def describe_component(self) -> str:
@@ -230,21 +307,46 @@ class Report:
             return f"scripted conformance component, mode {self.mode}, lang {self.lang} (role {self.role})"
         return f"no ready line: protocol checks only (role {self.role})"
 
+    def summary(self) -> str:
+        """The closing line: ``N passed, N failed`` (what CI parsers read),
+        then ``, N warnings`` if some recommended check failed."""
+        line = f"{self.passed} passed, {self.failed} failed"
+        if self.warnings:
+            line += f", {self.warnings} warning{'s' if self.warnings != 1 else ''}"
+        return line
+
     def to_json(self) -> dict[str, Any]:
+        diagnoses = self.diagnosis()
+        consequences = self._consequences(diagnoses)
+        results = []
+        for r in self.results:
+            doc = r.to_json()
+            doc["warning"] = self.is_warning(r)
+            doc["see_diagnosis"] = r.status == FAILED and r.id in consequences
+            results.append(doc)
         return {
+            "diagnosis": [
+                {"title": d.title, "detail": d.detail, "checks": list(d.checks)} for d in diagnoses
+            ],
             "argv": self.argv,
             "role": self.role,
             "mode": self.mode,
             "lang": self.lang,
+            "strict": self.strict,
             "passed": self.passed,
             "failed": self.failed,
+            "warnings": self.warnings,
             "not_applicable": self.not_applicable,
             "duration": round(self.duration, 3),
-            "results": [r.to_json() for r in self.results],
+            "results": results,
         }
 
     def to_text(self) -> str:
-        lines = [f"multilang conform: {subprocess.list2cmdline(self.argv)}", f"component: {self.describe_component()}"]
+        diagnoses = self.diagnosis()
+        consequences = self._consequences(diagnoses)
+        # The diagnosis comes first: it names the cause of a cascade of failures.
+        lines = [f"diagnosis: {d.title}: {d.detail}" for d in diagnoses]
+        lines += [f"multilang conform: {subprocess.list2cmdline(self.argv)}", f"component: {self.describe_component()}"]
         for r in self.results:
             sections = " ".join(f"§{s}" if s[:1].isdigit() else s for s in r.spec)
             if r.status == PASSED:
@@ -252,7 +354,10 @@ class Report:
             elif r.status == NOT_APPLICABLE:
                 lines.append(f"N/A  {r.id}  ({r.reason})")
             else:
-                lines.append(f"FAIL {r.id}  [{sections}] {r.title}")
+                tag = "WARN" if self.is_warning(r) else "FAIL"
+                see = " (see diagnosis)" if r.id in consequences else ""
+                level = f" ({r.level})" if r.level != REQUIRED else ""
+                lines.append(f"{tag} {r.id}  [{sections}] {r.title}{level}{see}")
                 where = f"{r.step}, " if r.step else ""
                 lines.append(f"     {where}rule {r.rule}: {r.reason}")
                 lines.extend(f"     {f}" for f in r.frames)
@@ -261,7 +366,7 @@ class Report:
                     lines.extend(f"       {s}" for s in r.stderr.splitlines()[-8:])
         if self.not_applicable:
             lines.append(f"{self.not_applicable} not applicable")
-        lines.append(f"{self.passed} passed, {self.failed} failed")
+        lines.append(self.summary())
         return "\n".join(lines)
 
     def to_junit(self) -> str:
@@ -276,16 +381,25 @@ class Report:
         )
         props = ET.SubElement(suite, "properties")
         for name, value in (("argv", subprocess.list2cmdline(self.argv)), ("role", self.role),
-                            ("mode", self.mode or ""), ("lang", self.lang or "")):  # fmt: skip
+                            ("mode", self.mode or ""), ("lang", self.lang or ""),
+                            ("strict", str(self.strict).lower()), ("warnings", str(self.warnings))):  # fmt: skip
             ET.SubElement(props, "property", name=name, value=value)
         for r in self.results:
             case = ET.SubElement(suite, "testcase", classname=f"conform.{r.file}", name=r.id, time=f"{r.duration:.3f}")
+            cprops = ET.SubElement(case, "properties")
+            ET.SubElement(cprops, "property", name="level", value=r.level)
             if r.status == FAILED:
-                fail = ET.SubElement(case, "failure", message=_xml_safe(f"[{r.rule}] {r.reason}"), type=r.rule)
-                details = [r.title, f"spec: {', '.join(r.spec)}", f"{r.step}: [{r.rule}] {r.reason}", *r.frames]
+                details = [r.title, f"level: {r.level}", f"spec: {', '.join(r.spec)}", f"{r.step}: [{r.rule}] {r.reason}", *r.frames]
                 if r.stderr:
                     details += ["stderr tail:", r.stderr]
-                fail.text = _xml_safe("\n".join(details))
+                if self.is_warning(r):
+                    # JUnit has no warnings: a passing case with the finding in its output.
+                    ET.SubElement(cprops, "property", name="warning", value=_xml_safe(f"[{r.rule}] {r.reason}"))
+                    out = ET.SubElement(case, "system-out")
+                    out.text = _xml_safe("WARN (recommended)\n" + "\n".join(details))
+                else:
+                    fail = ET.SubElement(case, "failure", message=_xml_safe(f"[{r.rule}] {r.reason}"), type=r.rule)
+                    fail.text = _xml_safe("\n".join(details))
             elif r.status == NOT_APPLICABLE:
                 ET.SubElement(case, "skipped", message=_xml_safe(r.reason))
         root = ET.Element("testsuites", name="multilang-conform", tests=str(len(self.results)),
@@ -322,6 +436,8 @@ class Vector:
     #: The extension (§9) this vector is about: not applicable to a component
     #: that does not accept it (standard mode is correct, §9.3).
     extension: str | None = None
+    #: required, recommended or extension (spec/CONFORMANCE.md "Levels").
+    level: str = REQUIRED
 
 
 def _expand(obj: Any) -> Any:
@@ -378,6 +494,13 @@ def load_vectors(directory: str | os.PathLike[str] | None = None) -> list[Vector
                 kinds = [k for k in _STEP_KINDS if isinstance(step, dict) and k in step]
                 if len(kinds) != 1:
                     raise ConformError(f"{vid} step {i}: a step has exactly one of {', '.join(_STEP_KINDS)}")
+            # The schema requires a level; an older vector directory without
+            # levels still runs, every vector counted as required.
+            level = raw.get("level", EXTENSION if raw.get("extension") is not None else REQUIRED)
+            if level not in LEVELS:
+                raise ConformError(f"{vid}: level must be one of {LEVELS}, not {level!r}")
+            if (level == EXTENSION) != (raw.get("extension") is not None):
+                raise ConformError(f"{vid}: level 'extension' goes with an 'extension' name, and only with it")
             spec = raw["spec"] if isinstance(raw["spec"], list) else [raw["spec"]]
             vectors.append(
                 Vector(
@@ -392,6 +515,7 @@ def load_vectors(directory: str | os.PathLike[str] | None = None) -> list[Vector
                     auto_task_ids=raw.get("auto_task_ids", True),
                     task_ids=raw.get("task_ids", list(DEFAULT_TASK_IDS)),
                     extension=raw.get("extension"),
+                    level=level,
                 )
             )
     if not vectors:
@@ -782,6 +906,7 @@ class _Run:
         self.proc = proc
         self.role = role
         self.timeout = timeout
+        self.scale = _scale(timeout)
         self.handshake_timeout = handshake_timeout
         self.conn = Connection(role, Side.HOST)
         self.reader: FrameReader | LengthPrefixedReader = FrameReader()  # component -> us
@@ -801,12 +926,15 @@ class _Run:
         self.got_pid = False
         self.pid: int | None = None
         self.closed_at: float | None = None
+        self.pid_at: float | None = None  # when the pid reply was read
         self.m = _Matcher(self.ids, self.last_tuple_id)
 
     # -- sending ------------------------------------------------------------
 
     def _write(self, data: bytes, chunk_size: int | None = None, delay_ms: float = 0) -> None:
-        deadline = time.monotonic() + max(self.timeout, _MIN_HANDSHAKE_WAIT)
+        if self.closed_at is not None:
+            raise VectorBug("a step writes to the component after close_stdin")
+        deadline = time.monotonic() + max(self.timeout, _MIN_HANDSHAKE_WAIT * self.scale)
         if not chunk_size:
             self.proc.write(data, deadline)
             return
@@ -925,8 +1053,13 @@ class _Run:
             raise _Failure("protocol.state", str(exc)) from None
         if type(ev) in (Emit,) and ev.wants_task_ids and self.v.auto_task_ids:
             data = self.conn.send(TaskIds(task_ids=list(self.v.task_ids)))
-            self.transcript.append(("->", data, " [automatic task-id reply]"))
-            self._write(data)
+            if self.closed_at is not None:
+                # Its stdin is closed: a host writes nothing more (an emit
+                # answering the EOF is the component's business, not a fault).
+                self.transcript.append(("->", b"", "[automatic task-id reply not sent: stdin is closed]"))
+            else:
+                self.transcript.append(("->", data, " [automatic task-id reply]"))
+                self._write(data)
         return obj
 
     def _accept_pid(self, body: bytes) -> Any:
@@ -955,6 +1088,7 @@ class _Run:
             raise _Failure("protocol.state", str(exc)) from None
         self.got_pid = True
         self.pid = msg.pid
+        self.pid_at = time.monotonic()
         obj = loads(body)
         self.received.append(obj)
         self._after_pid()
@@ -1047,7 +1181,7 @@ class _Run:
                 break
 
     def _deadline(self, step: dict[str, Any]) -> tuple[float, float]:
-        t = max(self.timeout, step.get("timeout_ms", 0) / 1000)
+        t = max(self.timeout, step.get("timeout_ms", 0) / 1000 * self.scale)
         return time.monotonic() + t, t
 
     def _frame_or_fail(self, deadline: float, waiting_for: str, waited: float) -> Any:
@@ -1168,7 +1302,7 @@ class _Run:
 
     def step_expect_exit(self, step: dict[str, Any]) -> None:
         code = step["expect_exit"]
-        within = step.get("within_ms", 2000) / 1000
+        within = step.get("within_ms", 2000) / 1000 * self.scale
         start = self.closed_at if self.closed_at is not None else time.monotonic()
         cpu0 = getattr(self, "cpu_at_close", None) if self.closed_at is not None else self.proc.cpu_seconds()
         deadline = start + within
@@ -1192,29 +1326,50 @@ class _Run:
             if used > 0.3 and used > 0.5 * elapsed:
                 raise _Failure("process.spin", f"the component used {used:.2f} s of CPU in the {elapsed:.2f} s before it exited after stdin EOF (§5.4: exit promptly, do not spin)")
         # Drain what it wrote (EOF follows promptly unless a child holds the pipe).
-        drain = time.monotonic() + 0.5
+        drain = time.monotonic() + _EXIT_DRAIN * self.scale
         while self.next_frame(drain) not in (_TIMEOUT, _EOF):
             pass
         if code is not None and self.proc.returncode != code:
             raise _Failure("process.exit-code", f"the component exited with status {self.proc.returncode}, expected {code}")
 
+    def _check_pid_file(self, if_written: bool) -> None:
+        """§2.3: an empty regular file ``<pidDir>/<pid>``. storm.py and storm.rb
+        create it just *after* their pid reply, so it is awaited for a grace
+        (--timeout stretches it) from the pid reply on. ``if_written``: a pidDir
+        left empty passes (only handshake.pid-file requires the file: neither
+        Storm nor our host reads it); whatever was written must be right."""
+        path = os.path.join(self.proc.pid_dir, str(self.pid))
+        grace = _PID_FILE_GRACE * self.scale
+        deadline = (self.pid_at if self.pid_at is not None else time.monotonic()) + grace
+
+        def entries() -> list[str]:
+            try:
+                return sorted(os.listdir(self.proc.pid_dir))
+            except OSError:
+                return []
+
+        while not os.path.lexists(path) and time.monotonic() < deadline:
+            if if_written and entries():
+                break  # something else was written: judged below
+            time.sleep(0.02)
+        if not os.path.lexists(path):
+            found = entries()
+            if if_written and not found:
+                return
+            raise _Failure("handshake.pid-file", f"no pid file {str(self.pid)!r} in pidDir within {grace:.1f} s of the pid reply (§2.3); "
+                                                 f"pidDir holds {found or 'nothing'}")
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise _Failure("handshake.pid-file", f"the pid file {str(self.pid)!r} is not a regular file (§2.3)")
+        size = os.path.getsize(path)
+        if size:
+            raise _Failure("handshake.pid-file", f"the pid file {str(self.pid)!r} must be empty, it holds {size} bytes (§2.3)")
+
     def step_check(self, step: dict[str, Any]) -> None:
         what = step["check"]
         if not self.got_pid:
             raise VectorBug(f"check {what!r} before the handshake")
-        if what == "pid-file":
-            path = os.path.join(self.proc.pid_dir, str(self.pid))
-            try:
-                entries = sorted(os.listdir(self.proc.pid_dir))
-            except OSError:
-                entries = []
-            if not os.path.lexists(path):
-                raise _Failure("handshake.pid-file", f"no pid file {str(self.pid)!r} in pidDir (§2.3); pidDir holds {entries or 'nothing'}")
-            if not os.path.isfile(path) or os.path.islink(path):
-                raise _Failure("handshake.pid-file", f"the pid file {str(self.pid)!r} is not a regular file (§2.3)")
-            size = os.path.getsize(path)
-            if size:
-                raise _Failure("handshake.pid-file", f"the pid file {str(self.pid)!r} must be empty, it holds {size} bytes (§2.3)")
+        if what in ("pid-file", "pid-file-if-written"):
+            self._check_pid_file(if_written=what == "pid-file-if-written")
         elif what == "pid-alive":
             if type(self.pid) is not int or self.pid <= 0:
                 raise _Failure("handshake.pid-alive", f"pid {self.pid!r} is not a positive integer")
@@ -1242,7 +1397,7 @@ def _probe(argv: Sequence[str], timeout: float, env, cwd) -> tuple[str | None, s
         bodies: list[bytes] = []
         frame = {"pidDir": proc.pid_dir, "conf": DEFAULT_CONF, "context": DEFAULT_CONTEXT[Role.BOLT]}
         try:
-            proc.write(_encode_frame(frame, {}), time.monotonic() + max(timeout, _MIN_HANDSHAKE_WAIT))
+            proc.write(_encode_frame(frame, {}), time.monotonic() + max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)))
         except _Failure:
             return None, None, False
 
@@ -1257,7 +1412,7 @@ def _probe(argv: Sequence[str], timeout: float, env, cwd) -> tuple[str | None, s
                     return None
             return bodies.pop(0)
 
-        first = frame_by(time.monotonic() + max(timeout, _MIN_HANDSHAKE_WAIT))
+        first = frame_by(time.monotonic() + max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)))
         if first is None:
             return None, None, False
         try:
@@ -1266,7 +1421,7 @@ def _probe(argv: Sequence[str], timeout: float, env, cwd) -> tuple[str | None, s
             got_pid = False
         if not got_pid:
             return None, None, True  # it answered (wrongly): the vectors will say how
-        second = frame_by(time.monotonic() + _READY_WAIT)
+        second = frame_by(time.monotonic() + _READY_WAIT * _scale(timeout))
         if second is None:
             return None, None, True
         try:
@@ -1292,7 +1447,7 @@ def _applicable(v: Vector, role: str, mode: str | None) -> str | None:
 
 
 def _run_vector(v: Vector, argv, role: Role, timeout: float, handshake_timeout: float, env, cwd) -> CheckResult:
-    result = CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=PASSED)
+    result = CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=PASSED, level=v.level)
     t0 = time.monotonic()
     proc = _Process(argv, env, cwd)
     run = _Run(v, proc, role, timeout, handshake_timeout)
@@ -1326,13 +1481,16 @@ def run_conformance(
     select: str | None = None,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    strict: bool = False,
 ) -> Report:
     """Run the conformance vectors against the component command ``argv``.
 
     ``role`` is ``"bolt"`` or ``"spout"``; ``None`` means: a scripted
     conformance component's ready line decides, else ``"bolt"``. ``timeout``
-    bounds each wait for a frame (seconds). ``select`` keeps only vectors
-    whose id contains it. Raises :class:`ConformError` if the vectors cannot be
+    bounds each wait for a frame (seconds); above the default 2 s it also
+    stretches every other wait in proportion (handshake, ready line, exit,
+    pid file). ``select`` keeps only vectors whose id contains it. ``strict``
+    makes failed recommended checks fail the run (``report.ok``). Raises :class:`ConformError` if the vectors cannot be
     loaded or the command cannot be started.
     """
     if not argv:
@@ -1347,15 +1505,16 @@ def run_conformance(
     mode, lang, answered = _probe(argv, timeout, env, cwd_s)
     if role is None:
         role = "spout" if mode == "spout" else "bolt"
-    report = Report(argv=list(argv), role=role, mode=mode, lang=lang)
+    report = Report(argv=list(argv), role=role, mode=mode, lang=lang, strict=strict)
     # A component that never answered the probe gets the short wait, so that a
     # silent command costs --timeout per vector, not the handshake allowance.
-    handshake_timeout = max(timeout, _MIN_HANDSHAKE_WAIT) if answered else timeout
+    handshake_timeout = max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)) if answered else timeout
     r = Role(role)
     for v in vectors:
         why = _applicable(v, role, mode)
         if why:
-            report.results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=NOT_APPLICABLE, reason=why))
+            report.results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=NOT_APPLICABLE,
+                                              reason=why, level=v.level))
             continue
         report.results.append(_run_vector(v, argv, r, timeout, handshake_timeout, env, cwd_s))
     report.duration = time.monotonic() - t0
@@ -1376,12 +1535,15 @@ def run_conformance(
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
               help="Report format (written to stdout).")
 @click.option("--vectors", "vectors_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory of vector files. Default: this checkout's spec/vectors.")
+              help="Directory of vector files. Default: the vectors shipped with the package (spec/vectors).")
 @click.option("--timeout", type=click.FloatRange(min=0.05, max=600), default=2.0, show_default=True,
-              help="Seconds to wait for each expected frame.")
+              help="Seconds to wait for each expected frame; above 2 it also stretches every other wait "
+                   "(handshake, ready line, exit, pid file) in proportion. A slow component: --timeout 10.")
+@click.option("--strict", is_flag=True, default=False,
+              help="Failed recommended checks fail the run too (reported as FAIL, not WARN).")
 @click.option("-k", "select", metavar="SUBSTRING", default=None, help="Run only vectors whose id contains SUBSTRING.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def conform_command(role, fmt, vectors_dir, timeout, select, cmd) -> None:  # fmt: skip
+def conform_command(role, fmt, vectors_dir, timeout, strict, select, cmd) -> None:  # fmt: skip
     """Check that a component speaks the multilang protocol.
 
     Plays the host against CMD (started once per vector, no shell) and runs
@@ -1393,10 +1555,15 @@ def conform_command(role, fmt, vectors_dir, timeout, select, cmd) -> None:  # fm
 
         multilang conform --role spout -- node my_spout.js
 
-    Exit status: 0 if no check failed, 1 if any failed, 2 on usage errors.
+    Checks are required, recommended or extension (spec/CONFORMANCE.md): a
+    failed recommended check is a warning (WARN) unless --strict.
+
+    Exit status: 0 if no required or extension check failed (and, with
+    --strict, no recommended one), 1 otherwise, 2 on usage errors.
     """
     try:
-        report = run_conformance(list(cmd), role, vectors_dir=vectors_dir, timeout=timeout, select=select)
+        report = run_conformance(list(cmd), role, vectors_dir=vectors_dir, timeout=timeout, select=select,
+                                 strict=strict)
     except ConformError as exc:
         raise click.UsageError(str(exc)) from None
     if select and not report.results:
