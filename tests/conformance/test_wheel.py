@@ -1,0 +1,39 @@
+"""`pip install multilang-bridge` from a wheel, then `multilang conform -- CMD`
+in any directory: the wheel must carry the vectors (multilang/vectors/)."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conform_support import ROOT
+
+VECTOR_FILES = sorted(p.name for p in (ROOT / "spec/vectors").iterdir() if p.suffix in (".json", ".md"))
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    # Build from a copy: a build writes build/ and *.egg-info next to the sources.
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in ("multilang", "shellbolt", "adapters", "spec/vectors"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode and "No matching distribution" in proc.stderr:
+        pytest.skip(f"cannot get the build backend: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (whl,) = out.glob("multilang_bridge-*.whl")
+    return whl
+
+
+def test_wheel_carries_the_vectors(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [f for f in VECTOR_FILES if f"multilang/vectors/{f}" not in names]
+    assert not missing, missing
+    assert "multilang/vectors/schema.json" in names and "multilang/conform.py" in names
+    assert len(VECTOR_FILES) > 5
