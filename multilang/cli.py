@@ -11,6 +11,7 @@ Exit codes of ``multilang run`` and ``multilang pipe``:
 2     usage error or invalid topology (nothing was started)
 130   interrupted (Ctrl-C / SIGINT): summary and partial output printed
 143   terminated (SIGTERM): summary and partial output printed
+141   the reader of the output went away (``| head``): stopped quietly
 ====  =========================================================
 
 Human output (progress, summary, logs) goes to stderr; data to stdout.
@@ -31,9 +32,10 @@ import orjson
 
 from .errors import MultilangError, TopologyError
 
-__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SIGINT", "EXIT_SIGTERM"]
+__all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SIGINT", "EXIT_SIGTERM", "EXIT_OUTPUT_CLOSED"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, as a shell reports `yes | head`
 
 
 @click.group()
@@ -197,7 +199,43 @@ def _run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
     return result, first
 
 
-async def _flush_every(stream: IO[str], interval: float = 0.2) -> None:
+class _Output:
+    """Where the data goes. When its reader goes away (``| head``) the run
+    stops quietly, as Unix tools do, and exits 141 (128 + SIGPIPE)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.closed = False
+        self.runtime: Any = None
+
+    def write(self, text: str) -> None:
+        if not self.closed:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def flush(self) -> None:
+        if not self.closed:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        import os
+
+        self.closed = True
+        try:  # nothing more reaches the closed pipe, not even Python's flush at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        except (OSError, ValueError):
+            pass
+        click.echo("the output's reader went away; stopping", err=True)
+        if self.runtime is not None:
+            self.runtime.request_stop("output closed")
+
+
+async def _flush_every(stream: Any, interval: float = 0.2) -> None:
     """Outputs reach a pipe as they come (within ``interval``), not at the
     end, without a write call per tuple."""
     import trio
@@ -264,8 +302,10 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     if until_done is None:
         until_done = duration is None and max_tuples is None
 
+    out = _Output(output)
+
     def emit(record: dict[str, Any]) -> None:
-        output.write(orjson.dumps(record).decode() + "\n")
+        out.write(orjson.dumps(record).decode() + "\n")
 
     try:
         runtime = Runtime(topology, on_output=emit)
@@ -273,10 +313,11 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
+    out.runtime = runtime
     start = time.monotonic()
     try:
         async def go(nursery: Any) -> Any:
-            nursery.start_soon(_flush_every, output)
+            nursery.start_soon(_flush_every, out)
             return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
                                      progress=_Progress() if progress else None)
 
@@ -294,13 +335,13 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             dead_file.close()
     for record in result.outputs:
         emit(record)
-    output.flush()
+    out.flush()
     _summary(result, time.monotonic() - start, dead_letter)
     if signum is not None:
         view = "the last tuple per key so far" if topology.output.key else "what the run emitted before it stopped"
         click.echo(f"[summary] interrupted by {signal.Signals(signum).name}: the output is partial ({view}); "
                    "all component processes were stopped", err=True)
-    raise SystemExit(_exit_code(result, signum))
+    raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else _exit_code(result, signum))
 
 
 @main.command()
@@ -339,9 +380,11 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
 
+    out = _Output(sys.stdout)
+
     def emit(record: dict[str, Any]) -> None:
         values = record["values"] if out_fields == ["*"] else [record[f] for f in out_fields]
-        sys.stdout.write(orjson.dumps(values).decode() + "\n")
+        out.write(orjson.dumps(values).decode() + "\n")
 
     try:
         runtime = Runtime(topology, on_output=emit)
@@ -349,13 +392,14 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
+    out.runtime = runtime
     start = time.monotonic()
     try:
         (spout,) = [t for t in runtime.tasks.values() if t.name == "stdin"]
 
         async def go(nursery: Any) -> Any:
             nursery.start_soon(feed.pump, runtime, spout)
-            nursery.start_soon(_flush_every, sys.stdout)
+            nursery.start_soon(_flush_every, out)
             return await runtime.run(until_done=True)
 
         result, signum = _run_trio(go, runtime)
@@ -369,9 +413,9 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     finally:
         if dead_file is not None:
             dead_file.close()
-    sys.stdout.flush()
-    code = _exit_code(result, signum)
-    if code != EXIT_OK:
+    out.flush()
+    code = EXIT_OUTPUT_CLOSED if out.closed and signum is None else _exit_code(result, signum)
+    if code not in (EXIT_OK, EXIT_OUTPUT_CLOSED):
         _summary(result, time.monotonic() - start, dead_letter)
     raise SystemExit(code)
 

@@ -327,3 +327,24 @@ def test_pipe_with_several_fields_needs_json_input():
     p = subprocess.run(ML + ["pipe", "--fields", "a,b", "--", "cat"], input="x\n", cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "--json-input" in p.stderr
+
+
+def test_when_the_reader_of_the_output_goes_away_pipe_stops_quietly_with_141(tmp_path):
+    # `multilang pipe ... | head -1`: exit 1 and nothing said, before.
+    data = tmp_path / "in.txt"
+    data.write_bytes(b"".join(b"w%d\n" % i for i in range(50_000)))
+    proc = subprocess.Popen(ML + ["pipe", "--", "python", str(ROOT / "examples/python/split_bolt.py")], cwd=ROOT,
+                            stdin=data.open("rb"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = None
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # the reader goes away
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert first == b'["w0"]\n'
+    assert proc.returncode == 141, err[-2000:]
+    assert "reader went away" in err and "Traceback" not in err
