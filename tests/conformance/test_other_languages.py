@@ -5,6 +5,7 @@ examples/node/conformance_component.js exist and the interpreter is installed.
 """
 
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -37,6 +38,8 @@ def test_scripted_component_passes(conform, lang, mode):
     assert {r.id for r in report.results if r.status != NOT_APPLICABLE} == applicable(VECTORS, role, mode)
     failed, text = failures(report)
     assert not failed, text
+    # every level, recommended included: the run passes with --strict
+    assert not report.warning_ids() and replace(report, strict=True).ok
 
 
 @pytest.mark.parametrize("lang", sorted(LANGS))

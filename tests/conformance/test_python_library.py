@@ -1,5 +1,7 @@
 """The vectors against the Python component library (multilang.component)."""
 
+from dataclasses import replace
+
 import pytest
 
 from conform_support import PY, ROOT, applicable, failures
@@ -20,6 +22,8 @@ def test_scripted_component_passes(conform, mode):
     failed, text = failures(report)
     assert not failed, text
     assert report.passed == len(ran)
+    # every level, recommended included: the run passes with --strict
+    assert not report.warning_ids() and replace(report, strict=True).ok
 
 
 @pytest.mark.parametrize("script", ["split_bolt.py"])

@@ -92,3 +92,61 @@ def _m(pattern, value, ids=None, last=None):
 def test_patterns(pattern, value, ok):
     why = _m(pattern, value, ids={"t": "-5"}, last="17")
     assert (why is None) == ok, why
+
+
+# -- levels (spec/CONFORMANCE.md "Levels") --------------------------------------
+
+LEVELS = ("required", "recommended", "extension")
+
+
+def test_every_vector_has_a_level_and_extension_goes_with_it():
+    for path in FILES:
+        for raw in json.loads(path.read_text(encoding="utf-8"))["vectors"]:
+            assert raw.get("level") in LEVELS, raw["id"]
+            assert (raw["level"] == "extension") == ("extension" in raw), raw["id"]
+
+
+def test_schema_requires_the_level(validator):
+    vec = {"id": "x.y", "title": "t", "spec": ["3.6"], "role": "bolt", "requires": "protocol", "steps": []}
+    assert list(validator.iter_errors({"vectors": [vec]}))
+    assert not list(validator.iter_errors({"vectors": [{**vec, "level": "recommended"}]}))
+    assert list(validator.iter_errors({"vectors": [{**vec, "level": "extension"}]}))  # needs "extension"
+    assert list(validator.iter_errors({"vectors": [{**vec, "level": "required", "extension": "batch"}]}))
+
+
+def _conformance_md_levels():
+    text = (ROOT / "spec/CONFORMANCE.md").read_text(encoding="utf-8")
+    lists = {}
+    for level, body in re.findall(r"^### Vectors at level (\w+) \(\d+\)\n(.*?)(?=^#)", text, re.M | re.S):
+        lists[level] = [i for i in re.findall(r"`([a-z0-9-]+(?:\.[a-z0-9-]+)+)`", body) if not i.endswith(".json")]
+    return lists, {lv: int(n) for lv, n in re.findall(r"^### Vectors at level (\w+) \((\d+)\)", text, re.M)}
+
+
+def test_conformance_md_lists_every_vector_at_its_level():
+    lists, counts = _conformance_md_levels()
+    assert set(lists) == set(LEVELS)
+    for level in LEVELS:
+        want = sorted(v.id for v in VECTORS if v.level == level)
+        assert sorted(lists[level]) == want, f"spec/CONFORMANCE.md, level {level}: {set(lists[level]) ^ set(want)}"
+        assert counts[level] == len(want)
+
+
+def test_storm_never_relies_on_the_recommended_readings():
+    # Storm's host writes compact JSON + "\nend\n" only, never sends unknown
+    # commands, never reads the pid file and ignores the exit status.
+    by_id = {v.id: v for v in VECTORS}
+    for vid in ("framing.crlf", "framing.split-crlf", "framing.lone-cr", "framing.lone-cr-end-of-write",
+                "framing.multiline-mixed", "framing.multiline-json", "handshake.multiline-crlf",
+                "handshake.pid-file", "spout.unknown-command-sync", "eof.exit-status", "spout.framing-liberal"):
+        assert by_id[vid].level == "recommended", vid
+    for v in VECTORS:
+        if v.level != "recommended":
+            # no exit-status requirement, no CR/CRLF/indent in what a required check sends
+            for step in v.steps:
+                if any("close_stdin" in s for s in v.steps):  # bolt-api.exit checks the exit action's status
+                    assert step.get("expect_exit", None) is None, (v.id, step)
+                assert step.get("line_ending", "\n") == "\n" and "indent" not in step, (v.id, step)
+                assert "\r" not in json.dumps(step.get("send_raw", "")).replace("\\\\r", ""), (v.id, step)
+            hs = v.handshake if isinstance(v.handshake, dict) else {}
+            assert hs.get("line_ending", "\n") == "\n" and "indent" not in hs, v.id
+            assert not any(s.get("check") == "pid-file" for s in v.steps), v.id
