@@ -179,7 +179,9 @@ def test_component_acks_late(conform):
 
 def test_component_exits_on_first_tuple(conform):
     report = conform(_broken("exits_on_first_tuple"), select="bolt.ack-id", **FAST)
-    _check(report.results, "exits on the first tuple (exit status 1)")
+    # The exit status is named when the runner reaped the process in time
+    # (on a loaded machine it may not have): the title is what matters.
+    _check(report.results, "exits on the first tuple")
 
 
 def test_component_garbage_stdout(conform):

@@ -1,42 +1,15 @@
 """Known-broken bolt for the diagnosis tests: a debug print() goes to stdout
 (the protocol channel) before each ack, so the host reads non-JSON text.
-The handshake and heartbeats are fine. Raw stdio, stdlib only."""
+The handshake and heartbeats are fine. On _raw.py (stdlib only)."""
 
-import json
 import os
-import sys
 
-buf = b""
-
-
-def read_frame():
-    global buf
-    while True:
-        lines = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        if b"end" in lines[:-1]:
-            i = lines.index(b"end")
-            body = b"\n".join(lines[:i])
-            buf = b"\n".join(lines[i + 1:])
-            if body.strip():
-                return json.loads(body)
-            continue
-        data = os.read(0, 65536)
-        if not data:
-            sys.exit(0)
-        buf += data
+from _raw import run_bolt
 
 
-def send(obj):
-    os.write(1, (json.dumps(obj) + "\nend\n").encode())
+def ack_after_a_print(tid):
+    os.write(1, ("DEBUG got tuple %s\n" % tid).encode())
+    return tid
 
 
-hello = read_frame()
-open(os.path.join(hello["pidDir"], str(os.getpid())), "w").close()
-send({"pid": os.getpid()})
-while True:
-    msg = read_frame()
-    if isinstance(msg, dict) and msg.get("stream") == "__heartbeat":
-        send({"command": "sync"})
-    elif isinstance(msg, dict):
-        os.write(1, ("DEBUG got tuple %s\n" % msg.get("id")).encode())
-        send({"command": "ack", "id": msg["id"]})
+run_bolt(ack_id=ack_after_a_print)
