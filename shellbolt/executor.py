@@ -157,10 +157,6 @@ class RunResult:
     def ok(self) -> bool:
         return not self.gave_up and not self.dead_letters
 
-    @property
-    def abandoned(self) -> int:
-        """Trees in flight when the run stopped: neither acked nor failed."""
-        return self.pending
 
 
 class Delivery(NamedTuple):
@@ -737,7 +733,7 @@ class ShellSpoutTask(ShellTask):
         self._command_since: float | None = None
         self._empty_nexts = 0
         self._deactivated = False
-        #: msg id -> [times failed, last cause]: the spout decides about
+        #: msg id key -> [times failed, last cause, msg id]: the spout decides about
         #: replays (Storm semantics); the host only names the ids that keep
         #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
         self.fail_counts: dict[Any, list[Any]] = {}

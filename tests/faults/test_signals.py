@@ -27,14 +27,14 @@ SPOUT = ROOT / "tests/faults/components/numbered_spout.py"
 BOLT = ROOT / "tests/faults/components/faulty_bolt.py"
 
 
-def _topology(tmp_path):
+def _topology(tmp_path, grace=0.5):
     path = tmp_path / "signals.toml"
     path.write_text(textwrap.dedent(f"""
         [topology]
         name = "signals"
         [topology.conf]
-        "multilang.kill.grace.secs" = 0.5
-        "multilang.shutdown.grace.secs" = 0.5
+        "multilang.kill.grace.secs" = {grace}
+        "multilang.shutdown.grace.secs" = {grace}
         "topology.max.spout.pending" = 20
 
         [spouts.spout]
@@ -122,20 +122,7 @@ def test_a_second_signal_stops_at_once_and_still_prints_the_summary(tmp_path):
     # A stubborn bolt ignores SIGTERM and EOF: the first signal's graceful
     # stop would wait through both kill graces (2 x 5 s here); the second
     # signal cuts them short.
-    path = tmp_path / "stubborn.toml"
-    path.write_text(textwrap.dedent(f"""
-        [topology.conf]
-        "multilang.kill.grace.secs" = 5
-        "multilang.shutdown.grace.secs" = 5
-        [spouts.spout]
-        command = {json.dumps(["python", str(SPOUT), "1000000000"])}
-        fields = ["n"]
-        streams = {{ events = ["event", "msg_id"] }}
-        [bolts.stubborn]
-        command = {json.dumps(["python", str(BOLT), "--stubborn", "--sleep", "0.01"])}
-        fields = ["n"]
-        inputs = [{{ source = "spout" }}]
-    """))
+    path = _topology(tmp_path, grace=5)
     proc = subprocess.Popen(ML + ["run", str(path), "-o", os.devnull], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     seen = []
