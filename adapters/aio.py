@@ -23,7 +23,7 @@ The seam (the only code where asyncio and trio meet)
 one guest run per asyncio loop (:class:`_Guest`), started when the first
 session opens and ended when the last one closes; every session is one trio
 task in the guest's nursery, running an ordinary
-:class:`~multilang.shellbolt.executor.Runtime`. Trio's scheduler ticks run as
+:class:`~multilang.shellbolt.Runtime`. Trio's scheduler ticks run as
 asyncio callbacks on the loop's thread (only trio's blocking I/O wait runs in
 a helper thread), so asyncio code and trio code never run at the same time
 and share plain Python objects without locks. The rules:
@@ -83,7 +83,7 @@ import outcome
 import trio
 
 from multilang.errors import ComponentError, MultilangError, TopologyError
-from multilang.shellbolt.executor import Runtime, RunResult
+from multilang.shellbolt import Runtime, RunResult
 from multilang.shellbolt.flux import load_flux
 from multilang.shellbolt.topology import (
     ANY_FIELDS,

@@ -278,7 +278,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
-    from .shellbolt.executor import Runtime
+    from .shellbolt import Runtime
     from .shellbolt.topology import load_topology
 
     _setup_logging(log_level)
@@ -359,7 +359,7 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
 
     Like Spark's RDD.pipe, but with a multilang bolt: multilang pipe -- ruby split_bolt.rb
     """
-    from .shellbolt.executor import Runtime
+    from .shellbolt import Runtime
     from .shellbolt.topology import PythonSpout, ShellBolt, TopologyBuilder
 
     _setup_logging(log_level)

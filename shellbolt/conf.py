@@ -3,6 +3,9 @@
     from multilang.shellbolt.conf import check_conf, suggest
     check_conf(conf, "topo.toml: bolt 'count'")       # TopologyError on a bad value
 
+:class:`ProcessConf` is the parsed part a process host reads (timeouts,
+grace, restart budget, frame size), built once per component from its conf.
+
 One pass, used by :meth:`Topology.validate` for the topology conf and for the
 conf of each component, so TOML files, Flux YAML and the Python
 ``TopologyBuilder`` get the same checks before any process starts
@@ -30,7 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from multilang.errors import TopologyError
 
-__all__ = ["ConfKey", "SCHEMA", "EXTENSIONS", "check_conf", "check_value", "near_miss", "suggest",
+__all__ = ["ConfKey", "SCHEMA", "EXTENSIONS", "ProcessConf", "check_conf", "check_value", "near_miss", "suggest",
            "did_you_mean", "unknown_key_message"]
 
 log = logging.getLogger("multilang.shellbolt")
@@ -288,3 +291,48 @@ def check_conf(conf: Any, where: str, *, component: bool = False) -> None:
         elif component and spec.scope == "topology":
             log.warning("%s: conf key %r is read from the topology conf only and has no effect in a "
                         "component's conf; set it in the topology conf", where, key)
+
+
+# --- what a process host reads ------------------------------------------------------------------
+
+
+def _value(conf: Mapping[str, Any], key: str) -> Any:
+    """``conf[key]``, or the schema's default when it is absent or null."""
+    value = conf.get(key)
+    return SCHEMA[key].default if value is None else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessConf:
+    """The conf keys one process host reads, parsed once (defaults from :data:`SCHEMA`).
+
+    Shared by the runtime's shell tasks and the Spark streaming source, so both
+    read the same keys the same way. Build it with :meth:`from_conf` from a
+    conf that :func:`check_conf` accepted."""
+
+    #: silence that kills a process (§5.2): topology.subprocess.timeout.secs,
+    #: else supervisor.worker.timeout.secs
+    subprocess_timeout: float
+    #: the pid reply's deadline after the start (§2.4)
+    handshake_timeout: float
+    #: between closing stdin, SIGTERM and SIGKILL (§5.4); 0 is valid
+    kill_grace: float
+    #: restarts of one component allowed within ``restart_window`` (§8.2)
+    restart_budget: int
+    restart_window: float
+    #: the largest frame a component may send (§1.3)
+    max_frame_bytes: int
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> "ProcessConf":
+        timeout = conf.get("topology.subprocess.timeout.secs")
+        if timeout is None:  # null means "use the supervisor's" (§5.2)
+            timeout = _value(conf, "supervisor.worker.timeout.secs")
+        return cls(
+            subprocess_timeout=float(timeout),
+            handshake_timeout=float(_value(conf, "multilang.handshake.timeout.secs")),
+            kill_grace=float(_value(conf, "multilang.kill.grace.secs")),
+            restart_budget=int(_value(conf, "multilang.restart.budget")),
+            restart_window=float(_value(conf, "multilang.restart.window.secs")),
+            max_frame_bytes=int(_value(conf, "multilang.max.frame.bytes")),
+        )

@@ -2,9 +2,21 @@
 
 A :class:`ShellProcess` owns the child and a sans-IO host
 :class:`~multilang.connection.Connection`. It does no routing and no acking;
-the task that owns it (``executor.py``) decides what the events mean. Writes
-are serialised through :meth:`ShellProcess.write` (one ``send_all`` at a
-time, as trio requires); reads come in bulk through :meth:`read_events`.
+the task that owns it (the runtime's shell task, or the Spark streaming
+source) decides what the events mean. Writes are serialised through
+:meth:`ShellProcess.write` (one ``send_all`` at a time, as trio requires);
+reads come in bulk through :meth:`read_events`.
+
+The child is reached through a :class:`Transport` (three byte streams, a pid,
+an exit status, signals). :func:`spawn_child` starts a real subprocess; a
+:class:`StreamTransport` over ``trio.testing.memory_stream_pair`` lets the
+supervision rules (§2.4 handshake timeout, §5.2 subprocess timeout, §8.2
+restarts) be tested under ``trio.testing.MockClock`` with no process and no
+real time.
+
+Readiness is ``nursery.start`` (DESIGN.md style rule 6): :meth:`start` returns
+once the child exists and its stderr is being drained. The subprocess timeout
+is a cancel scope whose deadline every read moves (:meth:`watch`, rule 8).
 
 Cancellation always reaps the child (DESIGN.md style rule 7, after trio's
 ``run_process``): :meth:`aclose` closes stdin, waits, sends SIGTERM, waits,
@@ -14,25 +26,28 @@ sends SIGKILL and waits, under a shielded scope.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
 from collections import deque
-from typing import Any
+from typing import Any, Awaitable, Callable, Protocol
 
 import trio
 
-from multilang._state import Role, Side, State
-from multilang.connection import NEED_DATA, Connection
+from multilang.connection import NEED_DATA, Connection, Role, Side, State
 from multilang.errors import ComponentCrashed, HeartbeatTimeout, ProtocolError
 from multilang.messages import ConnectionClosed, Handshake, Message, Pid
 
-__all__ = ["ShellProcess"]
+from .conf import ProcessConf
+
+__all__ = ["ShellProcess", "Transport", "Spawn", "spawn_child", "ChildTransport", "StreamTransport"]
 
 _READ_SIZE = 1 << 16
 _STDERR_TAIL = 20
 _TAIL_LINE = 1000
-_PID_FILE_WAIT = 1.0  # seconds a pid file may lag the pid reply before a warning
+_PID_FILE_WAIT = 1.0  # seconds a pid file may lag the pid reply before a warning (§2.3)
+_SETTLE = 0.5  # seconds an exiting child gets to report its status and last stderr lines
 
 log = logging.getLogger("multilang.shellbolt")
 

@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from multilang.cli import main as cli_main
 from multilang.errors import TopologyError
 from multilang.shellbolt.conf import SCHEMA, check_value, near_miss, suggest
-from multilang.shellbolt.executor import Runtime
+from multilang.shellbolt import Runtime
 from multilang.shellbolt.flux import load_flux
 from multilang.shellbolt.topology import (
     DEFAULT_CONF,

@@ -1,0 +1,129 @@
+"""What a run did: per-component counters, dead letters, the run's result,
+and the cause a spout hears when a tree fails. Pure: no trio, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from multilang.errors import ComponentError
+
+__all__ = ["ComponentStats", "DeadLetter", "RunResult", "Cause", "brief", "first_line", "hashable", "sort_key", "id_key"]
+
+
+class ComponentStats:
+    """Counters per component (all its tasks)."""
+
+    emitted: int = 0  # tuples emitted by the component
+    executed: int = 0  # tuples delivered to it (bolts)
+    acked: int = 0  # bolts: inputs acked; spouts: trees completed
+    failed: int = 0  # bolts: inputs failed (incl. by crashes); spouts: trees failed
+    restarts: int = 0
+    errors: int = 0  # `error` commands and emit errors
+    #: queued tuples dropped unsent because their tree had already failed,
+    #: timed out or completed (a replay is on its way; delivering the stale
+    #: copy would process the input twice)
+    expired: int = 0
+    dead_letters: int = 0  # spouts of the host: inputs given up on after multilang.max.replays
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DeadLetter:
+    """An input a spout of the host gave up on after ``multilang.max.replays``
+    replays: what it was, which spout emitted it, and why its last try failed."""
+
+    component: str
+    task: int
+    msg_id: Any
+    input: list[Any]
+    cause: str
+    attempts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"component": self.component, "task": self.task, "input": self.input, "cause": self.cause,
+                "attempts": self.attempts}
+
+
+@dataclass
+class RunResult:
+    """What a run did.
+
+    ``ok`` is False if a component gave up or an input was given up on (a
+    dead letter). Trees still in flight when a run is stopped (``duration``,
+    a signal) are *abandoned at stop*: counted in ``pending``, neither acked
+    nor failed, and not a failure (spec §5.4). ``stopped_by`` says why the
+    run ended: ``"done"``, ``"duration"``, ``"max_tuples"``, ``"gave_up"``,
+    ``"signal"`` or ``"request"``."""
+
+    stats: dict[str, ComponentStats]
+    completed: int
+    failed: int
+    timed_out: int
+    pending: int
+    gave_up: list[ComponentError]
+    outputs: list[dict[str, Any]]
+    dead_letters: int = 0
+    #: the first dead letters (at most 10), for the summary
+    dead_letter_sample: list[DeadLetter] = field(default_factory=list)
+    #: shell spouts: (component, msg_id, times failed, last cause) of the ids
+    #: that failed most often, at most 5 per spout (Storm semantics: the
+    #: spout decides about replays; the host only names them)
+    repeated_failures: list[tuple[str, Any, int, str | None]] = field(default_factory=list)
+    stopped_by: str = "done"
+
+    @property
+    def ok(self) -> bool:
+        return not self.gave_up and not self.dead_letters
+
+
+
+def first_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
+def brief(text: str, limit: int = 300) -> str:
+    """One line for a log or a dead letter: a traceback's first and last lines."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return text.strip()
+    out = lines[0] if len(lines) <= 1 else f"{lines[0]} ... {lines[-1].strip()}"
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
+class Cause(str):
+    """Why a tree failed, as the spout hears it. ``blamed`` False: the input
+    was only in flight in a process that died with other tuples, so the
+    failure does not count against its replays (spec §8.4); it is retried
+    alone, and then a crash is its own."""
+
+    blamed: bool = True
+    #: the input's tuple was alone in a process that died or hung: twice is
+    #: enough to give up on it (a deterministic crash costs restarts, §8.4)
+    crashed_alone: bool = False
+    #: the host's own check failed (an emit error of a host spout): the same
+    #: every time, so not worth a replay
+    final: bool = False
+
+    @classmethod
+    def make(cls, text: str, **flags: bool) -> "Cause":
+        c = cls(text)
+        for k, v in flags.items():
+            setattr(c, k, v)
+        return c
+
+
+def id_key(msg_id: Any) -> Any:
+    return hashable(msg_id)
+
+
+def hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, hashable(x)) for k, x in v.items()))
+    return v
+
+
+def sort_key(v: Any) -> tuple[str, str]:
+    return (type(v).__name__, repr(v)) if not isinstance(v, str) else ("str", v)

@@ -1,0 +1,486 @@
+"""The runtime: builds a topology's tasks, routes emits by grouping, runs the
+acker and the spouts' reliability, and decides when a run ends (§5.4).
+
+Every task is one trio task under the runtime's nursery (``tasks.py``,
+``shell_task.py``, ``bolts.py``, ``spouts.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+from collections import deque
+from typing import Any, Callable
+
+import trio
+
+from multilang.errors import ComponentError, ComponentReportedError
+from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
+
+from .acker import Acker, TupleEdges
+from .bolts import PythonBoltTask, ShellBoltTask
+from .grouping import Grouping, Router
+from .ratelog import RateLimitedLog
+from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, sort_key
+from .spouts import PythonSpoutTask, ShellSpoutTask
+from .tasks import TICK_EDGES, Delivery, Task, log, plain_emit
+from .topology import ANY_FIELDS, ComponentDef, Topology
+
+__all__ = ["Runtime"]
+
+_new_tuple = tuple.__new__
+
+
+class Runtime:
+    """Runs a :class:`~multilang.shellbolt.topology.Topology` on trio.
+
+    ``on_output(record)`` receives each output tuple (a dict with
+    ``component``, ``stream`` and the fields) unless the topology's output has
+    a ``key``, in which case the last tuple per key is kept and returned in
+    :class:`RunResult` when the run ends.
+
+    ``on_tracked_output(component, stream, values, roots)``, if given, gets
+    every output tuple instead (no record building, no ``key``), with the
+    acker root ids it belongs to (empty if unanchored): the Spark adapter
+    holds a root's outputs until its tree completes."""
+
+    def __init__(
+        self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None,
+        on_tracked_output: Callable[[str, str, list[Any], list[int]], None] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.on_tracked_output = on_tracked_output
+        conf = topology.conf
+        self.acking = conf.get("topology.acker.executors") != 0
+        self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
+        self.max_spout_pending = conf.get("topology.max.spout.pending")
+        self.stats = {name: ComponentStats() for name in topology.components}
+        self.on_output = on_output
+        self.outputs_by_key: dict[Any, dict[str, Any]] = {}
+        self.router = Router()
+        self.tasks: dict[int, Task] = {}
+        self.gave_up: list[ComponentError] = []
+        #: the latest `error` commands (at most 100: a bolt may report one per tuple)
+        self.reported_errors: deque[ComponentReportedError] = deque(maxlen=100)
+        self.spouts_stopped = False
+        self.stopping = False
+        self.emitted_by_spouts = 0  # tuples emitted by spouts, any stream (what max_tuples counts)
+        self.max_tuples: int | None = None
+        self.pid_dir = ""
+        self._stop: trio.Event | None = None  # made by run(), inside trio
+        self._stop_requested = False
+        self._stopped_by: str | None = None
+        #: set by abort(): every process is closed without its kill grace
+        self.hurry: trio.Event | None = None
+        #: errors that may repeat per tuple: logged once per kind per 10 s, with a count
+        self.errlog = RateLimitedLog(log)
+        self._last_emit_error: str | None = None
+        self._restart_times: dict[str, deque[float]] = {}
+        #: receives each DeadLetter (``multilang run --dead-letter FILE``)
+        self.on_dead_letter: Callable[[DeadLetter], None] | None = None
+        self.dead_letters = 0
+        self._dead_letter_sample: list[DeadLetter] = []
+        self._build()
+
+    def _build(self) -> None:
+        topo = self.topology
+        for comp in topo.components.values():
+            if comp.is_shell:
+                topo.resolve_command(comp)  # a missing program is a TopologyError now, not a crash loop
+        for comp in topo.components.values():
+            for t in comp.tasks:
+                if comp.kind == "spout":
+                    cls = ShellSpoutTask if comp.is_shell else PythonSpoutTask
+                else:
+                    cls = ShellBoltTask if comp.is_shell else PythonBoltTask
+                self.tasks[t] = cls(self, comp, t)
+        for comp in topo.components.values():
+            for inp in comp.inputs:
+                src_fields = topo.components[inp.source].outputs[inp.stream]
+                self.router.add(inp.source, inp.stream, Grouping(
+                    kind=inp.grouping, target=comp.name, tasks=list(comp.tasks),
+                    field_index=[src_fields.index(f) for f in inp.fields],
+                ))
+        out = topo.output
+        self._key_index: list[int] | None = None
+        if out.component and out.key:
+            fields = topo.components[out.component].outputs[out.stream or "default"]
+            self._key_index = [fields.index(k) for k in out.key]
+
+    # -- routing -----------------------------------------------------------------
+
+    def _stream_info(self, src: Task, stream: str) -> tuple[list[str] | None, list[Grouping], set[int]]:
+        """(declared fields, subscriptions, direct targets) of a task's
+        stream, computed once per task and stream: read for every emit."""
+        info = src.streams.get(stream)
+        if info is None:
+            subs = self.router.subscribers(src.name, stream)
+            info = (src.comp.outputs.get(stream), subs, self.router.direct_targets(src.name, stream))
+            src.streams[stream] = info
+        return info
+
+    def targets(self, src: Task, emit: Emit) -> list[int] | None:
+        """Destination tasks of an emit, or None if it is invalid (reported)."""
+        fields, subs, direct = self._stream_info(src, emit.stream)
+        if fields is None:
+            return self._emit_error(src, emit, f"emitted to undeclared stream {emit.stream!r}; "
+                                               f"declared: {sorted(src.comp.outputs)}")
+        if len(emit.values) != len(fields) and fields != ANY_FIELDS:
+            return self._emit_error(src, emit, f"emitted {len(emit.values)} values on stream {emit.stream!r}, "
+                                               f"which declares {len(fields)} fields {fields}")
+        if emit.task is not None:
+            if emit.task not in direct:
+                return self._emit_error(src, emit, f"direct emit to task {emit.task}, which does not subscribe to "
+                                                   f"{src.name}/{emit.stream} with a direct grouping")
+            return [emit.task]
+        if len(subs) == 1 and subs[0].kind != "direct":
+            return subs[0].choose(emit.values)
+        out: list[int] = []
+        for g in subs:
+            if g.kind == "direct":
+                return self._emit_error(src, emit, f"normal emit on stream {emit.stream!r}, which {g.target!r} "
+                                                   "subscribes to with a direct grouping; use emit_direct")
+            out.extend(g.choose(emit.values))
+        return out
+
+    def route(
+        self, src: Task, emit: Emit, anchors: list[TupleEdges] | None, touched: set[Task],
+        targets: list[int] | None = None, invalid: bool = False,
+    ) -> list[int]:
+        """Deliver an emit: acker bookkeeping, then one Delivery per task.
+        Returns the task ids (the reply to an emit that wants them).
+        ``invalid``: :meth:`targets` already found and reported it bad."""
+        if targets is None and not invalid:
+            targets = self.targets(src, emit)
+        if targets is None:  # invalid emit: already reported; fail what it belonged to
+            cause = self._last_emit_error
+            if anchors:
+                for a in anchors:
+                    self.acker.fail(TupleEdges(dict(a.ids)), cause)
+            elif emit.id is not None and isinstance(src, (ShellSpoutTask, PythonSpoutTask)):
+                # The host's own check fails the same way on every replay.
+                src.notify("fail", emit.id, Cause.make(cause or "", final=isinstance(src, PythonSpoutTask)))
+            return []
+        self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
+        return targets
+
+    def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges] | None,
+                    touched: set[Task], msg_id: Any = None, now: float | None = None) -> None:
+        """:meth:`route` for an emit that is not direct and wants no task
+        ids (a bolt's from a batch, §9.5, or an in-process spout's), without
+        building an emit object: the stream's checks are worked out once per
+        task and stream. Anything unusual (an undeclared stream, a wrong
+        number of values, direct or several subscriptions) goes through
+        :meth:`route`. ``now``: a spout's clock reading for its burst."""
+        plan = src.plain.get(stream)
+        if plan is None:
+            plan = src.plain[stream] = self._plain_plan(src, stream)
+        n_fields, grouping = plan
+        if grouping is False or n_fields >= 0 and len(values) != n_fields:
+            self.route(src, plain_emit(values, stream, msg_id=msg_id), anchors, touched)
+            return
+        self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched,
+                      now)
+
+    def route_emits(self, src: Task, emits: list[list[Any]], in_flight: dict[str, TupleEdges],
+                    touched: set[Task]) -> None:
+        """A bolt's batch of emits (§9.5, or a run from ``take_outputs``), each
+        ``[values, anchor ids or None, stream or None]``, anchored to tuples
+        in ``in_flight`` (the connection checked they are pending): each as
+        :meth:`route_plain` would. The common case of a topology output (a
+        stream nobody subscribes to, with tracked outputs, one anchor) is
+        handed over here, without the calls of the general route: a Spark
+        ``split`` partition makes two dozen per row."""
+        plain = src.plain
+        on_output = self.on_tracked_output
+        name = src.name
+        outputs = 0
+        for e in emits:
+            n = len(e)
+            values = e[0]
+            stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
+            ids = e[1] if n > 1 else None
+            plan = plain.get(stream)
+            if (on_output is not None and plan is not None and plan[1] is None and ids and len(ids) == 1
+                    and (plan[0] < 0 or len(values) == plan[0])):
+                on_output(name, stream, values, list(in_flight[ids[0]].ids))
+                outputs += 1
+            else:
+                self.route_plain(src, values, stream, [in_flight[a] for a in ids] if ids else [], touched)
+        src.stats.emitted += outputs
+
+    def _deliver(self, src: Task, values: list[Any], stream: str, targets: list[int],
+                 anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
+        """A valid emit to ``targets``: acker bookkeeping, then one Delivery
+        per task, or the topology's output if nobody subscribes."""
+        src.stats.emitted += 1
+        n = len(targets)
+        if anchors is None:  # a spout emit
+            self.emitted_by_spouts += 1
+            if msg_id is not None and self.acking:
+                _, edges = self.acker.spout_emit(src.task_id, msg_id, n, trio.current_time() if now is None else now)
+                src.pending_roots += 1  # type: ignore[attr-defined]
+            else:
+                if msg_id is not None:  # §4.7: acking off, acked after this command's sync
+                    src.notify("ack", msg_id)  # type: ignore[attr-defined]
+                edges = [TupleEdges() for _ in range(n)]
+        elif n:
+            edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
+        if not n:  # an output (a bolt's: no new edges, §7.1)
+            self._emit_output(src, stream, values, anchors)
+            return
+        tasks = self.tasks
+        name, src_task = src.name, src.task_id
+        for task_id, e in zip(targets, edges):
+            t = tasks[task_id]
+            t.deliver(_new_tuple(Delivery, (values, name, stream, src_task, e, False)))
+            touched.add(t)
+
+    def _plain_plan(self, src: Task, stream: str) -> tuple[int, Grouping | None | bool]:
+        """(number of fields or -1 for any, the one subscription or None for
+        none) of a stream for :meth:`route_plain`; (0, False): use route."""
+        fields, subs, _direct = self._stream_info(src, stream)
+        if fields is None or len(subs) > 1 or any(g.kind == "direct" for g in subs):
+            return 0, False
+        return (-1 if fields == ANY_FIELDS else len(fields)), (subs[0] if subs else None)
+
+    def _emit_output(self, src: Task, stream: str, values: list[Any], anchors: list[TupleEdges] | None) -> None:
+        """An emit nobody subscribes to: a topology output."""
+        if self.on_tracked_output is not None:
+            if not anchors:
+                roots = []
+            elif len(anchors) == 1:
+                roots = list(anchors[0].ids)
+            else:
+                roots = list({r for a in anchors for r in a.ids})
+            self.on_tracked_output(src.name, stream, values, roots)
+        else:
+            self._output(src.name, stream, values)
+
+    def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
+        src.stats.errors += 1
+        pid = getattr(getattr(src, "proc", None), "pid", None)
+        who = src.where() if pid is None else f"{src.where()} (pid {pid})"
+        self._last_emit_error = f"{who}: {msg}"
+        self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
+                        "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))
+        return None
+
+    def _output(self, component: str, stream: str, values: list[Any]) -> None:
+        out = self.topology.output
+        if out.component is not None and (component != out.component or stream != (out.stream or "default")):
+            return
+        fields = self.topology.components[component].outputs[stream]  # cached per component
+        # Records carry their origin unless the output names it already.
+        record: dict[str, Any] = {} if out.component is not None else {"component": component, "stream": stream}
+        if fields == ANY_FIELDS:
+            record["values"] = values
+        else:
+            record.update(zip(fields, values))
+        if self._key_index is not None:
+            key = tuple(hashable(values[i]) for i in self._key_index)
+            self.outputs_by_key[key] = record
+        elif self.on_output is not None:
+            self.on_output(record)
+
+    # -- acker results -------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Tell spouts about trees that completed or failed."""
+        acked, failed, causes = self.acker.drain_with_causes()
+        if not acked and not failed:
+            return
+        tasks = self.tasks
+        for task_id, msg_id in acked:
+            t = tasks[task_id]
+            t.pending_roots -= 1  # type: ignore[attr-defined]
+            t.stats.acked += 1
+            t.notify("ack", msg_id)  # type: ignore[attr-defined]
+        for (task_id, msg_id), cause in zip(failed, causes):
+            t = tasks[task_id]
+            t.pending_roots -= 1  # type: ignore[attr-defined]
+            t.stats.failed += 1
+            t.notify("fail", msg_id, cause)  # type: ignore[attr-defined]
+
+    def may_emit(self, spout: Task, replay: bool = False) -> bool:
+        """Whether a spout may emit now. A replay may go past ``max_tuples``
+        (the limit counts what the spouts emitted; a failed tree of those
+        must still be replayed), not past max spout pending."""
+        if not replay and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
+            return False
+        msp = self.max_spout_pending
+        return msp is None or spout.pending_roots < msp  # type: ignore[attr-defined]
+
+    def restart_times(self, component: str) -> deque[float]:
+        """The recent restart times of a component, shared by its tasks."""
+        return self._restart_times.setdefault(component, deque())
+
+    def dead_letter(self, spout: Task, msg_id: Any, values: list[Any], cause: str | None, attempts: int) -> None:
+        """A spout of the host gives up on an input after multilang.max.replays."""
+        letter = DeadLetter(spout.name, spout.task_id, msg_id, values, cause or "failed (cause unknown)", attempts)
+        self.dead_letters += 1
+        spout.stats.dead_letters += 1
+        if len(self._dead_letter_sample) < 10:
+            self._dead_letter_sample.append(letter)
+        if attempts:
+            self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
+                            "%s: gave up on input %s after %d attempt(s); last cause: %s",
+                            spout.where(), brief(repr(values)), attempts, letter.cause)
+        else:
+            self.errlog.log(spout.where(), logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
+                            spout.where(), brief(repr(values)), letter.cause)
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(letter)
+
+    def abort(self) -> None:
+        """Stop at once: the caller cancels the run; this makes the processes
+        go without their grace periods (a second Ctrl-C)."""
+        self._stopped_by = self._stopped_by or "signal"
+        if self.hurry is not None:
+            self.hurry.set()
+
+    def give_up(self, err: ComponentError) -> None:
+        self.gave_up.append(err)
+        self.request_stop("gave_up")
+
+    def request_stop(self, reason: str = "request") -> None:
+        """Stop the run: spouts are deactivated and in-flight trees get up to
+        ``multilang.shutdown.grace.secs`` to finish (§5.4); then it returns
+        its result. A signal handler calls this with ``reason="signal"``."""
+        self._stop_requested = True
+        if self._stopped_by is None:
+            self._stopped_by = reason
+        if self._stop is not None:
+            self._stop.set()
+
+    # -- running -------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """Every spout is idle (exhausted, or stopped by ``max_tuples``) and
+        nothing is queued or in flight anywhere."""
+        limit_reached = self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples
+        for t in self.tasks.values():
+            if isinstance(t, (ShellSpoutTask, PythonSpoutTask)):
+                if t.notices or getattr(t, "_replay", None) or not (
+                        t.idle or (limit_reached and t.pending_roots == 0 and not getattr(t, "fail_counts", None))):
+                    return False
+            elif t.busy:
+                return False
+        return self.acker.pending == 0
+
+    async def run(
+        self, *, duration: float | None = None, max_tuples: int | None = None, until_done: bool = False,
+        progress: Callable[["Runtime"], None] | None = None, progress_interval: float = 2.0,
+    ) -> RunResult:
+        """Run until ``duration`` passes, ``max_tuples`` spout tuples are
+        emitted and their trees finish, every spout is exhausted
+        (``until_done``), a component gives up, :meth:`request_stop` is
+        called, or the caller cancels. Every way but cancellation drains the
+        trees in flight for up to the shutdown grace (§5.4) and returns the
+        result; what is still in flight then is abandoned at stop."""
+        self._stop = trio.Event()
+        self.hurry = trio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        self.max_tuples = max_tuples
+        self.pid_dir = tempfile.mkdtemp(prefix="multilang-pids-")  # mode 0700 (§2.1)
+        try:
+            async with trio.open_nursery() as nursery:
+                for t in self.tasks.values():
+                    nursery.start_soon(t.run)
+                nursery.start_soon(self._expire_loop)
+                for comp in self.topology.components.values():
+                    freq = self.topology.conf_for(comp.name).get("topology.tick.tuple.freq.secs")
+                    if freq and comp.kind == "bolt":
+                        nursery.start_soon(self._ticks, comp, float(freq))
+                if progress is not None:
+                    nursery.start_soon(self._progress, progress, progress_interval)
+                with trio.move_on_after(math.inf if duration is None else duration) as timer:
+                    await self._wait_for_stop(until_done or max_tuples is not None)
+                if self._stopped_by is None:
+                    self._stopped_by = ("duration" if timer.cancelled_caught else
+                                        "max_tuples" if max_tuples is not None else "done")
+                await self._drain()
+                self.stopping = True
+                nursery.cancel_scope.cancel()
+        finally:
+            self.stopping = True
+            self.errlog.flush(trio.current_time())
+            shutil.rmtree(self.pid_dir, ignore_errors=True)
+        return self.result()
+
+    async def _wait_for_stop(self, until_done: bool) -> None:
+        assert self._stop is not None
+        if not until_done:
+            await self._stop.wait()
+            return
+        while not self._stop.is_set():
+            if self.done():
+                # Confirm over a short quiet period: a spout may be between nexts.
+                await trio.sleep(0.05)
+                if self.done():
+                    return
+            with trio.move_on_after(0.05):
+                await self._stop.wait()
+
+    async def _drain(self) -> None:
+        """Deactivate spouts, let in-flight trees finish and hand the spouts
+        the acks and fails owed to them, within the shutdown grace (§5.4).
+        A component that gave up cuts this short; nothing else does."""
+        self.spouts_stopped = True
+        for t in self.tasks.values():
+            t.kick()
+        grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
+        with trio.move_on_after(grace):
+            while self.acker.pending and not self.gave_up:
+                await trio.sleep(0.02)
+        # The acks and fails owed to spouts, also after the grace ran out: a
+        # spout told "ack" commits its position; one left untold replays.
+        self.settle()
+        with trio.move_on_after(max(grace, 1.0)):
+            while any(getattr(t, "notices", None) for t in self.tasks.values()) and not self.gave_up:
+                await trio.sleep(0.02)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            if self.acker.expire(trio.current_time()):
+                self.settle()
+
+    async def _ticks(self, comp: ComponentDef, freq: float) -> None:
+        while True:
+            await trio.sleep(freq)
+            for task_id in comp.tasks:
+                self.tasks[task_id].deliver(Delivery([int(freq) if freq == int(freq) else freq], SYSTEM_COMPONENT,
+                                                     TICK_STREAM, SYSTEM_TASK, TICK_EDGES, tick=True))
+
+    async def _progress(self, report: Callable[["Runtime"], None], interval: float) -> None:
+        while True:
+            await trio.sleep(interval)
+            report(self)
+
+    def result(self) -> RunResult:
+        outputs = list(self.outputs_by_key.values())
+        if self._key_index is not None:
+            outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
+        repeated: list[tuple[str, Any, int, str | None]] = []
+        for t in self.tasks.values():
+            counts = getattr(t, "fail_counts", None)
+            if counts:
+                worst = sorted(counts.values(), key=lambda e: -e[0])[:5]
+                repeated.extend((t.name, e[2], e[0], e[1]) for e in worst if e[0] > 1)
+        return RunResult(
+            stats=self.stats,
+            completed=self.acker.stats["completed"],
+            failed=self.acker.stats["failed"],
+            timed_out=self.acker.stats["timed_out"],
+            pending=self.acker.pending,
+            gave_up=list(self.gave_up),
+            outputs=outputs,
+            dead_letters=self.dead_letters,
+            dead_letter_sample=list(self._dead_letter_sample),
+            repeated_failures=repeated,
+            stopped_by=self._stopped_by or "request",
+        )

@@ -1,0 +1,186 @@
+"""Supervision common to shell bolts and spouts (spec/PROTOCOL.md §8.2).
+
+A shell task runs *sessions*: spawn + handshake, then reader, writer, stderr
+drain, heartbeats and a watchdog in a nursery of their own. When a session
+ends badly (crash, EOF, hang, protocol error) the task fails the tuples that
+were in flight in that process, so their spouts replay them, and starts a new
+session after a backoff, until the component's restart budget is spent.
+Tuples still queued for the task are not lost: the next process gets them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import TYPE_CHECKING, Any, Callable
+
+import trio
+
+from multilang.connection import Role
+from multilang.errors import ComponentReportedError, HeartbeatTimeout
+from multilang.messages import Error, Log, Metrics, Sync
+
+from .process import ShellProcess
+from .results import first_line
+from .tasks import PY_LEVEL, Task, component_error, log
+from .topology import ComponentDef
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["ShellTask"]
+
+
+class ShellTask(Task):
+    """Supervision common to shell bolts and spouts (§8.2)."""
+
+    role = Role.BOLT
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.proc: ShellProcess | None = None
+        c = self.conf
+        self.timeout = float(c.get("topology.subprocess.timeout.secs") or c.get("supervisor.worker.timeout.secs") or 30)
+        self.handshake_timeout = float(c.get("multilang.handshake.timeout.secs") or 30)
+        self.kill_grace = float(c.get("multilang.kill.grace.secs", 2))  # 0 is valid: no grace
+        self.budget = int(c.get("multilang.restart.budget", 5))
+        self.window = float(c.get("multilang.restart.window.secs", 60))
+        self._blocked = False  # our reader waits on downstream space: not the child's fault
+        self._starts = 0  # process starts of this task: each gets a fresh pid directory (§2.1)
+        self._last_error: str | None = None  # the last `error` frame of the current process
+
+    async def run(self) -> None:
+        # The budget is per component, as documented (§8.2): every task of
+        # the component counts its restarts in the same window.
+        restarts = self.runtime.restart_times(self.name)
+        backoff = 0.1
+        while True:
+            started = trio.current_time()
+            try:
+                await self._session()
+                return
+            except BaseException as exc:
+                err = component_error(exc)
+                if err is None or self.runtime.stopping:
+                    if err is not None:
+                        return
+                    raise
+            self._on_session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
+            now = trio.current_time()
+            if now - started > 10:
+                backoff = 0.1
+            restarts.append(now)
+            while restarts and restarts[0] < now - self.window:
+                restarts.popleft()
+            if len(restarts) > self.budget:
+                log.error("%s: giving up after %d restarts of component %r in %gs: %s", self.where(),
+                          len(restarts) - 1, self.name, self.window, err)
+                self.runtime.give_up(err)
+                return
+            self.stats.restarts += 1
+            log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r): %s",
+                      self.where(), backoff, len(restarts), self.budget, self.window, self.name, err)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _on_session_lost(self, cause: str) -> None:
+        """Fail what the dead process had in flight, so spouts replay (§8.2)."""
+        if self.in_flight:
+            acker = self.runtime.acker
+            for edges in self.in_flight.values():
+                acker.fail(edges, cause)
+            self.stats.failed += len(self.in_flight)
+            self.in_flight.clear()
+            self.runtime.settle()
+
+    async def _session(self) -> None:
+        rt = self.runtime
+        argv, cwd, env = rt.topology.resolve_command(self.comp)
+        # §2.1: a fresh pid directory for every process start, inside the
+        # run's private (0700) directory.
+        self._starts += 1
+        pid_dir = os.path.join(rt.pid_dir, f"{self.task_id}-{self._starts}")
+        os.mkdir(pid_dir, 0o700)
+        self._last_error = None
+        proc = ShellProcess(
+            component=self.name, task=self.task_id, role=self.role, argv=argv, cwd=cwd, env=env,
+            pid_dir=pid_dir, max_frame_size=int(self.conf.get("multilang.max.frame.bytes") or 64 << 20),
+        )
+        self.proc = proc
+        try:
+            conf = {**self.conf}
+            context = rt.topology.context_for(self.name, self.task_id).to_json()
+            async with trio.open_nursery() as n:
+                n.start_soon(self._stderr, proc)
+                early = await proc.start(conf, context, self.handshake_timeout)
+                log.debug("%s started: pid %s", self.where(), proc.pid)
+                await self._handle(proc, early)
+                await self._serve(proc, n)
+        finally:
+            await proc.aclose(self.kill_grace, self.runtime.hurry)
+            self.proc = None
+            shutil.rmtree(pid_dir, ignore_errors=True)
+
+    async def _stderr(self, proc: ShellProcess) -> None:
+        while proc.proc is None:
+            await trio.sleep(0.005)
+        await proc.drain_stderr()
+
+    async def _watchdog(self, proc: ShellProcess, expecting: Callable[[], float | None]) -> None:
+        """Kill a process that sends nothing for the subprocess timeout (§5.2).
+
+        ``expecting()`` returns since when a frame is due, or None when
+        nothing is (an idle spout)."""
+        period = min(1.0, self.timeout / 4)
+        while True:
+            await trio.sleep(period)
+            since = expecting()
+            if since is None or self._blocked:
+                continue
+            if trio.current_time() - max(since, proc.last_inbound) > self.timeout:
+                proc.kill()
+                raise proc.error(HeartbeatTimeout, f"sent nothing for {self.timeout:g}s (subprocess timeout, §5.2); killed")
+
+    def _common(self, ev: Any, proc: ShellProcess) -> None:
+        """log / error / metrics / sync / unknown commands (§3.7)."""
+        t = type(ev)
+        if t is Log:
+            level = PY_LEVEL.get(ev.level, logging.INFO)
+            if level >= logging.WARNING:  # a component's own errors, maybe one per tuple: rate-limited
+                self.runtime.errlog.log(self.where(), level, trio.current_time(), "[%s pid %s] %s",
+                                        self.where(), proc.pid, ev.msg)
+            else:
+                log.log(level, "[%s pid %s] %s", self.where(), proc.pid, ev.msg)
+        elif t is Error:
+            self.stats.errors += 1
+            err = ComponentReportedError(ev.msg, component=self.name, task=self.task_id, pid=proc.pid)
+            self.runtime.reported_errors.append(err)
+            self._last_error = ev.msg
+            self.runtime.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s", err)
+        elif t is Metrics:
+            self.stats.metrics[ev.name] = ev.params
+        elif t is Sync:
+            pass
+        else:  # UnknownCommand on a bolt: Storm ignores it; so do we, loudly once
+            log.warning("%s (pid %s) sent unknown command %r; ignored (§3.7)", self.where(), proc.pid, getattr(ev, "command", ev))
+
+    async def _after_batch(self, touched: set["Task"]) -> None:
+        """Settle the acker, then wait (once per chunk) for downstream space."""
+        self.runtime.settle()
+        full = [t for t in touched if t.full()]
+        if full:
+            self._blocked = True
+            try:
+                for t in full:
+                    await t.wait_for_space()
+            finally:
+                self._blocked = False
+                if self.proc is not None:
+                    self.proc.last_inbound = trio.current_time()
+
+    async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
+        raise NotImplementedError
+
+    async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
+        raise NotImplementedError

@@ -1,0 +1,253 @@
+"""Spout tasks: a shell spout process (commands out, one sync back per
+command, §4) and an in-process Python spout (reliable, replays failures up to
+``multilang.max.replays``, then a dead letter)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from multilang.connection import Role
+from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync, TaskIds
+
+from .process import ShellProcess
+from .results import brief, id_key
+from .shell_task import ShellTask
+from .tasks import Task, log
+from .topology import ComponentDef, PythonSpout
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["ShellSpoutTask", "PythonSpoutTask"]
+
+_MAX_FAIL_IDS = 10_000
+_OWED_WARNING = 100_000
+_FAIL_WARNING = 10  # a shell spout's id failed this often: warn while the run goes on
+_CRASHES_ALONE = 2
+
+
+class ShellSpoutTask(ShellTask):
+    """A spout process: commands out, one sync back per command (§4)."""
+
+    role = Role.SPOUT
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.notices: deque[tuple[str, Any]] = deque()  # ("ack"|"fail", msg_id) to deliver
+        self.pending_roots = 0
+        self.idle = False
+        self._sync: trio.Event | None = None
+        self._command_since: float | None = None
+        self._empty_nexts = 0
+        self._deactivated = False
+        #: msg id key -> [times failed, last cause, msg id]: the spout decides about
+        #: replays (Storm semantics); the host only names the ids that keep
+        #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
+        self.fail_counts: dict[Any, list[Any]] = {}
+
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        self.notices.append((kind, msg_id))
+        self.kick()
+        if len(self.notices) == _OWED_WARNING:
+            # Acks and fails reach a spout only between its commands (§4):
+            # the one queue the host cannot bound is the one owed to a spout
+            # that emits without returning from `next`.
+            log.warning("%s owes %d acks/fails to a spout that has not returned from its current command; they are "
+                        "queued (about 100 bytes each) until it does. Keep each `next` short, as Storm requires.",
+                        self.where(), _OWED_WARNING)
+        counts = self.fail_counts
+        if kind == "fail" or counts:
+            key = id_key(msg_id)
+            if kind == "fail":
+                entry = counts.get(key)
+                if entry is not None:
+                    entry[0] += 1
+                    entry[1] = cause
+                    if entry[0] % _FAIL_WARNING == 0:
+                        self.runtime.errlog.log(
+                            self.where(), logging.WARNING, trio.current_time(),
+                            "%s: message id %s has failed %d times (last cause: %s); this spout replays it "
+                            "(a shell spout decides, as in Storm)", self.where(), brief(repr(msg_id), 100),
+                            entry[0], cause)
+                elif len(counts) < _MAX_FAIL_IDS:
+                    counts[key] = [1, cause, msg_id]
+            else:
+                counts.pop(key, None)
+
+    async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
+        self._sync = None
+        self._command_since = None
+        self._deactivated = False
+        nursery.start_soon(self._watchdog, proc, lambda: self._command_since)
+        nursery.start_soon(self._driver, proc)
+        while True:
+            await self._handle(proc, await proc.read_events())
+
+    async def _command(self, proc: ShellProcess, cmd: Any) -> None:
+        await proc.wait_if_closed()
+        self._sync = trio.Event()
+        self._command_since = trio.current_time()
+        await proc.write(proc.conn.send(cmd))
+        await self._sync.wait()
+        self._command_since = None
+
+    async def _driver(self, proc: ShellProcess) -> None:
+        rt = self.runtime
+        await self._command(proc, Activate())  # §4.1: always first
+        idle_sleep = 0.001
+        while True:
+            if self.notices:
+                kind, msg_id = self.notices[0]
+                # Dequeued only once the spout synced: if the process dies
+                # first, its successor gets the ack or fail (§8.2). A lost
+                # fail would be a lost tuple.
+                await self._command(proc, Ack(id=msg_id) if kind == "ack" else Fail(id=msg_id))
+                self.notices.popleft()
+                continue
+            if rt.spouts_stopped:
+                if not self._deactivated:
+                    self._deactivated = True
+                    await self._command(proc, Deactivate())
+                self.idle = True
+                await self._work.park()
+                continue
+            # Past --max-tuples a spout that has failed ids outstanding still
+            # gets `next`: that is where a shell spout replays them.
+            if rt.may_emit(self, replay=bool(self.fail_counts)):
+                before = self.stats.emitted
+                await self._command(proc, Next())
+                if self.stats.emitted == before:
+                    self._empty_nexts += 1
+                    self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
+                    # Storm's spout wait strategy: back off while there is nothing to emit.
+                    with trio.move_on_after(idle_sleep):
+                        await self._work.park()
+                    idle_sleep = min(idle_sleep * 2, 0.05)
+                else:
+                    self._empty_nexts = 0
+                    self.idle = False
+                    idle_sleep = 0.001
+            else:
+                self.idle = self.pending_roots == 0 and self._empty_nexts >= 2
+                await self._work.park()
+
+    async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
+        rt = self.runtime
+        touched: set[Task] = set()
+        replies: list[bytes] = []
+        for ev in events:
+            t = type(ev)
+            if t is Emit:
+                ids = rt.route(self, ev, None, touched)
+                if ev.wants_task_ids:
+                    # §4.3: answered before the spout's next frame is read.
+                    replies.append(proc.conn.send(TaskIds(task_ids=ids)))
+            elif t is Batch:  # §9.5: a spout's emits carry message ids
+                for e in ev.emits:
+                    n = len(e)
+                    rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
+                                        id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
+            elif t is Sync:
+                if self._sync is not None:
+                    self._sync.set()
+            else:
+                self._common(ev, proc)
+        if replies:
+            await proc.write(b"".join(replies))
+        await self._after_batch(touched)
+
+
+class PythonSpoutTask(Task):
+    """An in-process spout (``PythonSpout``): reliable, replays failures.
+
+    An open-ended source (``multilang pipe``'s stdin, the asyncio feed) is an
+    iterator whose ``StopIteration`` means "nothing now": while its ``open``
+    attribute is true the run does not count the spout as finished, and the
+    source calls :meth:`resume` when it has more."""
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.notices: deque[tuple[str, Any, str | None]] = deque()
+        self.pending_roots = 0
+        self.idle = False
+        impl = comp.impl
+        assert isinstance(impl, PythonSpout)
+        src = impl.source() if callable(impl.source) else impl.source
+        self._items = iter(src)
+        self._values: dict[int, list[Any]] = {}
+        self._replay: deque[int] = deque()
+        self._seq = 0
+        self._exhausted = False
+        #: msg id -> times failed so far; an input failed more than
+        #: multilang.max.replays times is a dead letter, not replayed again
+        self._fails: dict[int, int] = {}
+        self._crashes: dict[int, int] = {}  # msg id -> times its tuple was alone in a process that died
+        self.max_replays = int(self.conf.get("multilang.max.replays", 3))
+
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        self.notices.append((kind, msg_id, cause))
+        self.kick()
+
+    def resume(self) -> None:
+        """The source ran dry (``StopIteration``) but may have more now: ask
+        it again. For open-ended sources such as the asyncio feed."""
+        self._exhausted = False
+        self.kick()
+
+    async def run(self) -> None:
+        rt = self.runtime
+        while True:
+            while self.notices:
+                kind, msg_id, cause = self.notices.popleft()
+                if kind == "ack":
+                    self._values.pop(msg_id, None)
+                    self._fails.pop(msg_id, None)
+                    self._crashes.pop(msg_id, None)
+                elif msg_id in self._values:
+                    if not getattr(cause, "blamed", True):  # §8.4: it only shared a crashed process
+                        self._replay.append(msg_id)
+                        continue
+                    fails = self._fails.get(msg_id, 0) + 1
+                    if getattr(cause, "crashed_alone", False):
+                        crashes = self._crashes[msg_id] = self._crashes.get(msg_id, 0) + 1
+                    else:
+                        crashes = 0
+                    if fails > self.max_replays or crashes >= _CRASHES_ALONE or getattr(cause, "final", False):
+                        self._crashes.pop(msg_id, None)
+                        self._fails.pop(msg_id, None)
+                        rt.dead_letter(self, msg_id, self._values.pop(msg_id), cause, fails)
+                    else:
+                        self._fails[msg_id] = fails
+                        self._replay.append(msg_id)
+            if rt.spouts_stopped or not rt.may_emit(self, replay=bool(self._replay)) or (
+                    self._exhausted and not self._replay):
+                self.idle = (self._exhausted and not self._replay and self.pending_roots == 0
+                             and not getattr(self._items, "open", False))
+                await self._work.park()
+                continue
+            self.idle = False
+            touched: set[Task] = set()
+            now = trio.current_time()
+            for _ in range(64):
+                if self._replay:
+                    msg_id = self._replay.popleft()
+                else:
+                    try:
+                        values = list(next(self._items))
+                    except StopIteration:
+                        self._exhausted = True
+                        break
+                    msg_id = self._seq
+                    self._seq += 1
+                    self._values[msg_id] = values
+                rt.route_plain(self, self._values[msg_id], DEFAULT_STREAM, None, touched, msg_id, now)
+                if self.notices or not rt.may_emit(self):
+                    break
+            rt.settle()
+            for t in touched:
+                await t.wait_for_space()
+            await trio.lowlevel.checkpoint()

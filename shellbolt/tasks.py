@@ -1,0 +1,138 @@
+"""A task of a topology: one component instance with an inbox, and the
+records that travel between tasks (:class:`Delivery`, :class:`PlainEmit`).
+
+Every task of a topology is one trio task under the runtime's nursery
+(``runtime.py``); shell tasks (``shell_task.py``) add a supervised process.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import trio
+
+from multilang.errors import ComponentError
+
+from .acker import TupleEdges
+from .grouping import Grouping
+from .topology import ComponentDef
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["Task", "Delivery", "PlainEmit", "plain_emit", "component_error", "new_tuple_id", "TICK_EDGES", "PY_LEVEL"]
+
+log = logging.getLogger("multilang.shellbolt")
+PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+INBOX_CAPACITY = 1024
+#: the acker edges of every tick tuple: it belongs to no tree (§5.3), and
+#: anchoring to it adds no edge (Acker.anchor skips anchors without roots)
+TICK_EDGES = TupleEdges()
+_new_tuple = tuple.__new__
+
+
+class PlainEmit(NamedTuple):
+    """An emit read like an :class:`Emit` by :meth:`Runtime.route`, never
+    direct, never wanting task ids: a batch's (§9.5, or a ``take_outputs``
+    run) in hold mode, or one that :meth:`Runtime.route_plain` hands to
+    ``route``. A named tuple built by :func:`_plain_emit` because a frozen
+    dataclass costs about 1 µs per emit to build (bench/)."""
+
+    values: list[Any]
+    stream: str
+    anchors: tuple[str, ...]
+    id: Any = None
+    task: int | None = None
+    need_task_ids: bool = False
+    is_direct: bool = False
+    wants_task_ids: bool = False
+
+
+def plain_emit(values: list[Any], stream: str, anchors: tuple[str, ...] = (), msg_id: Any = None) -> PlainEmit:
+    """A :class:`PlainEmit` without the named tuple's keyword ``__new__``."""
+    return _new_tuple(PlainEmit, (values, stream, anchors, msg_id, None, False, False, False))
+
+
+
+class Delivery(NamedTuple):
+    """A tuple on its way to one task. A named tuple: one is built per
+    delivery, and ``_new_tuple(Delivery, (...))`` builds it without a
+    Python-level call."""
+
+    values: list[Any]
+    source: str | None
+    stream: str
+    source_task: int
+    edges: TupleEdges
+    tick: bool = False
+
+
+def component_error(exc: BaseException) -> ComponentError | None:
+    if isinstance(exc, ComponentError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            found = component_error(e)
+            if found is not None:
+                return found
+    return None
+
+
+def new_tuple_id() -> str:
+    # §3.1: the decimal string of a random signed 64-bit number.
+    return str(random.getrandbits(64) - (1 << 63))
+
+
+class Task:
+    """One task of one component: an inbox, stats, and a run loop."""
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        self.runtime = runtime
+        self.comp = comp
+        self.name = comp.name
+        self.task_id = task_id
+        self.conf = runtime.topology.conf_for(comp.name)
+        self.stats = runtime.stats[comp.name]
+        self.inbox: deque[Delivery] = deque()
+        self.capacity = INBOX_CAPACITY
+        self._space = trio.lowlevel.ParkingLot()
+        self._work = trio.lowlevel.ParkingLot()
+        self.in_flight: dict[str, TupleEdges] = {}
+        #: stream -> (fields, subscriptions, direct targets); see Runtime._stream_info
+        self.streams: dict[str, tuple[list[str] | None, list[Grouping], set[int]]] = {}
+        #: stream -> (fields, subscription) for Runtime.route_plain
+        self.plain: dict[str, tuple[int, Any]] = {}
+        self.idle = True  # spouts: the last `next` emitted nothing and nothing is owed
+
+    def deliver(self, d: Delivery) -> None:
+        self.inbox.append(d)
+        # Wake the consumer if it waits. It runs only after the producer
+        # yields, so one wake serves a whole batch; later calls find the
+        # lot empty and skip the unpark.
+        if self._work:
+            self._work.unpark_all()
+
+    def full(self) -> bool:
+        return len(self.inbox) >= self.capacity
+
+    async def wait_for_space(self) -> None:
+        while len(self.inbox) >= self.capacity:
+            await self._space.park()
+
+    def kick(self) -> None:
+        if self._work:  # an empty lot: nothing to wake (this runs per completed tree)
+            self._work.unpark_all()
+
+    @property
+    def busy(self) -> bool:
+        """Work queued or in flight."""
+        return bool(self.inbox) or bool(self.in_flight)
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    def where(self) -> str:
+        return f"{self.name}:{self.task_id}"
