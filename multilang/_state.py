@@ -9,6 +9,8 @@ we received it). The table is the spec: spec/PROTOCOL.md §2-§4 cite it.
 from __future__ import annotations
 
 import enum
+from collections import deque
+from typing import Any, Collection, Iterable
 
 from .messages import (
     Ack,
@@ -32,7 +34,7 @@ from .messages import (
     UnknownCommand,
 )
 
-__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS"]
+__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "Ledger", "STATE_RULES", "HEARTBEAT_MEMORY"]
 
 
 class Role(enum.Enum):
@@ -90,4 +92,117 @@ TRANSITIONS: dict[Role, dict[tuple[State, type], State]] = {
         (State.BUSY, Sync): State.IDLE,
         **{(s, m): s for s in (State.IDLE, State.BUSY) for m in _SPOUT_ANYTIME},
     },
+}
+
+
+# --- the rules that need memory (§3.4-§3.6, §4.1, §5.1) -----------------------------
+#
+# Each is written once, here, as a set operation that costs the same for one
+# id or a thousand; every path of connection.py calls it. The per-tuple fast
+# paths there test the common case inline (``tid in pending``) and call the
+# ledger for anything else, so an error always comes from here; each fast
+# path has a differential property test against the general path
+# (tests/unit/test_fast_paths.py).
+
+#: How many recent heartbeat ids to remember, to name the mistake when a
+#: component acks one (its id is otherwise just "unknown").
+HEARTBEAT_MEMORY = 64
+
+
+class Ledger:
+    """What a connection must remember to enforce the protocol.
+
+    ``pending``: a bolt's tuple ids sent (host) or received (component),
+    not yet acked or failed. ``owed_task_ids``: emits that wanted task ids
+    and have not had them (FIFO, §3.4). Every method takes the error class
+    of the side that would break the rule (h11: Local if we tried to,
+    Remote if the peer did) and the frame to show; each error carries its
+    rule id (spec/vectors/README.md "Rules")."""
+
+    __slots__ = ("pending", "owed_task_ids", "heartbeats", "activated")
+
+    def __init__(self) -> None:
+        self.pending: set[str] = set()
+        self.owed_task_ids = 0
+        self.heartbeats: deque[str] = deque(maxlen=HEARTBEAT_MEMORY)
+        self.activated = False
+
+    def admit(self, ids: Collection[str], err: type, frame: Any) -> None:
+        """§3.1, §3.6: the ids of tuples handed over become pending; each
+        must be new and appear once (rule ``ids.unique``). All or none."""
+        pending = self.pending
+        if pending.isdisjoint(ids):
+            before = len(pending)
+            pending.update(ids)
+            if len(pending) == before + len(ids):
+                return
+            pending.difference_update(ids)  # an id twice in one batch: none of them was pending
+            seen: set[str] = set()
+            dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        else:
+            dup = next(i for i in ids if i in pending)
+        raise err(f"tuple id {dup!r} is already pending", frame=frame, rule="ids.unique")
+
+    def retire(self, ids: Collection[Any], verb: str, err: type, frame: Any) -> None:
+        """§3.6: ack or fail (``verb`` "acks" / "fails") only the exact id
+        string of a pending tuple, once (rules ``ids.string-echo``,
+        ``ids.known``, ``heartbeat.never-acked``). All or none."""
+        pending = self.pending
+        try:
+            ok = pending.issuperset(ids)
+        except TypeError:  # an unhashable id: certainly not one we sent
+            ok = False
+        if ok:
+            before = len(pending)
+            pending.difference_update(ids)
+            if before - len(pending) == len(ids):
+                return
+            pending.update(ids)  # an id twice in one call: undo (each was pending)
+            raise err(f"component {verb} the same tuple twice in one batch", frame=frame, rule="ids.known")
+        bad = next(i for i in ids if type(i) is not str or i not in pending)
+        raise self.unknown(bad, verb, err, frame)
+
+    def check_anchors(self, ids: Iterable[Any], err: type, frame: Any) -> None:
+        """§3.5: an emit may anchor only to tuples still pending (rule ``anchors.known``)."""
+        pending = self.pending
+        for a in ids:
+            if type(a) is not str or a not in pending:
+                raise self.unknown(a, "anchors to", err, frame)
+
+    def unknown(self, tid: Any, verb: str, err: type, frame: Any) -> Exception:
+        """The error for an id that is not pending, naming the likely mistake."""
+        if type(tid) is not str:
+            return err(f"component {verb} id {tid!r} ({type(tid).__name__}): tuple ids must be echoed as the exact "
+                       "string received (§3.6)", frame=frame, rule="ids.string-echo")
+        if tid in self.heartbeats:
+            return err(f"component {verb} heartbeat id {tid!r}; heartbeats are answered with sync, never acked, "
+                       "failed or anchored to (§3.2, §5.1)", frame=frame, rule="heartbeat.never-acked")
+        rule = "anchors.known" if verb == "anchors to" else "ids.known"
+        return err(f"component {verb} id {tid!r}, which is not a pending tuple (unknown or already acked/failed)",
+                   frame=frame, rule=rule)
+
+    def owe(self, n: int = 1) -> None:
+        """§3.4: ``n`` emits want task ids."""
+        self.owed_task_ids += n
+
+    def pay(self, err: type, frame: Any) -> None:
+        """§3.4: a task-id list answers the oldest emit that wanted one (rule ``task-ids.owed``)."""
+        if self.owed_task_ids <= 0:
+            raise err("task ids sent, but no emit is waiting for them", frame=frame, rule="task-ids.owed")
+        self.owed_task_ids -= 1
+
+    def command(self, is_activate: bool, err: type, frame: Any) -> None:
+        """§4.1: the first command a host sends a spout is activate (rule ``spout.activate-first``)."""
+        if is_activate:
+            self.activated = True
+        elif not self.activated:
+            raise err("the first command to a spout must be activate (§4.1)", frame=frame, rule="spout.activate-first")
+
+
+#: The rule id of a message out of place, by role and state (§2.3, §4.2):
+#: anything else is ``protocol.state``.
+STATE_RULES: dict[tuple[Role, State], str] = {
+    (Role.BOLT, State.AWAIT_PID): "handshake.pid-first",
+    (Role.SPOUT, State.AWAIT_PID): "handshake.pid-first",
+    (Role.SPOUT, State.IDLE): "spout.one-sync",
 }

@@ -66,7 +66,7 @@ def dumps(obj: Any) -> bytes:
         try:
             return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
         except (TypeError, ValueError) as exc:
-            raise LocalProtocolError(f"value is not JSON-serialisable: {exc}", frame=repr(obj)) from None
+            raise LocalProtocolError(f"value is not JSON-serialisable: {exc}", frame=repr(obj), rule="values.json") from None
 
 
 # A body at least this long is parsed with the cyclic GC paused (_parse_paused).
@@ -107,7 +107,7 @@ def loads(body: bytes) -> Any:
             return _parse_paused(orjson.loads, body)
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise RemoteProtocolError(f"frame is not valid JSON: {exc}", frame=body) from None
+        raise RemoteProtocolError(f"frame is not valid JSON: {exc}", frame=body, rule="frame.json") from None
 
 
 # --- extension msgpack (§9.6) ---------------------------------------------------
@@ -158,12 +158,12 @@ def msgpack_loads(body: bytes) -> Any:
             obj = _unpack(body)
     except Exception as exc:  # ExtraData, OutOfData, FormatError, UnicodeDecodeError, ValueError
         raise RemoteProtocolError(f"frame is not one valid msgpack object: {type(exc).__name__}: {exc}",
-                                  frame=body) from None
+                                  frame=body, rule="frame.msgpack") from None
     if _NOT_JSON_MARKER(body) is not None:
         try:
             _check_json_model(obj)
         except ValueError as exc:
-            raise RemoteProtocolError(str(exc), frame=body) from None
+            raise RemoteProtocolError(str(exc), frame=body, rule="frame.invalid") from None
     return obj
 
 
@@ -178,14 +178,14 @@ def msgpack_frame(obj: Any) -> bytes:
     try:
         body = msgpack.packb(obj, use_bin_type=True, default=_pack_default)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise LocalProtocolError(f"value cannot be sent as msgpack: {exc}", frame=repr(obj)) from None
+        raise LocalProtocolError(f"value cannot be sent as msgpack: {exc}", frame=repr(obj), rule="values.json") from None
     # bytes became bin, or a map after the first byte may have a key that is
     # not a string (JSON would refuse both): not ours to send (§9.6)
     if _NOT_JSON_MARKER(body) is not None or _INNER_MAP_MARKER(body, 1) is not None:
         try:
             _check_json_model(obj)
         except ValueError as exc:
-            raise LocalProtocolError(str(exc), frame=repr(obj)) from None
+            raise LocalProtocolError(str(exc), frame=repr(obj), rule="values.json") from None
     return len(body).to_bytes(4, "big") + body
 
 
@@ -267,25 +267,25 @@ def _str_id(value: Any, what: str, frame: Any) -> str:
     # §3.6: tuple ids are strings; a number is a broken component (it would
     # lose precision on 64-bit ids), not something to coerce.
     if type(value) is not str:
-        raise RemoteProtocolError(f"{what} id must be the string it was given, got {type(value).__name__}", frame=frame)
+        raise RemoteProtocolError(f"{what} id must be the string it was given, got {type(value).__name__}", frame=frame, rule="ids.string-echo")
     return value
 
 
 def _int(value: Any, what: str, frame: Any) -> int:
     if type(value) is not int:
-        raise RemoteProtocolError(f"{what} must be an integer", frame=frame)
+        raise RemoteProtocolError(f"{what} must be an integer", frame=frame, rule="frame.invalid")
     return value
 
 
 def _emit(obj: dict[str, Any], body: bytes) -> Emit:
     values = obj.get("tuple")
     if type(values) is not list:
-        raise RemoteProtocolError("emit needs 'tuple' as a JSON list", frame=body)
+        raise RemoteProtocolError("emit needs 'tuple' as a JSON list", frame=body, rule="frame.invalid")
     stream = obj.get("stream")
     if stream is None:
         stream = DEFAULT_STREAM
     elif type(stream) is not str:
-        raise RemoteProtocolError("emit 'stream' must be a string", frame=body)
+        raise RemoteProtocolError("emit 'stream' must be a string", frame=body, rule="frame.invalid")
     anchors: Any = obj.get("anchors")
     if anchors is None:
         anchors = ()
@@ -296,7 +296,7 @@ def _emit(obj: dict[str, Any], body: bytes) -> Emit:
             _str_id(a, "anchor", body)
         anchors = tuple(anchors)
     else:
-        raise RemoteProtocolError("emit 'anchors' must be a list of tuple id strings", frame=body)
+        raise RemoteProtocolError("emit 'anchors' must be a list of tuple id strings", frame=body, rule="frame.invalid")
     task = obj.get("task")
     if task is not None:
         task = _int(task, "emit 'task'", body)
@@ -304,7 +304,7 @@ def _emit(obj: dict[str, Any], body: bytes) -> Emit:
             task = None
     need = obj.get("need_task_ids", True)
     if type(need) is not bool:
-        raise RemoteProtocolError("'need_task_ids' must be a JSON boolean", frame=body)
+        raise RemoteProtocolError("'need_task_ids' must be a JSON boolean", frame=body, rule="frame.invalid")
     return Emit(values=values, stream=stream, anchors=anchors, id=obj.get("id"), task=task, need_task_ids=need)
 
 
@@ -313,7 +313,7 @@ def decode_component_frame(body: bytes, *, loads: Any = loads) -> Message:
     parses the body (JSON; :func:`msgpack_loads` under §9.6)."""
     obj = loads(body)
     if type(obj) is not dict:
-        raise RemoteProtocolError("a component frame must be a JSON object", frame=body)
+        raise RemoteProtocolError("a component frame must be a JSON object", frame=body, rule="frame.invalid")
     cmd = obj.get("command")
     if cmd == "emit":
         return _emit(obj, body)
@@ -337,18 +337,18 @@ def decode_component_frame(body: bytes, *, loads: Any = loads) -> Message:
     if cmd == "metrics":
         name = obj.get("name")
         if type(name) is not str:
-            raise RemoteProtocolError("metrics needs a string 'name'", frame=body)
+            raise RemoteProtocolError("metrics needs a string 'name'", frame=body, rule="frame.invalid")
         return Metrics(name=name, params=obj.get("params"))
     if cmd is None:
         if "pid" in obj:
             pid = _int(obj["pid"], "'pid'", body)
             ext = obj.get("extensions") or []
             if type(ext) is not list or not all(type(e) is str for e in ext):
-                raise RemoteProtocolError("'extensions' must be a list of strings", frame=body)
+                raise RemoteProtocolError("'extensions' must be a list of strings", frame=body, rule="frame.invalid")
             return Pid(pid=pid, extensions=tuple(ext))
-        raise RemoteProtocolError("frame has no 'command'", frame=body)
+        raise RemoteProtocolError("frame has no 'command'", frame=body, rule="frame.invalid")
     if type(cmd) is not str:
-        raise RemoteProtocolError("'command' must be a string", frame=body)
+        raise RemoteProtocolError("'command' must be a string", frame=body, rule="frame.invalid")
     return UnknownCommand(command=cmd, frame=obj)
 
 
@@ -358,12 +358,12 @@ def _batch(obj: dict[str, Any], body: bytes) -> Batch:
     acks = obj.get("acks") or []
     fails = obj.get("fails") or []
     if type(emits) is not list or type(acks) is not list or type(fails) is not list:
-        raise RemoteProtocolError("batch 'emits', 'acks' and 'fails' must be arrays", frame=body)
+        raise RemoteProtocolError("batch 'emits', 'acks' and 'fails' must be arrays", frame=body, rule="frame.invalid")
     for e in emits:
         if type(e) is not list or not 1 <= len(e) <= 3 or type(e[0]) is not list:
-            raise RemoteProtocolError("each batched emit must be [tuple, anchors_or_id, stream]", frame=body)
+            raise RemoteProtocolError("each batched emit must be [tuple, anchors_or_id, stream]", frame=body, rule="frame.invalid")
         if len(e) == 3 and e[2] is not None and type(e[2]) is not str:
-            raise RemoteProtocolError("a batched emit's stream must be a string or null", frame=body)
+            raise RemoteProtocolError("a batched emit's stream must be a string or null", frame=body, rule="frame.invalid")
     for tid in acks:
         _str_id(tid, "batched ack", body)
     for tid in fails:
@@ -373,14 +373,14 @@ def _batch(obj: dict[str, Any], body: bytes) -> Batch:
 
 def _tuple_batch(items: Any, body: bytes) -> TupleBatch:
     if type(items) is not list or not items:
-        raise RemoteProtocolError("'tuples' must be a non-empty array", frame=body)
+        raise RemoteProtocolError("'tuples' must be a non-empty array", frame=body, rule="frame.invalid")
     out: list[Tuple] = []
     for it in items:
         if (type(it) is not list or len(it) != 5 or type(it[0]) is not str or type(it[2]) is not str
                 or type(it[3]) is not int or type(it[4]) is not list):
-            raise RemoteProtocolError("each batched tuple must be [id, comp, stream, task, tuple]", frame=body)
+            raise RemoteProtocolError("each batched tuple must be [id, comp, stream, task, tuple]", frame=body, rule="frame.invalid")
         if it[2] == HEARTBEAT_STREAM:
-            raise RemoteProtocolError("heartbeats are never batched (§9.5)", frame=body)
+            raise RemoteProtocolError("heartbeats are never batched (§9.5)", frame=body, rule="frame.invalid")
         cls = Tick if it[2] == TICK_STREAM and it[1] == SYSTEM_COMPONENT else Tuple
         out.append(_new_tuple(cls, it))
     return TupleBatch(tuples=out)
@@ -402,15 +402,15 @@ def decode_host_frame(body: bytes, *, spout: bool, loads: Any = loads) -> Messag
             _int(t, "task id", body)
         return TaskIds(task_ids=obj)
     if type(obj) is not dict:
-        raise RemoteProtocolError("a host frame must be a JSON object or a task-id list", frame=body)
+        raise RemoteProtocolError("a host frame must be a JSON object or a task-id list", frame=body, rule="frame.invalid")
     if "pidDir" in obj:
         pid_dir = obj["pidDir"]
         if type(pid_dir) is not str:
-            raise RemoteProtocolError("'pidDir' must be a string", frame=body)
+            raise RemoteProtocolError("'pidDir' must be a string", frame=body, rule="frame.invalid")
         conf = obj.get("conf") or {}
         context = obj.get("context") or {}
         if type(conf) is not dict or type(context) is not dict:
-            raise RemoteProtocolError("handshake 'conf' and 'context' must be JSON objects", frame=body)
+            raise RemoteProtocolError("handshake 'conf' and 'context' must be JSON objects", frame=body, rule="frame.invalid")
         return Handshake(pid_dir=pid_dir, conf=conf, context=context)
     if "tuples" in obj and not spout:
         return _tuple_batch(obj["tuples"], body)
@@ -425,20 +425,20 @@ def decode_host_frame(body: bytes, *, spout: bool, loads: Any = loads) -> Messag
             return cls()
         if type(cmd) is str:
             return UnknownCommand(command=cmd, frame=obj)
-        raise RemoteProtocolError("spout frame has no 'command'", frame=body)
+        raise RemoteProtocolError("spout frame has no 'command'", frame=body, rule="frame.invalid")
     tid = obj.get("id")
     stream = obj.get("stream")
     if type(tid) is not str or type(stream) is not str:
-        raise RemoteProtocolError("a tuple needs string 'id' and 'stream'", frame=body)
+        raise RemoteProtocolError("a tuple needs string 'id' and 'stream'", frame=body, rule="frame.invalid")
     if stream == HEARTBEAT_STREAM:
         return Heartbeat(id=tid)
     values = obj.get("tuple")
     if type(values) is not list:
-        raise RemoteProtocolError("a tuple needs 'tuple' as a JSON list", frame=body)
+        raise RemoteProtocolError("a tuple needs 'tuple' as a JSON list", frame=body, rule="frame.invalid")
     comp = obj.get("comp")
     task = obj.get("task")
     if type(task) is not int:
-        raise RemoteProtocolError("a tuple needs an integer 'task'", frame=body)
+        raise RemoteProtocolError("a tuple needs an integer 'task'", frame=body, rule="frame.invalid")
     if stream == TICK_STREAM and comp == SYSTEM_COMPONENT:
         return Tick(id=tid, component=comp, stream=stream, task=task, values=values)
     return Tuple(id=tid, component=comp, stream=stream, task=task, values=values)

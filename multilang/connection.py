@@ -30,7 +30,7 @@ from operator import itemgetter
 import orjson
 from typing import Any, Callable, Iterable
 
-from ._state import SENDER, TRANSITIONS, Role, Side, State
+from ._state import SENDER, STATE_RULES, TRANSITIONS, Ledger, Role, Side, State
 from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json
 from .codec import loads as json_loads
 from .codec import msgpack_frame, msgpack_loads
@@ -108,11 +108,6 @@ _EMIT_TAIL = b'],"need_task_ids":false}' + TERMINATOR
 # one per concatenation (bench/instructions.py).
 _ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
 
-# How many recent heartbeat ids to remember, to name the mistake when a
-# component acks one (its id is otherwise just "unknown").
-_HEARTBEAT_MEMORY = 64
-
-
 class _Failed:
     """A queued error: raised when the reader reaches it, after the frames
     that arrived before it have been delivered."""
@@ -158,12 +153,11 @@ class Connection:
         self._bodies: list[bytes | _Failed | Message] = []
         self._pos = 0
         self._stash: deque[Message] = deque()  # component side: events set aside by next_task_ids
-        #: Emits that wanted task ids and have not had them (FIFO, §3.5).
-        self.owed_task_ids = 0
-        #: Bolt: ids of tuples sent (host) or received (component), not yet acked or failed.
-        self.pending: set[str] = set()
-        self._heartbeats: deque[str] = deque(maxlen=_HEARTBEAT_MEMORY)
-        self._activated = False
+        #: The rules that need memory (``_state.Ledger``).
+        self.ledger = Ledger()
+        #: Bolt: ids of tuples sent (host) or received (component), not yet
+        #: acked or failed (the ledger's set; the fast paths test it inline).
+        self.pending: set[str] = self.ledger.pending
         #: Extensions the host offered (§9.1) and the component accepted (§9.2).
         self.offered: tuple[str, ...] = ()
         self.extensions: tuple[str, ...] = ()
@@ -198,6 +192,11 @@ class Connection:
         held, self._held = self._held, None
         if held:
             self.receive_data(bytes(held))
+
+    @property
+    def owed_task_ids(self) -> int:
+        """Emits that wanted task ids and have not had them (FIFO, §3.4)."""
+        return self.ledger.owed_task_ids
 
     @property
     def state(self) -> State:
@@ -383,13 +382,9 @@ class Connection:
                 or set(map(type, tasks)) != _JUST_INT or set(map(type, valuess)) != _JUST_LIST
                 or not _SYSTEM_STREAMS.isdisjoint(streams)):
             return False
-        pending = self.pending
-        if not pending.isdisjoint(ids):
-            return False
-        before = len(pending)
-        pending.update(ids)
-        if len(pending) != before + len(ids):  # an id twice in the batch: undo (none was pending)
-            pending.difference_update(ids)
+        try:
+            self.ledger.admit(ids, RemoteProtocolError, None)
+        except ProtocolError:  # a repeated id: the general path refuses the frame with its own bytes
             return False
         out.extend(items if rows else map(_make_tuple, items))
         return True
@@ -514,7 +509,8 @@ class Connection:
             raise RemoteProtocolError(f"{self._peer.value} may not send {t.__name__} to a {self.role.value}", frame=body)
         new = self._allowed.get(t)
         if new is None:
-            raise RemoteProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=body)
+            raise RemoteProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=body,
+                                      rule=self._state_rule(t))
         self._check(msg, remote=True, frame=body)
         if new is not self._state:
             self.state = new
@@ -605,7 +601,13 @@ class Connection:
         if self._sender.get(t) is not self.side:
             raise LocalProtocolError(f"{self.side.value} may not send {t.__name__} to a {self.role.value}", frame=msg)
         if t not in self._allowed:
-            raise LocalProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=msg)
+            raise LocalProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=msg,
+                                     rule=self._state_rule(t))
+
+    def _state_rule(self, t: type) -> str:
+        rules = STATE_RULES
+        key = (self.role, self._state)
+        return rules.get((*key, t)) or rules.get((*key, None)) or "protocol.state"
 
     # The component's per-tuple messages get direct paths: same checks as
     # send(), no message object, the wire dict built once (bench/).
@@ -647,7 +649,7 @@ class Connection:
         if task is not None:
             obj["task"] = task
         elif need_task_ids:
-            self.owed_task_ids += 1
+            self.ledger.owe()
         if not need_task_ids:
             obj["need_task_ids"] = False
         if self.msgpack:
@@ -790,26 +792,14 @@ class Connection:
         if not (self.batching and self._state is State.READY and self._bolt_component):
             send = self.send_fail if fail else self.send_ack
             return b"".join([send(t) for t in tuple_ids])
-        pending = self.pending
-        what = "fails" if fail else "acks"
-        if not pending.issuperset(tuple_ids):
-            bad = next(t for t in tuple_ids if t not in pending)
-            raise LocalProtocolError(self._unknown_id(what, bad), frame=tuple_ids)
-        before = len(pending)
-        pending.difference_update(tuple_ids)
-        if before - len(pending) != len(tuple_ids):  # an id twice: undo (each was pending)
-            pending.update(tuple_ids)
-            raise LocalProtocolError(f"component {what} the same tuple twice in one call", frame=tuple_ids)
+        self.ledger.retire(tuple_ids, "fails" if fail else "acks", LocalProtocolError, tuple_ids)
         (self._open_fails if fail else self._open_acks).extend(tuple_ids)
         self._open_n += len(tuple_ids)
         return self.close_batch() if self._open_n >= _BATCH_MAX else b""
 
     def _check_anchors(self, anchors: Iterable[str], frame: Any) -> None:
         """§3.5: we may anchor only to tuples still pending."""
-        pending = self.pending
-        for a in anchors:
-            if a not in pending:
-                raise LocalProtocolError(self._unknown_id("anchors to", a), frame=frame)
+        self.ledger.check_anchors(anchors, LocalProtocolError, frame)
 
     def send_ack(self, tuple_id: Any) -> bytes:
         """Bolt: ack a pending tuple. Spout host: ack a message id."""
@@ -823,11 +813,7 @@ class Connection:
 
     def _ack_or_fail(self, cls: type, command: str, tuple_id: Any) -> bytes:
         if self._bolt_component and self._state is State.READY:
-            # §3.6: only the exact id string of a pending tuple.
-            try:
-                self.pending.remove(tuple_id)
-            except (KeyError, TypeError):
-                raise LocalProtocolError(self._unknown_id(command + "s", tuple_id), frame=tuple_id) from None
+            self.ledger.retire((tuple_id,), command + "s", LocalProtocolError, tuple_id)
             if self.batching:
                 (self._open_acks if cls is Ack else self._open_fails).append(tuple_id)
                 return self._batch_full()
@@ -842,42 +828,30 @@ class Connection:
     # -- the rules that need memory -----------------------------------------
 
     def _check(self, msg: Message, *, remote: bool, frame: Any) -> None:
+        """The rules that need memory, for one message; each is the ledger's (``_state.Ledger``)."""
         err = RemoteProtocolError if remote else LocalProtocolError
+        ledger = self.ledger
         t = type(msg)
         # Who "sent" the message relative to the bookkeeping: the component
         # side of a bolt tracks tuples it received, the host those it sent.
         if t is Tuple or t is Tick:
-            if msg.id in self.pending:
-                raise err(f"tuple id {msg.id!r} is already pending", frame=frame)
-            self.pending.add(msg.id)
+            ledger.admit((msg.id,), err, frame)
         elif t is Heartbeat:
-            self._heartbeats.append(msg.id)
+            ledger.heartbeats.append(msg.id)
         elif t is Emit:
-            for a in msg.anchors:
-                if a not in self.pending:
-                    raise err(self._unknown_id("anchors to", a), frame=frame)
+            if msg.anchors:
+                ledger.check_anchors(msg.anchors, err, frame)
             if msg.task is None and msg.need_task_ids:
-                self.owed_task_ids += 1
+                ledger.owe()
         elif t is TaskIds:
-            if self.owed_task_ids <= 0:
-                raise err("task ids sent, but no emit is waiting for them", frame=frame)
-            self.owed_task_ids -= 1
+            ledger.pay(err, frame)
         elif t is Ack or t is Fail:
             if self.role is Role.BOLT:
-                if type(msg.id) is not str:
-                    raise err(f"{t.__name__.lower()} id must be the tuple id string, got {type(msg.id).__name__}", frame=frame)
-                try:
-                    self.pending.remove(msg.id)
-                except KeyError:
-                    raise err(self._unknown_id(t.__name__.lower() + "s", msg.id), frame=frame) from None
+                ledger.retire((msg.id,), t.__name__.lower() + "s", err, frame)
         elif t is TupleBatch:
             if not self.batching:
-                raise err("a tuple batch without the batch extension (§9.5)", frame=frame)
-            pending = self.pending
-            for u in msg.tuples:
-                if u.id in pending:
-                    raise err(f"tuple id {u.id!r} is already pending", frame=frame)
-                pending.add(u.id)
+                raise err("a tuple batch without the batch extension (§9.5)", frame=frame, rule="batch.negotiated")
+            ledger.admit([u.id for u in msg.tuples], err, frame)
         elif t is Batch:
             self._check_batch(msg, err, frame)
         elif t is Handshake:
@@ -889,46 +863,35 @@ class Connection:
             bad = [e for e in msg.extensions if e not in self.offered]
             if bad or len(set(msg.extensions)) != len(msg.extensions):
                 raise err(f"accepted extensions {list(msg.extensions)} that were not offered ({list(self.offered)}) "
-                          "or twice (§9.2)", frame=frame)
+                          "or twice (§9.2)", frame=frame, rule="handshake.extensions")
             self.extensions = msg.extensions
             self.batching = "batch" in msg.extensions
             if "msgpack" in msg.extensions:
                 self._switch_to_msgpack()
             if remote:
                 self._release_held()
-        if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT:
-            if t is Activate:
-                self._activated = True
-            elif not self._activated and not remote:
-                raise err("the first command to a spout must be activate (§4.1)", frame=frame)
+        if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT and not remote:
+            ledger.command(t is Activate, err, frame)
 
     def _check_batch(self, msg: Batch, err: type, frame: Any) -> None:
         """§9.5: each element follows the rule of its standard frame; emits
         are checked before the acks and fails of the same batch."""
         if not self.batching:
-            raise err("an output batch without the batch extension (§9.5)", frame=frame)
-        pending = self.pending
+            raise err("an output batch without the batch extension (§9.5)", frame=frame, rule="batch.negotiated")
         if self.role is Role.BOLT:
+            ledger = self.ledger
             for e in msg.emits:
                 anchors = e[1] if len(e) > 1 else None
                 if anchors is None:
                     continue
                 if type(anchors) is not list:
-                    raise err("a batched bolt emit's anchors must be a list of tuple ids", frame=frame)
-                for a in anchors:
-                    if type(a) is not str or a not in pending:
-                        raise err(self._unknown_id("anchors to", a), frame=frame)
-            for verb, ids in (("acks", msg.acks), ("fails", msg.fails)):
-                for tid in ids:
-                    try:
-                        pending.remove(tid)
-                    except (KeyError, TypeError):
-                        raise err(self._unknown_id(verb, tid), frame=frame) from None
+                    raise err("a batched bolt emit's anchors must be a list of tuple ids", frame=frame,
+                              rule="frame.invalid")
+                ledger.check_anchors(anchors, err, frame)
+            if msg.acks:
+                ledger.retire(msg.acks, "acks", err, frame)
+            if msg.fails:
+                ledger.retire(msg.fails, "fails", err, frame)
         elif msg.acks or msg.fails:
-            raise err("a spout's batch carries no acks or fails", frame=frame)
-
-    def _unknown_id(self, verb: str, tid: str) -> str:
-        if tid in self._heartbeats:
-            return f"component {verb} heartbeat id {tid!r}; heartbeats are answered with sync, never acked (§5.1)"
-        return f"component {verb} id {tid!r}, which is not a pending tuple (unknown or already acked/failed)"
+            raise err("a spout's batch carries no acks or fails", frame=frame, rule="frame.invalid")
 

@@ -43,11 +43,18 @@ class ProtocolError(MultilangError):
     """A multilang protocol rule was broken.
 
     ``frame`` holds the offending frame (bytes as read or written, or the
-    decoded message) when there is one.
+    decoded message) when there is one. ``rule`` names the rule that was
+    broken, as spec/vectors/README.md "Rules" lists them (``ids.known``,
+    ``anchors.known``, ``frame.json``, ...): the conformance runner reports
+    it as is, and a caller can tell the rules apart without parsing text.
     """
 
-    def __init__(self, msg: str, *, frame: object = None) -> None:
+    #: the rule when the raiser names none: a message out of place (§2-§4)
+    default_rule = "protocol.state"
+
+    def __init__(self, msg: str, *, frame: object = None, rule: str | None = None) -> None:
         self.frame = frame
+        self.rule = rule or self.default_rule
         if frame is not None:
             shown = excerpt(frame) if isinstance(frame, (bytes, bytearray, str)) else repr(frame)[:_EXCERPT]
             msg = f"{msg} (frame: {shown})"
@@ -64,6 +71,8 @@ class RemoteProtocolError(ProtocolError):
 
 class FrameTooLarge(RemoteProtocolError):
     """The peer sent a frame (or an unterminated line) over the size limit."""
+
+    default_rule = "frame.too-large"
 
 
 class TopologyError(MultilangError):

@@ -124,7 +124,7 @@ class FrameReader:
         buf.clear()
         if m is not None:
             return [rest[: m.start()]]
-        raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest)
+        raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest, rule="frame.truncated")
 
     @property
     def buffered(self) -> int:
@@ -173,7 +173,7 @@ class LengthPrefixedReader:
                 head = bytes(buf[pos : pos + 200])
                 buf.clear()
                 if n == 0:
-                    exc: RemoteProtocolError = RemoteProtocolError("a msgpack frame of length 0 (§9.6)", frame=head)
+                    exc: RemoteProtocolError = RemoteProtocolError("a msgpack frame of length 0 (§9.6)", frame=head, rule="frame.msgpack")
                 else:
                     self._failed = True
                     exc = FrameTooLarge(f"frame of {n} bytes exceeds the {limit}-byte limit", frame=head)
@@ -193,7 +193,7 @@ class LengthPrefixedReader:
         if self._buf:
             rest = bytes(self._buf[:200])
             self._buf.clear()
-            raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest)
+            raise RemoteProtocolError("stream ended in the middle of a frame", frame=rest, rule="frame.truncated")
         return []
 
     @property

@@ -48,10 +48,10 @@ CASES = {
                     '{"command":"ack","id":"4242424242"}'],
     "fail_unknown": ["protocol error", "fails id '4242424242', which is not a pending tuple",
                      '{"command":"fail","id":"4242424242"}'],
-    "ack_numeric": ["protocol error", "id must be the tuple id string, got int", '{"command":"ack","id":'],
+    "ack_numeric": ["protocol error", "(int): tuple ids must be echoed as the exact string received", '{"command":"ack","id":'],
     "double_ack": ["protocol error", "which is not a pending tuple (unknown or already acked/failed)"],
     "anchor_failed": ["protocol error", "anchors to id", "which is not a pending tuple"],
-    "ack_heartbeat": ["protocol error", "acks heartbeat id", "never acked (§5.1)"],
+    "ack_heartbeat": ["protocol error", "acks heartbeat id", "never acked, failed or anchored to (§3.2, §5.1)"],
 }
 
 

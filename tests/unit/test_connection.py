@@ -796,8 +796,9 @@ def test_bolt_fast_paths_refuse_what_the_general_path_refuses():
         ack(tup("1"))  # twice
     with pytest.raises(LocalProtocolError, match="not a pending tuple"):
         emit(["x"], anchors=["1"])  # anchored to an acked tuple
-    with pytest.raises(LocalProtocolError, match="not a pending tuple"):
+    with pytest.raises(LocalProtocolError, match="exact string received") as info:
         ack(Tuple(id=["x"], component="s", stream="default", task=1, values=[]))  # built by hand, bad id
+    assert info.value.rule == "ids.string-echo"
     with pytest.raises(LocalProtocolError, match="not a pending tuple"):
         emit(["x"], anchors=[Tuple(id="1", component="s", stream="default", task=1, values=[])])
     assert slow == ["emit", "ack", "emit", "ack", "emit"]
