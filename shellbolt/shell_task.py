@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import trio
 
 from multilang.connection import Role
-from multilang.errors import ComponentReportedError, HeartbeatTimeout
+from multilang.errors import ComponentReportedError
 from multilang.messages import Error, Log, Metrics, Sync
 
+from .conf import ProcessConf
 from .process import ShellProcess
 from .results import first_line
+from .supervisor import GiveUp, RestartPolicy
 from .tasks import PY_LEVEL, Task, component_error, log
 from .topology import ComponentDef
 
@@ -40,12 +42,7 @@ class ShellTask(Task):
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
         self.proc: ShellProcess | None = None
-        c = self.conf
-        self.timeout = float(c.get("topology.subprocess.timeout.secs") or c.get("supervisor.worker.timeout.secs") or 30)
-        self.handshake_timeout = float(c.get("multilang.handshake.timeout.secs") or 30)
-        self.kill_grace = float(c.get("multilang.kill.grace.secs", 2))  # 0 is valid: no grace
-        self.budget = int(c.get("multilang.restart.budget", 5))
-        self.window = float(c.get("multilang.restart.window.secs", 60))
+        self.pconf = ProcessConf.from_conf(self.conf)
         self._blocked = False  # our reader waits on downstream space: not the child's fault
         self._starts = 0  # process starts of this task: each gets a fresh pid directory (§2.1)
         self._last_error: str | None = None  # the last `error` frame of the current process
@@ -53,8 +50,7 @@ class ShellTask(Task):
     async def run(self) -> None:
         # The budget is per component, as documented (§8.2): every task of
         # the component counts its restarts in the same window.
-        restarts = self.runtime.restart_times(self.name)
-        backoff = 0.1
+        policy = RestartPolicy.from_conf(self.pconf, times=self.runtime.restart_times(self.name))
         while True:
             started = trio.current_time()
             try:
@@ -67,22 +63,16 @@ class ShellTask(Task):
                         return
                     raise
             self._on_session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
-            now = trio.current_time()
-            if now - started > 10:
-                backoff = 0.1
-            restarts.append(now)
-            while restarts and restarts[0] < now - self.window:
-                restarts.popleft()
-            if len(restarts) > self.budget:
+            d = policy.crashed(started=started, now=trio.current_time())
+            if isinstance(d, GiveUp):
                 log.error("%s: giving up after %d restarts of component %r in %gs: %s", self.where(),
-                          len(restarts) - 1, self.name, self.window, err)
+                          d.count, self.name, d.window, err)
                 self.runtime.give_up(err)
                 return
             self.stats.restarts += 1
             log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r): %s",
-                      self.where(), backoff, len(restarts), self.budget, self.window, self.name, err)
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+                      self.where(), d.delay, d.count, d.budget, d.window, self.name, err)
+            await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
 
     def _on_session_lost(self, cause: str) -> None:
         """Fail what the dead process had in flight, so spouts replay (§8.2)."""
@@ -105,42 +95,29 @@ class ShellTask(Task):
         self._last_error = None
         proc = ShellProcess(
             component=self.name, task=self.task_id, role=self.role, argv=argv, cwd=cwd, env=env,
-            pid_dir=pid_dir, max_frame_size=int(self.conf.get("multilang.max.frame.bytes") or 64 << 20),
+            pid_dir=pid_dir, conf=self.pconf,
         )
         self.proc = proc
         try:
             conf = {**self.conf}
             context = rt.topology.context_for(self.name, self.task_id).to_json()
             async with trio.open_nursery() as n:
-                n.start_soon(self._stderr, proc)
-                early = await proc.start(conf, context, self.handshake_timeout)
+                early = await proc.start(n, conf, context)  # spawned, stderr drained, handshaken
                 log.debug("%s started: pid %s", self.where(), proc.pid)
                 await self._handle(proc, early)
                 await self._serve(proc, n)
         finally:
-            await proc.aclose(self.kill_grace, self.runtime.hurry)
+            await proc.aclose(hurry=self.runtime.hurry)
             self.proc = None
             shutil.rmtree(pid_dir, ignore_errors=True)
-
-    async def _stderr(self, proc: ShellProcess) -> None:
-        while proc.proc is None:
-            await trio.sleep(0.005)
-        await proc.drain_stderr()
 
     async def _watchdog(self, proc: ShellProcess, expecting: Callable[[], float | None]) -> None:
         """Kill a process that sends nothing for the subprocess timeout (§5.2).
 
         ``expecting()`` returns since when a frame is due, or None when
-        nothing is (an idle spout)."""
-        period = min(1.0, self.timeout / 4)
-        while True:
-            await trio.sleep(period)
-            since = expecting()
-            if since is None or self._blocked:
-                continue
-            if trio.current_time() - max(since, proc.last_inbound) > self.timeout:
-                proc.kill()
-                raise proc.error(HeartbeatTimeout, f"sent nothing for {self.timeout:g}s (subprocess timeout, §5.2); killed")
+        nothing is (an idle spout). Nothing is due either while our reader
+        waits for downstream space; unblocking resets ``last_inbound``."""
+        await proc.watch(lambda: None if self._blocked else expecting())
 
     def _common(self, ev: Any, proc: ShellProcess) -> None:
         """log / error / metrics / sync / unknown commands (§3.7)."""

@@ -1,0 +1,325 @@
+"""Supervision without processes or real time (DESIGN.md style rule 8).
+
+The restart policy is pure and takes the time as an argument. The process
+host's rules -- the handshake timeout (spec/PROTOCOL.md §2.4), the subprocess
+timeout (§5.2) -- run against an in-memory component (``StreamTransport`` over
+``trio.testing`` memory streams) under ``MockClock(autojump_threshold=0)``:
+the clock jumps to the next deadline as soon as every task waits, so each
+test asserts the exact virtual time a rule fired at and takes no wall time.
+The real-process versions of these faults stay in tests/faults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+
+import orjson
+import pytest
+import trio
+import trio.testing
+
+from multilang.connection import Role
+from multilang.errors import ComponentCrashed, HeartbeatTimeout
+from multilang.framing import FrameReader
+from multilang.messages import Activate
+from multilang.shellbolt.conf import SCHEMA, ProcessConf
+from multilang.shellbolt.process import ShellProcess, StreamTransport
+from multilang.shellbolt.supervisor import GiveUp, Restart, RestartPolicy
+
+T = 8.0  # the subprocess timeout of these tests (§5.2)
+HANDSHAKE = 3.0
+GRACE = 1.0
+PCONF = ProcessConf.from_conf({
+    "topology.subprocess.timeout.secs": T,
+    "multilang.handshake.timeout.secs": HANDSHAKE,
+    "multilang.kill.grace.secs": GRACE,
+})
+
+
+def run(afn):
+    return trio.run(afn, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@contextlib.contextmanager
+def unwrapped():
+    """A nursery's lone error as itself (trio wraps it in an ExceptionGroup)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+# --- ProcessConf ---------------------------------------------------------------------------------
+
+
+def test_process_conf_defaults_come_from_the_schema():
+    pc = ProcessConf.from_conf({})
+    assert pc.subprocess_timeout == SCHEMA["supervisor.worker.timeout.secs"].default
+    assert pc.handshake_timeout == SCHEMA["multilang.handshake.timeout.secs"].default
+    assert pc.kill_grace == SCHEMA["multilang.kill.grace.secs"].default
+    assert pc.restart_budget == SCHEMA["multilang.restart.budget"].default
+    assert pc.restart_window == SCHEMA["multilang.restart.window.secs"].default
+    assert pc.max_frame_bytes == SCHEMA["multilang.max.frame.bytes"].default
+
+
+def test_process_conf_subprocess_timeout_falls_back_to_the_supervisor_key_and_zero_grace_is_kept():
+    pc = ProcessConf.from_conf({"supervisor.worker.timeout.secs": 7, "multilang.kill.grace.secs": 0})
+    assert pc.subprocess_timeout == 7.0 and pc.kill_grace == 0.0
+    pc = ProcessConf.from_conf({"topology.subprocess.timeout.secs": 2, "supervisor.worker.timeout.secs": 7})
+    assert pc.subprocess_timeout == 2.0
+
+
+# --- RestartPolicy (§8.2) ------------------------------------------------------------------------
+
+
+def test_backoff_doubles_up_to_five_seconds_then_the_budget_gives_up():
+    policy = RestartPolicy(8, 1000.0)
+    delays = []
+    now = 0.0
+    for _ in range(8):
+        d = policy.crashed(started=now, now=now + 1)
+        assert isinstance(d, Restart)
+        delays.append(d.delay)
+        now += 1 + d.delay
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert d.count == 8 and d.budget == 8
+    assert policy.crashed(started=now, now=now + 1) == GiveUp(count=8, budget=8, window=1000.0)
+
+
+def test_a_long_life_resets_the_backoff_and_old_restarts_leave_the_window():
+    policy = RestartPolicy(2, 60.0)
+    assert policy.crashed(started=0, now=1).delay == 0.1
+    assert policy.crashed(started=1.1, now=2).delay == 0.2
+    assert isinstance(policy.crashed(started=2.2, now=3), GiveUp)  # 3 crashes within 60 s
+    policy = RestartPolicy(2, 60.0)
+    policy.crashed(started=0, now=1)
+    policy.crashed(started=1.1, now=2)
+    d = policy.crashed(started=50, now=70)  # lived 20 s; the first two left the window
+    assert d == Restart(delay=0.1, count=1, budget=2, window=60.0)
+
+
+def test_the_budget_is_shared_by_the_policies_of_one_component():
+    times = RestartPolicy(1, 60.0).times
+    a, b = RestartPolicy(1, 60.0, times=times), RestartPolicy(1, 60.0, times=times)
+    assert isinstance(a.crashed(started=0, now=1), Restart)
+    assert isinstance(b.crashed(started=0, now=2), GiveUp)  # task b's first crash, the component's second
+
+
+def test_zero_budget_gives_up_at_the_first_crash():
+    assert RestartPolicy(0, 60.0).crashed(started=0, now=1) == GiveUp(count=0, budget=0, window=60.0)
+
+
+# --- an in-memory component --------------------------------------------------------------------
+
+
+class FakeChild:
+    """The far side of a StreamTransport: reads the host's frames, writes its own."""
+
+    def __init__(self) -> None:
+        stdin_send, self.stdin = trio.testing.memory_stream_one_way_pair()
+        self.stdout, stdout_recv = trio.testing.memory_stream_one_way_pair()
+        self.stderr, stderr_recv = trio.testing.memory_stream_one_way_pair()
+        self.transport = StreamTransport(stdin_send, stdout_recv, stderr_recv)
+        self._frames = FrameReader()
+        self._pending: list[bytes] = []
+
+    async def spawn(self, argv, cwd, env):
+        return self.transport
+
+    async def read(self) -> dict:
+        while not self._pending:
+            data = await self.stdin.receive_some(1 << 16)
+            assert data, "the host closed stdin"
+            self._pending.extend(self._frames.feed(data))
+        return orjson.loads(self._pending.pop(0))
+
+    async def send(self, obj: dict) -> None:
+        await self.stdout.send_all(orjson.dumps(obj) + b"\nend\n")
+
+    async def handshake(self, *, pid_file: bool = True) -> dict:
+        hs = await self.read()
+        if pid_file:  # §2.3: the file first, then the reply
+            open(os.path.join(hs["pidDir"], str(self.transport.pid)), "w").close()
+        await self.send({"pid": self.transport.pid})
+        return hs
+
+    async def crash(self, status: int, last_words: bytes = b"") -> None:
+        if last_words:
+            await self.stderr.send_all(last_words)
+        await self.stdout.aclose()
+        await self.stderr.aclose()
+        self.transport.exit(status)
+
+
+def shell_process(child: FakeChild, tmp_path, role: Role = Role.BOLT) -> ShellProcess:
+    return ShellProcess(component="c", task=1, role=role, argv=["fake"], cwd=None, env={},
+                        pid_dir=str(tmp_path), conf=PCONF, spawn=child.spawn)
+
+
+CONTEXT = {"taskid": 1, "componentid": "c", "task->component": {"1": "c"}}
+
+
+# --- handshake (§2.3, §2.4) ----------------------------------------------------------------------
+
+
+def test_no_pid_reply_is_a_heartbeat_timeout_at_the_handshake_timeout_and_the_child_is_reaped(tmp_path):
+    child = FakeChild()
+
+    async def main():
+        proc = shell_process(child, tmp_path)
+        t0 = trio.current_time()
+        with pytest.raises(HeartbeatTimeout, match=r"no pid reply within the 3s handshake timeout \(§2.4\)") as info, \
+                unwrapped():
+            async with trio.open_nursery() as n:
+                try:
+                    await proc.start(n, {}, CONTEXT)
+                finally:
+                    n.cancel_scope.cancel()
+        assert trio.current_time() - t0 == HANDSHAKE
+        await proc.aclose()  # stdin closed, grace, SIGTERM: the child ignored EOF
+        assert child.transport.signals == [signal.SIGTERM]
+        assert trio.current_time() - t0 == HANDSHAKE + GRACE
+        return info.value
+
+    err = run(main)
+    assert err.component == "c" and err.task == 1
+
+
+def test_handshake_returns_early_emits_and_warns_once_about_a_missing_pid_file(tmp_path, caplog):
+    child = FakeChild()
+
+    async def component():
+        hs = await child.handshake(pid_file=False)
+        assert hs["pidDir"] == str(tmp_path) and hs["context"] == CONTEXT
+        await child.send({"command": "log", "msg": "opened"})
+
+    async def main():
+        proc = shell_process(child, tmp_path)
+        async with trio.open_nursery() as n:
+            n.start_soon(component)
+            early = await proc.start(n, {}, CONTEXT)
+            # the pid-file check waited its second (§2.3), in short polls
+            assert 1.0 <= trio.current_time() < 1.1
+            events = early or await proc.read_events()  # the log came with the pid, or just after
+            assert [e.msg for e in events] == ["opened"]
+            assert proc.pid == child.transport.pid
+            await child.crash(0)
+
+    with caplog.at_level(logging.WARNING, "multilang.shellbolt"):
+        run(main)
+    warnings = [r.getMessage() for r in caplog.records if "pid file" in r.getMessage()]
+    assert len(warnings) == 1 and "§2.3" in warnings[0]
+
+
+def test_a_crash_reports_exit_status_and_the_last_stderr_line_without_sleeping(tmp_path):
+    child = FakeChild()
+
+    async def main():
+        proc = shell_process(child, tmp_path)
+        async with trio.open_nursery() as n:
+            n.start_soon(child.handshake)
+            await proc.start(n, {}, CONTEXT)
+            n.start_soon(child.crash, 3, b"Traceback\nValueError: boom")
+            with pytest.raises(ComponentCrashed) as info:
+                while True:
+                    await proc.read_events()
+        await proc.aclose()
+        return info.value, trio.current_time()
+
+    err, now = run(main)
+    assert "closed its stdout" in str(err) and "(exit status 3)" in str(err)
+    assert err.stderr_tail.endswith("ValueError: boom")
+    assert now == 0.0  # settled on events (exit, stderr EOF), not on a timer
+
+
+# --- the subprocess timeout (§5.2) -------------------------------------------------------------------
+
+
+async def _started(proc: ShellProcess, child: FakeChild, n: trio.Nursery) -> float:
+    n.start_soon(child.handshake)
+    await proc.start(n, {}, CONTEXT)
+    return trio.current_time()
+
+
+def test_a_silent_bolt_is_killed_exactly_one_timeout_after_its_last_frame(tmp_path):
+    child = FakeChild()
+
+    async def main():
+        proc = shell_process(child, tmp_path)
+        async with trio.open_nursery() as n:
+            t0 = await _started(proc, child, n)
+            n.start_soon(lambda: reader(proc))
+
+            async def chatter():
+                await trio.sleep(0.75 * T)  # part of the scenario: a frame late in the window
+                await child.send({"command": "log", "msg": "still here"})
+
+            n.start_soon(chatter)
+            with pytest.raises(HeartbeatTimeout, match=r"sent nothing for 8s \(subprocess timeout, §5.2\); killed"):
+                await proc.watch(lambda: proc.last_inbound)
+            n.cancel_scope.cancel()
+        assert trio.current_time() - t0 == 0.75 * T + T  # the read moved the deadline
+        assert child.transport.signals == [signal.SIGKILL]
+        await proc.aclose()
+
+    run(main)
+
+
+async def reader(proc: ShellProcess) -> None:
+    while True:
+        await proc.read_events()
+
+
+def test_a_reader_blocked_on_downstream_space_is_not_the_childs_fault(tmp_path):
+    child = FakeChild()
+
+    async def main():
+        proc = shell_process(child, tmp_path)
+        blocked = True
+        async with trio.open_nursery() as n:
+            t0 = await _started(proc, child, n)
+
+            async def unblock():
+                nonlocal blocked
+                await trio.sleep(5 * T)  # part of the scenario: downstream stays full this long
+                blocked = False
+                proc.last_inbound = trio.current_time()  # as the shell task does on unblocking
+
+            n.start_soon(unblock)
+            with pytest.raises(HeartbeatTimeout):
+                await proc.watch(lambda: None if blocked else proc.last_inbound)
+            n.cancel_scope.cancel()
+        assert trio.current_time() - t0 == 5 * T + T
+        await proc.aclose()
+
+    run(main)
+
+
+def test_an_idle_spout_is_never_timed_out_and_a_command_arms_the_timeout(tmp_path):
+    child = FakeChild()
+
+    async def main():
+        proc = shell_process(child, tmp_path, Role.SPOUT)
+        command_since = None
+        async with trio.open_nursery() as n:
+            await _started(proc, child, n)
+
+            async def driver():
+                nonlocal command_since
+                await trio.sleep(100 * T)  # idle for a long time: nothing is due (§5.2)
+                command_since = trio.current_time()
+                await proc.write(proc.conn.send(Activate()))  # §4.1: the first command
+
+            n.start_soon(driver)
+            with pytest.raises(HeartbeatTimeout):
+                await proc.watch(lambda: command_since)
+            n.cancel_scope.cancel()
+        assert trio.current_time() - command_since == T
+        await proc.aclose()
+
+    run(main)
