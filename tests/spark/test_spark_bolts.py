@@ -268,7 +268,7 @@ def _split_then_freeze_count(fn):
 
 
 def test_the_worker_heap_is_frozen_after_a_partition(spark):
-    """The module docstring's "Garbage collection": once per Python worker,
+    """docs/SPARK.md, "Garbage collection": once per Python worker,
     the objects alive after the first lease are frozen (gc.freeze), and the
     partition's output is unchanged."""
     split = shell_bolt_partition(RUBY_SPLIT, fields=["word"], resource_dir=EXAMPLES)
@@ -314,7 +314,7 @@ GroupAck().run()
 
 def test_a_bolt_may_hold_max_in_flight_tuples(spark, tmp_path):
     """In a partition, topology.shellbolt.max.pending defaults to
-    max_in_flight (module docstring): a bolt that acks in groups of 150
+    max_in_flight (docs/SPARK.md): a bolt that acks in groups of 150
     gets them at once instead of stalling at Storm's 100 until the message
     timeout. An explicit setting is kept."""
     script = tmp_path / "group_ack.py"
@@ -332,7 +332,7 @@ def test_a_bolt_may_hold_max_in_flight_tuples(spark, tmp_path):
     assert kept.spec.conf["topology.shellbolt.max.pending"] == 100
 
 
-# --- the direct lane (adapters/spark.py _DirectBolt) ------------------------------------
+# --- the direct lane (adapters/_spark_engine.py _DirectBolt) ------------------------------------
 #
 # Run in this process (no Spark job: the partition function is called on an
 # iterator), so the lane can be switched off with MULTILANG_SPARK_DIRECT=0 and
