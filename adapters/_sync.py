@@ -129,6 +129,13 @@ class TrioHost:
         """Register an async hook run (last registered first) at shutdown."""
         self._hooks.append(hook)
 
+    def off_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Forget a hook (its owner closed early); unknown hooks are ignored."""
+        try:
+            self._hooks.remove(hook)
+        except ValueError:
+            pass
+
     def shutdown(self, timeout: float = 15.0) -> None:
         """Run the shutdown hooks and stop the loop (idempotent; atexit)."""
         if self._token is None or self.pid != os.getpid() or threading.current_thread() is self._thread:

@@ -134,7 +134,9 @@ class FakeChild:
     async def read(self) -> dict:
         while not self._pending:
             data = await self.stdin.receive_some(1 << 16)
-            assert data, "the host closed stdin"
+            if not data:  # EOF on stdin: a component exits (§5.4)
+                self.transport.exit(0)
+                await trio.sleep_forever()
             self._pending.extend(self._frames.feed(data))
         return orjson.loads(self._pending.pop(0))
 
@@ -321,5 +323,142 @@ def test_an_idle_spout_is_never_timed_out_and_a_command_arms_the_timeout(tmp_pat
             n.cancel_scope.cancel()
         assert trio.current_time() - command_since == T
         await proc.aclose()
+
+    run(main)
+
+
+# --- restart, backoff and give-up (§8.2), through the Spark source's spout host ----------------------
+#
+# The source drives its spout through the same ShellProcess and RestartPolicy
+# as the runtime; its host takes a Spawn, so a crash loop runs in virtual time.
+
+
+class Spawner:
+    """Each spawn is a new FakeChild running the next script in ``nursery``."""
+
+    def __init__(self, nursery: trio.Nursery, *scripts) -> None:
+        self.nursery = nursery
+        self.scripts = list(scripts)
+        self.times: list[float] = []
+        self.children: list[FakeChild] = []
+
+    async def __call__(self, argv, cwd, env):
+        child = FakeChild()
+        child.transport.pid = 100 + len(self.children)
+        self.children.append(child)
+        self.times.append(trio.current_time())
+        self.nursery.start_soon(self.scripts.pop(0), child)
+        return child.transport
+
+
+async def crashes_on_activate(child: FakeChild) -> None:
+    await child.handshake()
+    assert (await child.read())["command"] == "activate"
+    await child.crash(1, b"boom\n")
+
+
+async def healthy(child: FakeChild) -> None:
+    await child.handshake()
+    while True:
+        cmd = await child.read()
+        if isinstance(cmd, list):  # the task ids of its emit (§4.3)
+            continue
+        if cmd["command"] == "next":
+            await child.send({"command": "emit", "tuple": ["x"], "id": 1})
+        await child.send({"command": "sync"})
+
+
+async def hangs_on_next(child: FakeChild) -> None:
+    await child.handshake()
+    while (await child.read())["command"] != "next":
+        await child.send({"command": "sync"})
+    await trio.sleep_forever()
+
+
+def spout_host(nursery, spawn, events, **conf):
+    from types import SimpleNamespace
+
+    from multilang.adapters._spark_spout_host import SpoutHost
+
+    opts = SimpleNamespace(argv=["fake"], env={}, cwd=None, component="s", stream="default", max_pending=None,
+                           conf={"topology.subprocess.timeout.secs": T, "multilang.kill.grace.secs": GRACE, **conf})
+    return SpoutHost(opts, ["word"], events.extend, nursery, spawn=spawn)
+
+
+def test_a_crashing_spout_is_restarted_after_a_doubling_backoff(caplog):
+    from multilang.messages import Emit, Next
+
+    async def main():
+        events: list = []
+        async with trio.open_nursery() as n:
+            spawn = Spawner(n, crashes_on_activate, crashes_on_activate, healthy)
+            host = spout_host(n, spawn, events)
+            await host.command(Next())
+            assert [type(e) for e in events] == [Emit] and host.restarts == 2
+            await host.aclose()
+            n.cancel_scope.cancel()
+        # crash at 0, restart 0.1 s later, crash, restart 0.2 s after that;
+        # each crash reaps at once (the child exited).
+        assert spawn.times == [0.0, pytest.approx(0.1), pytest.approx(0.3)]
+
+    with caplog.at_level(logging.ERROR, "multilang.spark.source"):
+        run(main)
+    msgs = [r.getMessage() for r in caplog.records if "restarting in" in r.getMessage()]
+    assert len(msgs) == 2 and "restarting in 0.1s (restart 1 of 5" in msgs[0] and "restarting in 0.2s" in msgs[1]
+    assert "boom" in msgs[0] and "(exit status 1)" in msgs[0]  # the stderr tail and status made it in
+
+
+def test_a_spout_that_keeps_crashing_is_given_up_after_its_budget():
+    async def main():
+        async with trio.open_nursery() as n:
+            spawn = Spawner(n, *[crashes_on_activate] * 3)
+            host = spout_host(n, spawn, [], **{"multilang.restart.budget": 2})
+            with pytest.raises(ComponentCrashed, match="closed its stdout"):
+                await host.ensure_started()
+            n.cancel_scope.cancel()
+        assert len(spawn.times) == 3 and spawn.times[-1] == pytest.approx(0.3)
+
+    run(main)
+
+
+def test_a_spout_silent_after_a_command_is_killed_at_the_subprocess_timeout_and_replaced(caplog):
+    from multilang.messages import Next
+
+    async def main():
+        async with trio.open_nursery() as n:
+            spawn = Spawner(n, hangs_on_next, healthy)
+            host = spout_host(n, spawn, [])
+            await host.ensure_started()
+            t0 = trio.current_time()
+            await trio.sleep(10 * T)  # idle between commands: no timeout runs (§5.2)
+            assert host.restarts == 0
+            await host.command(Next())  # hangs; killed after T; replaced; `next` is not resent
+            assert host.restarts == 1
+            assert spawn.children[0].transport.signals[0] == signal.SIGKILL
+            assert spawn.times[1] - t0 == pytest.approx(10 * T + T + 0.1)  # the timeout, then the backoff
+            await host.aclose()
+            n.cancel_scope.cancel()
+
+    with caplog.at_level(logging.ERROR, "multilang.spark.source"):
+        run(main)
+    (msg,) = [r.getMessage() for r in caplog.records if "restarting in" in r.getMessage()]
+    assert "subprocess timeout, §5.2" in msg
+
+
+def test_a_spout_without_a_pid_reply_is_replaced_after_the_handshake_timeout():
+    async def silent(child: FakeChild) -> None:
+        await trio.sleep_forever()
+
+    async def main():
+        async with trio.open_nursery() as n:
+            spawn = Spawner(n, silent, healthy)
+            host = spout_host(n, spawn, [], **{"multilang.handshake.timeout.secs": HANDSHAKE})
+            await host.ensure_started()
+            assert host.restarts == 1
+            # §2.4 timeout, then stdin closed + grace, SIGTERM (the child ignores EOF), then the backoff
+            assert spawn.times[1] == pytest.approx(HANDSHAKE + GRACE + 0.1)
+            assert spawn.children[0].transport.signals == [signal.SIGTERM]
+            await host.aclose()
+            n.cancel_scope.cancel()
 
     run(main)
