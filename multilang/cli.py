@@ -203,22 +203,44 @@ class _Output:
     """Where the data goes. When its reader goes away (``| head``) the run
     stops quietly, as Unix tools do, and exits 141 (128 + SIGPIPE)."""
 
+    #: bytes gathered before they are written: one write per burst of
+    #: records, not one per record (a text layer's write per line cost more
+    #: than the rest of `multilang pipe`'s output path, bench/host_pipe.py)
+    LIMIT = 1 << 16
+
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
+        self._raw: Any = getattr(stream, "buffer", None)  # the byte layer under a text stream
+        self._lines: list[bytes] = []
+        self._size = 0
         self.closed = False
         self.runtime: Any = None
 
-    def write(self, text: str) -> None:
+    def line(self, data: bytes) -> None:
+        """One record (bytes, without its newline)."""
         if not self.closed:
+            self._lines.append(data)
+            self._size += len(data)
+            if self._size >= self.LIMIT:
+                self._spill()
+
+    def _spill(self) -> None:
+        lines, self._lines, self._size = self._lines, [], 0
+        if lines and not self.closed:
+            data = b"\n".join(lines) + b"\n"
             try:
-                self.stream.write(text)
+                if self._raw is not None:
+                    self._raw.write(data)
+                else:
+                    self.stream.write(data.decode())
             except BrokenPipeError:
                 self._reader_gone()
 
     def flush(self) -> None:
+        self._spill()
         if not self.closed:
             try:
-                self.stream.flush()
+                (self._raw or self.stream).flush()
             except BrokenPipeError:
                 self._reader_gone()
 
@@ -305,7 +327,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     out = _Output(output)
 
     def emit(record: dict[str, Any]) -> None:
-        out.write(orjson.dumps(record).decode() + "\n")
+        out.line(orjson.dumps(record))
 
     try:
         runtime = Runtime(topology, on_output=emit)
@@ -382,12 +404,17 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
 
     out = _Output(sys.stdout)
 
-    def emit(record: dict[str, Any]) -> None:
-        values = record["values"] if out_fields == ["*"] else [record[f] for f in out_fields]
-        out.write(orjson.dumps(values).decode() + "\n")
+    line, dumps = out.line, orjson.dumps
+
+    def emit(component: str, stream: str, values: list[Any], roots: list[int]) -> None:
+        # A line is the bolt's values in order: its declared output fields, or any number of values.
+        try:
+            line(dumps(values))
+        except TypeError:  # integers beyond 64 bits: the standard library writes them
+            line(json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode())
 
     try:
-        runtime = Runtime(topology, on_output=emit)
+        runtime = Runtime(topology, on_tracked_output=emit)
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
@@ -481,6 +508,13 @@ class _StdinFeed:
         spout.resume()
 
     def _values(self, raw: bytes, number: int, runtime: Any, spout: Any) -> list[Any] | None:
+        if self.json_input:
+            try:
+                values = orjson.loads(raw)  # checks the UTF-8 too
+            except ValueError:
+                pass  # not UTF-8, not JSON, or beyond orjson (integers over 64 bits, NaN): see below
+            else:
+                return values if isinstance(values, list) else [values]
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -490,7 +524,7 @@ class _StdinFeed:
             return None
         if not self.json_input:
             return [line] + [None] * (self.n_fields - 1)
-        try:
+        try:  # the standard library decides what orjson refused
             values = json.loads(line)
         except ValueError as exc:
             runtime.dead_letter(spout, None, [line], f"stdin line {number} is not JSON (--json-input): {exc}; "

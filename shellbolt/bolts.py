@@ -266,9 +266,8 @@ class ShellBoltTask(ShellTask):
                     for tid in ev.acks:
                         self._on_ack(tid, touched)
                 elif ev.acks:  # _on_ack without a call per ack
-                    in_flight, ack = self.in_flight, self.runtime.acker.ack
-                    for tid in ev.acks:
-                        ack(in_flight.pop(tid))
+                    pop = self.in_flight.pop
+                    self.runtime.acker.ack_many([pop(tid) for tid in ev.acks])
                     self.stats.acked += len(ev.acks)
                 for tid in ev.fails:
                     self._on_fail(tid)

@@ -231,22 +231,32 @@ class PythonSpoutTask(Task):
                 continue
             self.idle = False
             touched: set[Task] = set()
-            now = trio.current_time()
-            for _ in range(64):
-                if self._replay:
-                    msg_id = self._replay.popleft()
-                else:
-                    try:
-                        values = list(next(self._items))
-                    except StopIteration:
-                        self._exhausted = True
-                        break
-                    msg_id = self._seq
-                    self._seq += 1
-                    self._values[msg_id] = values
-                rt.route_plain(self, self._values[msg_id], DEFAULT_STREAM, None, touched, msg_id, now)
-                if self.notices or not rt.may_emit(self):
+            # A burst of at most 64 emits, within max spout pending; replays
+            # first, and they may go past max_tuples (the limit counts what
+            # the spouts emitted; a failed tree of those is still replayed).
+            room = 64
+            if rt.max_spout_pending is not None:
+                room = min(room, rt.max_spout_pending - self.pending_roots)
+            ids: list[int] = []
+            replay = self._replay
+            while replay and len(ids) < room:
+                ids.append(replay.popleft())
+            fresh = room - len(ids)
+            if rt.max_tuples is not None:
+                fresh = min(fresh, rt.max_tuples - rt.emitted_by_spouts - len(ids))
+            items, values_of = self._items, self._values
+            for _ in range(fresh):
+                try:
+                    values = list(next(items))
+                except StopIteration:
+                    self._exhausted = True
                     break
+                msg_id = self._seq
+                self._seq += 1
+                values_of[msg_id] = values
+                ids.append(msg_id)
+            if ids:
+                rt.route_spout_burst(self, [values_of[i] for i in ids], ids, touched, trio.current_time())
             rt.settle()
             for t in touched:
                 await t.wait_for_space()
