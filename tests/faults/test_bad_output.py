@@ -82,7 +82,6 @@ def test_protocol_breaking_output_restarts_the_process_and_loses_nothing(fault, 
     assert res.ok, res
     assert res.stats["bolt"].restarts == 1, res.stats["bolt"]
     assert res.stats["spout"].restarts == 0
-    assert run.elapsed < 8, "the fault was detected from the bytes, not by a timeout"
     # (b) nothing lost or doubled
     assert_nothing_lost(run, n, "bolt", Counter(range(n)))
     # (c) the error: component, task, pid, cause, offending bytes, stderr tail
@@ -90,6 +89,8 @@ def test_protocol_breaking_output_restarts_the_process_and_loses_nothing(fault, 
     tid = next(t for t in task_ids(run.runtime, "bolt") if len(run.task_pids[t]) == 2)
     pid = run.task_pids[tid][0]
     names(msg, "bolt", tid, pid)
+    # detected from the bytes, at once, not by the (30 s) watchdog: said by the cause, not by a clock
+    assert "subprocess timeout" not in msg and "HeartbeatTimeout" not in msg
     for fragment in CASES[fault]:
         assert fragment in msg, f"{fragment!r} not in the error:\n{msg[:3000]}"
     assert f"faulty_bolt pid {pid} ready" in msg, "stderr tail"

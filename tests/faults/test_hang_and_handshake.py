@@ -66,7 +66,7 @@ def test_sigstopped_node_bolt_is_killed_after_the_subprocess_timeout_and_replaye
     tid, pid = stopped["tid"], stopped["pid"]
     # (a) killed after the timeout (not before), restarted, the run finished
     took = stopped["replaced"] - stopped["at"]
-    assert TIMEOUT <= took <= TIMEOUT + 2.5, took
+    assert took >= TIMEOUT, took  # not before; the exact deadline: tests/unit/test_supervisor.py
     assert res.ok, res
     assert res.stats["node"].restarts == 1 and res.stats["node"].failed >= 1
     assert res.timed_out == 0, "the stuck tuples were failed by the kill, not left to the message timeout"
@@ -100,7 +100,7 @@ def test_sigstopped_spout_is_killed_while_a_command_is_outstanding(tmp_path, cap
     run = run_topology(topo, during=stopper)
     res = run.result
     took = stopped["replaced"] - stopped["at"]
-    assert TIMEOUT <= took <= TIMEOUT + 2.5, took
+    assert took >= TIMEOUT, took  # not before; the exact deadline: tests/unit/test_supervisor.py
     assert res.ok, res
     assert res.stats["spout"].restarts == 1 and res.stats["bolt"].restarts == 0
     assert_nothing_lost(run, n, "bolt", Counter(range(n)), exact=False)
@@ -168,7 +168,6 @@ def test_no_pid_reply_within_the_handshake_timeout_kills_and_restarts(marker, ca
     assert "no pid reply within the 1s handshake timeout" in msg
     assert "never answering the handshake" in msg, "stderr tail"
     assert gone(pid)
-    assert 1.0 <= run.elapsed < 8
     assert_no_orphans(run)
 
 

@@ -230,7 +230,6 @@ def test_crash_loop_gives_up_after_the_restart_budget(caplog):
     assert "killed by signal 9" in text
     assert f"faulty_bolt pid {killed[-1]} ready" in text, "stderr tail"
     assert any("giving up" in m for m in [r.getMessage() for r in caplog.records])
-    assert run.elapsed < 10
     # (b) nothing was acked that did not reach the sink; the rest is reported
     # as incomplete or failed, not as done.
     sink = set(run.values("bolt"))

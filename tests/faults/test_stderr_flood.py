@@ -43,7 +43,6 @@ def test_megabytes_of_stderr_do_not_block_the_protocol(caplog):
     assert res.stats["bolt"].restarts == 0 and not restart_logs(caplog)
     assert res.timed_out == 0 and res.failed == 0
     assert_nothing_lost(run, n, "bolt", Counter(range(n)))
-    assert run.elapsed < 10
     assert_no_orphans(run)
 
 
