@@ -1,1 +1,8 @@
-"""Engines and embeddings (Spark, asyncio). Imported as ``multilang.adapters``."""
+"""Engines and embeddings (Spark, asyncio). Imported as ``multilang.adapters``.
+
+The engines are submodules, imported by name (``multilang.adapters.spark``,
+``multilang.adapters.spark_source``, ``multilang.adapters.aio``): each
+brings its own dependencies (pyspark, asyncio), so the package imports none.
+"""
+
+__all__: list[str] = []

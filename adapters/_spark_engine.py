@@ -15,13 +15,9 @@ import trio
 
 from multilang.errors import MultilangError
 from multilang.messages import DEFAULT_STREAM, Ack, Batch, Emit, Fail, TaskIds
-from multilang.shellbolt.executor import (
-    PythonSpoutTask,
-    Runtime,
-    ShellBoltTask,
-    Task,
-    _plain_emit,
-)
+from multilang.shellbolt.bolts import ShellBoltTask
+from multilang.shellbolt.runtime import Runtime
+from multilang.shellbolt.tasks import SpoutTask, Task, plain_emit
 from multilang.shellbolt.topology import ANY_FIELDS, ComponentDef
 
 from ._spark_spec import _select_outputs, _Spec
@@ -62,15 +58,15 @@ def _recent_errors() -> _RecentErrors:
     return _RECENT
 
 
-class _Feeder(PythonSpoutTask):
+class _Feeder(SpoutTask):
     """The spout of a partition runtime: emits the rows the current lease
     queued, reliably (msg id = (lease, row, attempt)); acks and fails go
     straight to the lease (no replay here: the lease decides)."""
 
+    host_replays = True  # the lease decides about retries; an emit the host refuses is final
+
     def __init__(self, runtime: Runtime, comp: ComponentDef, task_id: int, engine: "_Engine") -> None:
-        Task.__init__(self, runtime, comp, task_id)
-        self.notices: deque[tuple[str, Any]] = deque()  # stays empty: notify() acts at once
-        self.pending_roots = 0
+        super().__init__(runtime, comp, task_id)  # notices stay empty: notify() acts at once
         self.idle = True
         self.engine = engine
         self.queue: deque[tuple[tuple[int, int, int], str, list[Any]]] = deque()
@@ -222,7 +218,7 @@ class _DirectBolt(ShellBoltTask):
             ids = e[1] if n > 1 else None
             plan = out[stream] if stream in out else self._out_plan(stream)
             if plan is None or plan[0] >= 0 and len(values) != plan[0]:
-                self._emit(_plain_emit(values, stream, tuple(ids) if ids else ()), None, lease)
+                self._emit(plain_emit(values, stream, tuple(ids) if ids else ()), None, lease)
                 last_tok = None  # that may have failed the row: its next attempt must not get what follows
                 continue
             self.stats.emitted += 1
@@ -291,7 +287,7 @@ class _Engine:
             for t in comp.tasks:
                 rt.tasks[t] = _DirectBolt(rt, comp, t, self)
             self.direct = rt.router.subscribers(*spec.single_source)[0]  # type: ignore[misc]
-        self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, PythonSpoutTask)]
+        self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, SpoutTask)]
         self.lease: _Lease | None = None
         self.finished = trio.Event()
         self.error: BaseException | None = None

@@ -10,10 +10,12 @@ from typing import Any, NamedTuple
 
 import trio
 
-from multilang.shellbolt.executor import Delivery, _new_tuple
+from multilang.shellbolt.tasks import Delivery
 
 from ._spark_engine import _STAT_KEYS, _Engine, _recent_errors
 from ._spark_spec import RowFailed, StatefulBoltCrashed, _Options, _short
+
+_new_tuple = tuple.__new__  # a named tuple's fields in order, without its keyword __new__
 
 
 class _Multi:

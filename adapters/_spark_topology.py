@@ -15,7 +15,8 @@ import trio
 
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
-from multilang.shellbolt.executor import Runtime, _hashable, _sort_key
+from multilang.shellbolt.results import hashable, sort_key
+from multilang.shellbolt.runtime import Runtime
 from multilang.shellbolt.grouping import fields_task_index
 from multilang.shellbolt.topology import ANY_FIELDS, ComponentDef, Input, OutputSpec, Topology
 
@@ -107,7 +108,7 @@ def _stream_is(stream: str, rec: tuple[str, str, Any]) -> bool:
 def _last_by_key(idx: list[int], it: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
     last: dict[Any, Any] = {}
     for values in it:
-        last[tuple(_hashable(values[i]) for i in idx)] = values
+        last[tuple(hashable(values[i]) for i in idx)] = values
     return iter(last.items())
 
 
@@ -272,7 +273,7 @@ def _gather(topology: Topology, rdds: dict[tuple[str, str], Any],
                     if on_record is not None:
                         on_record(rec)
     if out.key and out.component is not None:
-        records = sorted(keyed.values(), key=lambda r: [_sort_key(r[k]) for k in out.key or []])
+        records = sorted(keyed.values(), key=lambda r: [sort_key(r[k]) for k in out.key or []])
         if on_record is not None:
             for rec in records:
                 on_record(rec)

@@ -31,13 +31,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
-from typing import Any
-
-import orjson
-
-from multilang.errors import TopologyError
-from multilang.shellbolt.topology import Topology
 
 from ._spark_arrow import apply_bolts, multilang_bolts
 from ._spark_counters import BoltCounters
@@ -69,7 +62,21 @@ __all__ = [
     "OutputSchemaError",
     "StatefulBoltCrashed",
     "SparkRunResult",
+    "spark_error_text",
 ]
+
+
+def spark_error_text(exc: BaseException) -> str:
+    """The useful part of an error that crossed Spark (the Python exception
+    raised in the worker, found in the Py4J text), else the error itself."""
+    text = str(exc)
+    hits = re.findall(r"^(?:[\w.]+\.)?((?:RowFailed|OutputSchemaError|StatefulBoltCrashed|ComponentCrashed|"
+                      r"HeartbeatTimeout|TopologyError|MultilangError)\b.*)$", text, re.M)
+    if hits:
+        return hits[-1]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
 
 log = logging.getLogger("multilang.spark")
 
@@ -82,45 +89,3 @@ for _name in __all__:
     if isinstance(_obj, type) or callable(_obj):
         _obj.__module__ = __name__
 del _name, _obj
-
-
-def _spark_error_text(exc: BaseException) -> str:
-    """The useful part of an error that crossed Spark (the Python exception
-    raised in the worker), else the error itself."""
-    text = str(exc)
-    hits = re.findall(r"^(?:[\w.]+\.)?((?:RowFailed|OutputSchemaError|StatefulBoltCrashed|ComponentCrashed|"
-                      r"HeartbeatTimeout|TopologyError|MultilangError)\b.*)$", text, re.M)
-    if hits:
-        return hits[-1]
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(exc).__name__
-
-
-def run_cli(topology: Topology, *, master: str, output: Any) -> int:
-    """``multilang run --engine spark``: print records as JSON lines on
-    ``output`` and a summary on stderr; return the exit code."""
-    import click
-
-    def emit(rec: dict[str, Any]) -> None:
-        output.write(orjson.dumps(rec).decode() + "\n")
-
-    start = time.monotonic()
-    try:
-        result = run_topology(topology, master=master, on_record=emit)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return 130
-    except TopologyError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
-        click.echo(f"error: the Spark job failed: {_spark_error_text(exc)}", err=True)
-        return 1
-    output.flush()
-    click.echo(f"[summary] spark ({master}) {time.monotonic() - start:.1f}s; spout tuples "
-               + ", ".join(f"{k}: {v}" for k, v in result.spout_tuples.items()), err=True)
-    for name, c in result.counters.items():
-        click.echo(f"[summary]   {name}: rows in {c.get('rows_in', 0)}, tuples out {c.get('tuples_out', 0)}, "
-                   f"acked {c.get('acked', 0)}, failed {c.get('failed', 0)}, retried {c.get('retried', 0)}, "
-                   f"restarts {c.get('restarts', 0)}", err=True)
-    return 0 if result.ok else 1

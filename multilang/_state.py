@@ -199,10 +199,11 @@ class Ledger:
             raise err("the first command to a spout must be activate (§4.1)", frame=frame, rule="spout.activate-first")
 
 
-#: The rule id of a message out of place, by role and state (§2.3, §4.2):
-#: anything else is ``protocol.state``.
-STATE_RULES: dict[tuple[Role, State], str] = {
-    (Role.BOLT, State.AWAIT_PID): "handshake.pid-first",
-    (Role.SPOUT, State.AWAIT_PID): "handshake.pid-first",
-    (Role.SPOUT, State.IDLE): "spout.one-sync",
+#: The rule id of a message out of place, by (role, state, message type);
+#: type None: any message in that state (§2.3, §4.2). Anything else is
+#: ``protocol.state``.
+STATE_RULES: dict[tuple[Role, State, type | None], str] = {
+    (Role.BOLT, State.AWAIT_PID, None): "handshake.pid-first",
+    (Role.SPOUT, State.AWAIT_PID, None): "handshake.pid-first",
+    (Role.SPOUT, State.IDLE, Sync): "spout.one-sync",
 }

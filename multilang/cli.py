@@ -318,9 +318,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     if engine == "spark":
-        from .adapters.spark import run_cli
-
-        raise SystemExit(run_cli(topology, master=master, output=output))
+        raise SystemExit(_run_on_spark(topology, master=master, output=output))
     if until_done is None:
         until_done = duration is None and max_tuples is None
 
@@ -445,6 +443,36 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     if code not in (EXIT_OK, EXIT_OUTPUT_CLOSED):
         _summary(result, time.monotonic() - start, dead_letter)
     raise SystemExit(code)
+
+def _run_on_spark(topology: Any, *, master: str, output: Any) -> int:
+    """``multilang run --engine spark``: records as JSON lines on ``output``,
+    a summary on stderr; returns the exit code."""
+    from .adapters.spark import run_topology, spark_error_text
+
+    def emit(rec: dict[str, Any]) -> None:
+        output.write(orjson.dumps(rec).decode() + "\n")
+
+    start = time.monotonic()
+    try:
+        result = run_topology(topology, master=master, on_record=emit)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return EXIT_SIGINT
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
+        click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
+        return EXIT_FAILED
+    output.flush()
+    click.echo(f"[summary] spark ({master}) {time.monotonic() - start:.1f}s; spout tuples "
+               + ", ".join(f"{k}: {v}" for k, v in result.spout_tuples.items()), err=True)
+    for name, c in result.counters.items():
+        click.echo(f"[summary]   {name}: rows in {c.get('rows_in', 0)}, tuples out {c.get('tuples_out', 0)}, "
+                   f"acked {c.get('acked', 0)}, failed {c.get('failed', 0)}, retried {c.get('retried', 0)}, "
+                   f"restarts {c.get('restarts', 0)}", err=True)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
 
 class _StdinFeed:
     """``multilang pipe``'s input: an open-ended source for the stdin spout.

@@ -25,7 +25,7 @@ from .grouping import Grouping, Router
 from .ratelog import RateLimitedLog
 from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, sort_key
 from .spouts import PythonSpoutTask, ShellSpoutTask
-from .tasks import TICK_EDGES, Delivery, Task, log, plain_emit
+from .tasks import TICK_EDGES, Delivery, SpoutTask, Task, log, plain_emit
 from .topology import ANY_FIELDS, ComponentDef, Topology
 
 __all__ = ["Runtime"]
@@ -161,9 +161,9 @@ class Runtime:
             if anchors:
                 for a in anchors:
                     self.acker.fail(TupleEdges(dict(a.ids)), cause)
-            elif emit.id is not None and isinstance(src, (ShellSpoutTask, PythonSpoutTask)):
+            elif emit.id is not None and isinstance(src, SpoutTask):
                 # The host's own check fails the same way on every replay.
-                src.notify("fail", emit.id, Cause.make(cause or "", final=isinstance(src, PythonSpoutTask)))
+                src.notify("fail", emit.id, Cause.make(cause or "", final=src.host_replays))
             return []
         self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
         return targets
@@ -204,7 +204,7 @@ class Runtime:
         n = len(msg_ids)
         src.stats.emitted += n
         self.emitted_by_spouts += n
-        src.pending_roots += n  # type: ignore[attr-defined]
+        src.pending_roots += n  # type: ignore[attr-defined]  (a spout: route_spout_burst)
         edges = self.acker.spout_emits(src.task_id, msg_ids, now)
         tasks, name, src_task, choose = self.tasks, src.name, src.task_id, grouping.choose
         for values, e in zip(values_list, edges):
@@ -393,9 +393,8 @@ class Runtime:
         nothing is queued or in flight anywhere."""
         limit_reached = self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples
         for t in self.tasks.values():
-            if isinstance(t, (ShellSpoutTask, PythonSpoutTask)):
-                if t.notices or getattr(t, "_replay", None) or not (
-                        t.idle or (limit_reached and t.pending_roots == 0 and not getattr(t, "fail_counts", None))):
+            if isinstance(t, SpoutTask):
+                if not t.finished(limit_reached):
                     return False
             elif t.busy:
                 return False
@@ -496,12 +495,7 @@ class Runtime:
         outputs = list(self.outputs_by_key.values())
         if self._key_index is not None:
             outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
-        repeated: list[tuple[str, Any, int, str | None]] = []
-        for t in self.tasks.values():
-            counts = getattr(t, "fail_counts", None)
-            if counts:
-                worst = sorted(counts.values(), key=lambda e: -e[0])[:5]
-                repeated.extend((t.name, e[2], e[0], e[1]) for e in worst if e[0] > 1)
+        repeated = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.repeated_failures()]
         return RunResult(
             stats=self.stats,
             completed=self.acker.stats["completed"],

@@ -16,7 +16,7 @@ from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate,
 from .process import ShellProcess
 from .results import brief, id_key
 from .shell_task import ShellTask
-from .tasks import Task, log
+from .tasks import SpoutTask, Task, log
 from .topology import ComponentDef, PythonSpout
 
 if TYPE_CHECKING:
@@ -30,16 +30,13 @@ _FAIL_WARNING = 10  # a shell spout's id failed this often: warn while the run g
 _CRASHES_ALONE = 2
 
 
-class ShellSpoutTask(ShellTask):
+class ShellSpoutTask(ShellTask, SpoutTask):
     """A spout process: commands out, one sync back per command (§4)."""
 
     role = Role.SPOUT
 
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
-        self.notices: deque[tuple[str, Any]] = deque()  # ("ack"|"fail", msg_id) to deliver
-        self.pending_roots = 0
-        self.idle = False
         self._sync: trio.Event | None = None
         self._command_since: float | None = None
         self._empty_nexts = 0
@@ -77,6 +74,14 @@ class ShellSpoutTask(ShellTask):
                     counts[key] = [1, cause, msg_id]
             else:
                 counts.pop(key, None)
+
+    def finished(self, limit_reached: bool) -> bool:
+        # Past max_tuples a shell spout with failed ids outstanding may still replay them.
+        return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0 and not self.fail_counts))
+
+    def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
+        worst = sorted(self.fail_counts.values(), key=lambda e: -e[0])[:5]
+        return [(self.name, e[2], e[0], e[1]) for e in worst if e[0] > 1]
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._sync = None
@@ -161,7 +166,7 @@ class ShellSpoutTask(ShellTask):
         await self._after_batch(touched)
 
 
-class PythonSpoutTask(Task):
+class PythonSpoutTask(SpoutTask):
     """An in-process spout (``PythonSpout``): reliable, replays failures.
 
     An open-ended source (``multilang pipe``'s stdin, the asyncio feed) is an
@@ -171,9 +176,6 @@ class PythonSpoutTask(Task):
 
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
-        self.notices: deque[tuple[str, Any, str | None]] = deque()
-        self.pending_roots = 0
-        self.idle = False
         impl = comp.impl
         assert isinstance(impl, PythonSpout)
         src = impl.source() if callable(impl.source) else impl.source
@@ -191,6 +193,11 @@ class PythonSpoutTask(Task):
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id, cause))
         self.kick()
+
+    host_replays = True
+
+    def finished(self, limit_reached: bool) -> bool:
+        return not self._replay and super().finished(limit_reached)
 
     def resume(self) -> None:
         """The source ran dry (``StopIteration``) but may have more now: ask

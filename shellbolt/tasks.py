@@ -23,7 +23,7 @@ from .topology import ComponentDef
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-__all__ = ["Task", "Delivery", "PlainEmit", "plain_emit", "component_error", "new_tuple_id", "TICK_EDGES", "PY_LEVEL"]
+__all__ = ["Task", "SpoutTask", "Delivery", "PlainEmit", "plain_emit", "component_error", "new_tuple_id", "TICK_EDGES", "PY_LEVEL"]
 
 log = logging.getLogger("multilang.shellbolt")
 PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -136,3 +136,34 @@ class Task:
 
     def where(self) -> str:
         return f"{self.name}:{self.task_id}"
+
+
+class SpoutTask(Task):
+    """What the runtime asks of every spout task (shell, in-process, or an
+    adapter's): the acks and fails owed to it (``notify``), its trees in
+    flight (``pending_roots``, kept by the runtime), whether it has nothing
+    more to emit (``idle``), and whether it is finished (``finished``)."""
+
+    #: A failure the host's own check finds (an emit to an undeclared
+    #: stream) is final, not replayed, for spouts whose replays the host
+    #: decides (its in-process spouts); a shell spout decides itself.
+    host_replays = False
+
+    def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self.notices: deque[Any] = deque()  # acks and fails to deliver to the spout
+        self.pending_roots = 0
+        self.idle = False
+
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        """A tree of this spout completed (``"ack"``) or failed (``"fail"``, with its cause)."""
+        raise NotImplementedError
+
+    def finished(self, limit_reached: bool) -> bool:
+        """Nothing is owed to this spout and it will emit nothing more: it is
+        idle (exhausted), or ``max_tuples`` was reached and its trees are done."""
+        return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0))
+
+    def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
+        """(component, msg id, times failed, last cause) of the ids that kept failing, for the summary."""
+        return []

@@ -428,7 +428,7 @@ def test_both_lanes_keep_every_guarantee(lane, monkeypatch, test_bolt, tmp_path)
 
 def test_the_direct_lane_is_for_one_shell_bolt_fed_by_the_rows(monkeypatch):
     from multilang.adapters.spark import _Engine, _make_spec
-    from multilang.shellbolt.executor import Runtime
+    from multilang.shellbolt import Runtime
 
     def lane(spec, conf=None):
         s = _make_spec(spec, fields=None, input_fields=["sentence"], output=None, conf=conf, resource_dir=EXAMPLES,
