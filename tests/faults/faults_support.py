@@ -10,7 +10,7 @@ time limit, pid tracking, and the three checks every fault test makes:
 Components: tests/faults/components/ (stdlib-only raw components that break
 rules on request) and the example Ruby and Node components. The process
 checks (child pids, liveness, no orphans) and the generic topology run are
-multilang.testing's; Run adds what these components report.
+multilang.shellbolt.testing's; Run adds what these components report.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any, Awaitable, Callable, Iterable
 import pytest
 import trio
 
-from multilang import testing
+from multilang.shellbolt import testing
 from multilang.shellbolt import Runtime, ShellBolt, ShellSpout
-from multilang.testing import TopologyRun
+from multilang.shellbolt.testing import TopologyRun
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -116,7 +116,7 @@ def _hashable(v: Any) -> Any:
 
 def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 15,
                  **run_kw: Any) -> Run:
-    """multilang.testing.run_topology under a hard time limit (every test: < ~15 s),
+    """multilang.shellbolt.testing.run_topology under a hard time limit (every test: < ~15 s),
     collecting outputs and every component pid seen."""
     return testing.run_topology(topology, during=during, limit=limit, run_type=Run, **run_kw)
 

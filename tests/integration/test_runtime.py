@@ -25,7 +25,8 @@ import pytest
 import trio
 import trio.testing
 
-from multilang import TopologyError, testing
+from multilang import TopologyError
+from multilang.shellbolt import testing
 from multilang.shellbolt import (
     OutputSpec,
     PythonBolt,
@@ -37,7 +38,8 @@ from multilang.shellbolt import (
     fields_task_index,
     load_topology,
 )
-from multilang.testing import TopologyRun, assert_no_orphans, child_pids, gone, wait_until
+from multilang.shellbolt.testing import TopologyRun
+from multilang.testing import assert_no_orphans, child_pids, gone, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -97,7 +99,7 @@ class Run(TopologyRun):
 
 def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 20,
                  **run_kw: Any) -> Run:
-    """multilang.testing.run_topology: a hard time limit, outputs with their
+    """multilang.shellbolt.testing.run_topology: a hard time limit, outputs with their
     trio time, and every component pid seen."""
     return testing.run_topology(topology, during=during, limit=limit, sample_every=0.005, run_type=Run, **run_kw)
 
