@@ -17,15 +17,12 @@ apply and runs them (``run_conformance``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
-import click
 
 # The public names (__all__) are re-exported from the modules that do the work;
 # LEVELS, _Matcher and _scale stay importable from here too (tests use them).
@@ -56,7 +53,6 @@ __all__ = [
     "Report",
     "CheckResult",
     "ConformError",
-    "conform_command",
     "DEFAULT_VECTORS_DIR",
     "PASSED",
     "FAILED",
@@ -211,54 +207,3 @@ def run_conformance(
 # ---------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------
-
-
-@click.command(
-    "conform",
-    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
-)
-@click.option("--role", type=click.Choice(["bolt", "spout"]), default=None,
-              help="What the component is. Default: from a conformance component's ready line, else bolt.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
-              help="Report format (written to stdout).")
-@click.option("--vectors", "vectors_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory of vector files. Default: the vectors shipped with the package (spec/vectors).")
-@click.option("--timeout", type=click.FloatRange(min=0.05, max=600), default=2.0, show_default=True,
-              help="Seconds to wait for each expected frame; above 2 it also stretches every other wait "
-                   "(handshake, ready line, exit, pid file) in proportion. A slow component: --timeout 10.")
-@click.option("--strict", is_flag=True, default=False,
-              help="Failed recommended checks fail the run too (reported as FAIL, not WARN).")
-@click.option("-k", "select", metavar="SUBSTRING", default=None, help="Run only vectors whose id contains SUBSTRING.")
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def conform_command(role, fmt, vectors_dir, timeout, strict, select, cmd) -> None:  # fmt: skip
-    """Check that a component speaks the multilang protocol.
-
-    Plays the host against CMD (started once per vector, no shell) and runs
-    the vectors of spec/vectors. Any component gets the protocol checks; a
-    scripted conformance component (spec/CONFORMANCE.md) also gets the API
-    checks of its mode.
-
-        multilang conform -- python my_bolt.py
-
-        multilang conform --role spout -- node my_spout.js
-
-    Checks are required, recommended or extension (spec/CONFORMANCE.md): a
-    failed recommended check is a warning (WARN) unless --strict.
-
-    Exit status: 0 if no required or extension check failed (and, with
-    --strict, no recommended one), 1 otherwise, 2 on usage errors.
-    """
-    try:
-        report = run_conformance(list(cmd), role, vectors_dir=vectors_dir, timeout=timeout, select=select,
-                                 strict=strict)
-    except ConformError as exc:
-        raise click.UsageError(str(exc)) from None
-    if select and not report.results:
-        raise click.UsageError(f"no vector id contains {select!r}")
-    if fmt == "json":
-        click.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
-    elif fmt == "junit":
-        click.echo(report.to_junit())
-    else:
-        click.echo(report.to_text())
-    sys.exit(0 if report.ok else 1)
