@@ -87,8 +87,8 @@ def test_a_correct_raw_batcher_passes(conform, vector_dir):
     [
         ("unoffered", "t.not-offered", "handshake.extensions", "not offered"),
         ("twice", "t.offered", "handshake.extensions", "['batch', 'batch']"),
-        ("unnegotiated", "t.not-offered", "protocol.state", "without the batch extension"),
-        ("numeric-ack", "t.offered", "ids.string-echo", "(integer)"),
+        ("unnegotiated", "t.not-offered", "batch.negotiated", "without the batch extension"),
+        ("numeric-ack", "t.offered", "ids.string-echo", "must be the string it was given, got int"),
         ("unknown-ack", "t.offered", "ids.known", "'no-such-id'"),
         ("double-ack", "t.offered", "ids.known", "twice in one batch"),
         ("bad-anchor", "t.offered", "anchors.known", "'no-such-id'"),

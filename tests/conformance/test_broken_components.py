@@ -34,9 +34,10 @@ def test_numeric_ack_ids(conform):
         ["bolt.ack-id.min-int64", "bolt.ack-id.max-int64", "bolt.ack-id.leading-zeros", "bolt.ack-id.small",
          "bolt.tuple-acked-or-failed", "framing.crlf"],
         "ids.string-echo",
-        contains="(integer)",
+        contains="echoed as the exact string",
     )
-    assert "component acks id 12 (integer)" in report["bolt.ack-id.leading-zeros"].reason
+    # The reason is the core's (ProtocolError of the host-side Connection): it names the id as sent.
+    assert "component acks id 12 " in report["bolt.ack-id.leading-zeros"].reason
     _assert_passed(report, ["handshake.pid-reply", "handshake.pid-file", "heartbeat.answered-with-sync",
                             "heartbeat.several", "eof.after-handshake"])
     # The offending frame is in the report.
