@@ -509,8 +509,11 @@ class Connection:
             raise RemoteProtocolError(f"{self._peer.value} may not send {t.__name__} to a {self.role.value}", frame=body)
         new = self._allowed.get(t)
         if new is None:
-            raise RemoteProtocolError(f"{t.__name__} is not legal in state {self._state.value}", frame=body,
-                                      rule=self._state_rule(t))
+            rule = self._state_rule(t)
+            why = (" (a sync with no command outstanding: more than one sync for a command, §4.2)"
+                   if rule == "spout.one-sync" else "")
+            raise RemoteProtocolError(f"{t.__name__} is not legal in state {self._state.value}{why}", frame=body,
+                                      rule=rule)
         self._check(msg, remote=True, frame=body)
         if new is not self._state:
             self.state = new
