@@ -158,9 +158,17 @@ class Ledger:
             if before - len(pending) == len(ids):
                 return
             pending.update(ids)  # an id twice in one call: undo (each was pending)
-            raise err(f"component {verb} the same tuple twice in one batch", frame=frame, rule="ids.known")
-        bad = next(i for i in ids if type(i) is not str or i not in pending)
-        raise self.unknown(bad, verb, err, frame)
+        # Refused: name the first bad id in order, a repeat included, as the
+        # ids acked one frame at a time would (§9.5: a batch's effect is
+        # that of its elements as standard frames, in array order).
+        seen: set[str] = set()
+        for i in ids:
+            if type(i) is not str or i not in pending:
+                raise self.unknown(i, verb, err, frame)
+            if i in seen:
+                raise err(f"component {verb} the same tuple twice in one batch", frame=frame, rule="ids.known")
+            seen.add(i)
+        raise AssertionError("unreachable: ids not all pending, yet none bad")  # pragma: no cover
 
     def check_anchors(self, ids: Iterable[Any], err: type, frame: Any) -> None:
         """§3.5: an emit may anchor only to tuples still pending (rule ``anchors.known``)."""
