@@ -342,11 +342,15 @@ class Connection:
             # the same for the builtins orjson returns, and no call in CPython
             # 3.11's interpreter (measured with callgrind on bench/'s echo bolt).
             # stream != "default" first: a fresh string's equality test is
-            # cheaper than hashing it for the set lookup.
+            # cheaper than hashing it for the set lookup. A key beyond a
+            # tuple's five ("pidDir", "tuples", ...) may make the decoder read
+            # the frame as something else (a handshake, §2.2; a tuple batch,
+            # refused without the extension, §9.5): it decides such a frame,
+            # so the same bytes mean the same whichever path reads them.
             if (
                 tid.__class__ is not str or values.__class__ is not list or task.__class__ is not int
                 or stream.__class__ is not str or stream != DEFAULT_STREAM and stream in system or tid in pending
-                or "pidDir" in obj
+                or len(obj) != 5
             ):
                 break
             add(tid)

@@ -162,7 +162,7 @@ _TUPLE_FRAME = st.fixed_dictionaries(
     {"id": WIRE_ID, "comp": st.sampled_from(["s", None, "__system"]),
      "stream": st.sampled_from(["default", "default", "other", "__tick", "__heartbeat", 5]),
      "task": st.sampled_from([1, 1, -1, "1", 1.5, True]), "tuple": WIRE_VALUES},
-    optional={"pidDir": st.just("/x"), "command": st.just("next")},
+    optional={"pidDir": st.just("/x"), "command": st.just("next"), "tuples": st.just([["6", "s", "default", 1, [2]]])},
 )
 _ROW = st.tuples(WIRE_ID, st.sampled_from(["s", "__system"]), st.sampled_from(["default", "other", "__tick", "__heartbeat"]),
                  st.sampled_from([1, -1, "1"]), WIRE_VALUES).map(list)
@@ -700,14 +700,14 @@ def test_a_refused_send_tuples_leaves_no_trace_in_every_mode(mode):
     assert "7" not in host.pending
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "without batch, a tuple frame that also has a 'tuples' key is taken as a tuple by take_tuples (next_event's "
-    "fast path) but refused (batch.negotiated) by the decoder, which next_task_ids uses: the outcome of the same "
-    "bytes depends on whether the component is waiting for task ids"))
-def test_take_tuples_and_the_decoder_agree_on_a_tuple_with_a_tuples_key():
-    frame = wire("json", {"id": "5", "comp": "s", "stream": "default", "task": 1, "tuple": [1],
-                          "tuples": [["6", "s", "default", 1, [2]]]})
-    fast, slow = _comp_ready("json"), _comp_ready("json")
+@pytest.mark.parametrize("mode", ["json", "msgpack"])
+def test_take_tuples_and_the_decoder_agree_on_a_tuple_with_a_tuples_key(mode):
+    """Without batch, the decoder reads a 'tuples' key first and refuses the
+    frame (batch.negotiated, §9.5), whether or not the component waits for
+    task ids."""
+    frame = wire(mode, {"id": "5", "comp": "s", "stream": "default", "task": 1, "tuple": [1],
+                        "tuples": [["6", "s", "default", 1, [2]]]})
+    fast, slow = _comp_ready(mode), _comp_ready(mode)
     fast.receive_data(frame)
     slow.receive_data(frame)
     assert _read_fast(fast, None, False) == _read_general(slow)
