@@ -325,7 +325,8 @@ class Connection:
             try:
                 obj = loads(item)  # a queued error or close is not bytes: TypeError
                 if batching and "tuples" in obj:
-                    if self._take_batch(obj["tuples"], out, rows):
+                    # (another key beside it, "pidDir" say, the decoder decides: §2.2 before §9.5)
+                    if len(obj) == 1 and self._take_batch(obj["tuples"], out, rows):
                         if limit is None or len(out) < limit:
                             continue
                         self._consume(items, item, through=True)
