@@ -28,7 +28,7 @@ from functools import partial
 from operator import itemgetter
 
 import orjson
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Collection, Iterable
 
 from ._state import SENDER, STATE_RULES, TRANSITIONS, Ledger, Role, Side, State
 from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json
@@ -166,6 +166,7 @@ class Connection:
         self._open_acks: list[str] = []
         self._open_fails: list[str] = []
         self._open_n = 0  # elements in the open batch (every append goes through _batch_full)
+        self._choose_writer()  # standard JSON until the pid reply says otherwise (§9.2)
         #: The last frames received, for error messages.
         self.last_frames: deque[bytes] = deque(maxlen=3)
 
@@ -178,7 +179,7 @@ class Connection:
 
     def _switch_to_msgpack(self) -> None:
         """§9.6: every frame after the pid reply is length-prefixed msgpack."""
-        self.msgpack = True  # (the fast-path flags follow when the state becomes READY)
+        self.msgpack = True  # (the writer follows: _choose_writer)
         self._loads = msgpack_loads
         self._set_codec(msgpack_loads, msgpack_frame)
         old, self._reader = self._reader, LengthPrefixedReader(self._max_frame_size)
@@ -208,16 +209,9 @@ class Connection:
         # The legal transitions out of this state, keyed by message type: one
         # dict lookup per message instead of hashing (state, type) pairs.
         self._allowed = self._by_state.get(new, _NOTHING)
-        # A bolt component in the standard protocol, ready: the per-tuple
-        # fast paths apply (batching is settled by the pid reply, before READY).
-        ready_bolt = new is State.READY and self.role is Role.BOLT and self.side is Side.COMPONENT
-        self._plain_ready = ready_bolt and not self.batching and not self.msgpack
-        self._msgpack_ready = ready_bolt and not self.batching and self.msgpack
-        # ... or with extension batch: emits and acks join the open batch (§9.5).
-        self._batch_ready = ready_bolt and self.batching
-        # The host of a bolt in the standard JSON protocol, ready: send_tuples' fast path.
-        self._plain_host = (new is State.READY and self.role is Role.BOLT and self.side is Side.HOST
-                            and not self.batching and not self.msgpack)
+        # A bolt component, ready: the per-tuple paths hand their frames to
+        # the writer the pid reply chose (_choose_writer, before READY).
+        self._ready = new is State.READY and self.side is Side.COMPONENT
 
     # -- receiving -----------------------------------------------------------
 
@@ -524,6 +518,10 @@ class Connection:
             self.state = new
 
     # -- sending ---------------------------------------------------------------
+    #
+    # A refused call changes nothing and loses nothing: each path checks the
+    # message against the state table and the ledger and encodes it before it
+    # closes the batch being filled (§9.5) or records anything (§3.4-§3.6).
 
     def send(self, msg: Message) -> bytes:
         """Check that we may send ``msg`` now, and return its bytes."""
@@ -532,55 +530,30 @@ class Connection:
             return self.send_emit(msg.values, stream=msg.stream, anchors=msg.anchors, id=msg.id, task=msg.task,
                                   need_task_ids=msg.need_task_ids)
         self._may_send(t, msg)
-        # §9.5: a standard frame closes the batch being filled, keeping order.
-        head = self.close_batch() if self._open_n else b""
-        frame = self._frame(encode_json(msg))  # before _check: the pid reply is JSON even if it accepts msgpack
-        self._check(msg, remote=False, frame=msg)
+        if t is Ack or t is Fail:
+            # §3.6 before the codec, as send_ack: an id that is not a pending
+            # string is named so (ids.string-echo), not as a value the codec
+            # cannot hold; a pending id is a string, which always encodes.
+            self._check(msg, remote=False, frame=msg)
+            frame = self._frame(encode_json(msg))
+        else:
+            frame = self._frame(encode_json(msg))  # before _check: the pid reply is JSON even if it accepts msgpack
+            self._check(msg, remote=False, frame=msg)
         new = self._allowed[t]
         if new is not self._state:
             self.state = new
-        return head + frame
-
-    # -- extension batch (§9.5) -------------------------------------------------
+        # §9.5: a standard frame closes the batch being filled, keeping order.
+        return self.close_batch() + frame if self._open_n else frame
 
     def send_tuples(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
         """Host: frames carrying ``tuples`` to a bolt, each with the tuples it
         holds. One batch frame if the component accepted ``batch`` (§9.5),
         split in halves while it would exceed ``max_size``; else, or for a
-        single tuple, standard frames (the caller checks their size, §1.3)."""
-        if self._plain_host:
-            return self._send_plain_tuples(tuples)
-        if not self.batching or len(tuples) == 1:
-            return [(self.send(t), [t]) for t in tuples]
-        batch = TupleBatch(tuples=tuples)
-        frame = self._frame(encode_json(batch))
-        if max_size is not None and len(frame) > max_size:
-            mid = len(tuples) // 2
-            return self.send_tuples(tuples[:mid], max_size) + self.send_tuples(tuples[mid:], max_size)
-        self._may_send(TupleBatch, batch)
-        self._check(batch, remote=False, frame=batch)
-        return [(frame, tuples)]
-
-    def _send_plain_tuples(self, tuples: list[Tuple]) -> list[tuple[bytes, list[Tuple]]]:
-        """Standard frames for :meth:`send_tuples`, checked as :meth:`send`
-        would check them (§3.1, §3.6), without a call per tuple."""
-        pending = self.pending
-        add = pending.add
-        dumps = orjson.dumps
-        out = []
-        for t in tuples:
-            tid = t[0]
-            if t.__class__ is Tuple and tid.__class__ is str and tid not in pending:
-                try:
-                    frame = dumps({"id": tid, "comp": t[1], "stream": t[2], "task": t[3], "tuple": t[4]})
-                except TypeError:  # integers beyond 64 bits, or a clear error: the general path
-                    pass
-                else:
-                    add(tid)
-                    out.append((frame + TERMINATOR, [t]))
-                    continue
-            out.append((self.send(t), [t]))
-        return out
+        single tuple, standard frames (the caller checks their size, §1.3).
+        All or none: if one tuple is refused, none is recorded as sent."""
+        if self._state is not State.READY:
+            return self._send_each(tuples)  # the general path refuses them
+        return self._write_tuples(tuples, max_size)
 
     def close_batch(self) -> bytes:
         """Component: the output batch filled so far as one frame (or b"")."""
@@ -599,8 +572,9 @@ class Connection:
             self._open_fails = []
         return self._frame(obj)
 
-    def _batch_full(self) -> bytes:
-        self._open_n += 1
+    def _batch_full(self, n: int = 1) -> bytes:
+        """``n`` elements joined the open batch: close it if it is full (§9.5)."""
+        self._open_n += n
         if self._open_n >= _BATCH_MAX:
             return self.close_batch()
         return b""
@@ -617,6 +591,133 @@ class Connection:
         key = (self.role, self._state)
         return rules.get((*key, t)) or rules.get((*key, None)) or "protocol.state"
 
+    # -- the writer, chosen once at the pid reply (§9.2) ----------------------
+    #
+    # The pid reply fixes the wire for the rest of the connection: JSON or
+    # msgpack frames (§9.6), output batches or not (§9.5). _choose_writer
+    # binds the _write_* methods then; the send paths check a message and
+    # hand it to them, testing no mode per call.
+
+    def _choose_writer(self) -> None:
+        batch = self.batching
+        #: An emit that wants no task ids: (values, anchors or None, stream, id) -> bytes.
+        self._write_emit = self._emit_to_batch if batch else self._emit_frame
+        #: Emits on the default stream, as [values(, anchors)] elements: (elements, count) -> bytes.
+        self._write_emits = self._batch_full_of_emits if batch else self._emit_frames
+        #: Acks or fails of ids already retired: (ids, fail) -> bytes.
+        self._write_ids = self._batch_full_of_ids if batch else self._id_frames if self.msgpack else self._json_id_frames
+        #: Host: tuples to a bolt, all or none: (tuples, max_size) -> [(frame, tuples)].
+        self._write_tuples = (
+            self._send_each if self._component_side  # a component sends no tuples: refused there
+            else self._send_batches if batch else self._send_each if self.msgpack else self._send_plain_tuples
+        )
+
+    @staticmethod
+    def _emit_obj(values: list[Any], anchors: list[str] | None, stream: str, id: Any, task: int | None = None,
+                  need_task_ids: bool = False) -> dict[str, Any]:
+        """The wire dict of an emit (§3.5, §4.3)."""
+        obj: dict[str, Any] = {"command": "emit", "tuple": values}
+        if stream != DEFAULT_STREAM:
+            obj["stream"] = stream
+        if anchors:
+            obj["anchors"] = anchors
+        if id is not None:
+            obj["id"] = id
+        if task is not None:
+            obj["task"] = task
+        if not need_task_ids:
+            obj["need_task_ids"] = False
+        return obj
+
+    def _emit_frame(self, values: list[Any], anchors: list[str] | None, stream: str, id: Any) -> bytes:
+        return self._frame(self._emit_obj(values, anchors, stream, id))
+
+    def _emit_to_batch(self, values: list[Any], anchors: list[str] | None, stream: str, id: Any) -> bytes:
+        # §9.5: [tuple, anchors_or_id, stream], the last elements optional
+        second = anchors or id
+        if stream != DEFAULT_STREAM:
+            self._open_emits.append([values, second, stream])
+        elif second is not None:
+            self._open_emits.append([values, second])
+        else:
+            self._open_emits.append([values])
+        return self._batch_full()
+
+    def _emit_frames(self, elems: Iterable[Any], n: int) -> bytes:
+        frame, obj = self._frame, self._emit_obj
+        return b"".join([frame(obj(e[0], e[1] if len(e) > 1 else None, DEFAULT_STREAM, None)) for e in elems])
+
+    def _batch_full_of_emits(self, elems: Iterable[Any], n: int) -> bytes:
+        self._open_emits.extend(elems)
+        return self._batch_full(n)
+
+    def _id_frames(self, ids: Iterable[str], fail: bool) -> bytes:
+        frame, command = self._frame, "fail" if fail else "ack"
+        return b"".join([frame({"command": command, "id": i}) for i in ids])
+
+    def _json_id_frames(self, ids: Iterable[str], fail: bool) -> bytes:
+        if fail:
+            return self._id_frames(ids, fail)
+        dumps = orjson.dumps  # the ids are pending, so strings: orjson encodes them
+        return b"".join([_ACK_FORMAT % dumps(i) for i in ids])
+
+    def _batch_full_of_ids(self, ids: Collection[str], fail: bool) -> bytes:
+        (self._open_fails if fail else self._open_acks).extend(ids)
+        return self._batch_full(len(ids))
+
+    def _send_each(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
+        """Standard frames, one :meth:`send` per tuple; all or none."""
+        out = []
+        try:
+            for t in tuples:
+                out.append((self.send(t), [t]))
+        except BaseException:
+            self._unsend(out)
+            raise
+        return out
+
+    def _unsend(self, sent: list[tuple[bytes, list[Tuple]]]) -> None:
+        """Undo what sending these frames recorded: their ids were admitted
+        by this call, so were not pending before it (§3.6 ``ids.unique``)."""
+        self.pending.difference_update([t[0] for _, ts in sent for t in ts])
+
+    def _send_plain_tuples(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
+        """Standard JSON frames without a call per tuple: encoded first, then
+        admitted in one ledger call, all or none (§3.1, §3.6). Anything
+        irregular (a tick, an id that is not a string or is pending, values
+        orjson cannot encode) goes to the general path, which names it."""
+        dumps = orjson.dumps
+        out = []
+        append = out.append
+        try:
+            for t in tuples:
+                if t.__class__ is not Tuple or t[0].__class__ is not str:
+                    raise TypeError
+                append((dumps({"id": t[0], "comp": t[1], "stream": t[2], "task": t[3], "tuple": t[4]}) + TERMINATOR,
+                        [t]))
+            self.ledger.admit([t[0] for t in tuples], LocalProtocolError, tuples)
+        except (TypeError, ProtocolError):  # integers beyond 64 bits, or a clear error: the general path
+            return self._send_each(tuples)
+        return out
+
+    def _send_batches(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
+        """Tuple batch frames (§9.5), halved while one exceeds ``max_size``; all or none."""
+        if len(tuples) <= 1:
+            return self._send_each(tuples)
+        batch = TupleBatch(tuples=tuples)
+        frame = self._frame(encode_json(batch))
+        if max_size is not None and len(frame) > max_size:
+            mid = len(tuples) // 2
+            first = self._send_batches(tuples[:mid], max_size)
+            try:
+                return first + self._send_batches(tuples[mid:], max_size)
+            except BaseException:
+                self._unsend(first)
+                raise
+        self._may_send(TupleBatch, batch)
+        self._check(batch, remote=False, frame=batch)
+        return [(frame, tuples)]
+
     # The component's per-tuple messages get direct paths: same checks as
     # send(), no message object, the wire dict built once (bench/).
 
@@ -631,41 +732,21 @@ class Connection:
         need_task_ids: bool = True,
     ) -> bytes:
         """An ``emit`` frame (§3.5, §4.3): anchors must be pending tuples;
-        a non-direct emit that wants task ids is owed a list (§3.4)."""
-        if self.batching and task is None and not need_task_ids and self._component_side and Emit in self._allowed:
-            if anchors:
-                self._check_anchors(anchors, values)
-            second = (anchors if type(anchors) is list else list(anchors)) if anchors else id
-            if stream != DEFAULT_STREAM:
-                self._open_emits.append([values, second, stream])
-            elif second is not None:
-                self._open_emits.append([values, second])
-            else:
-                self._open_emits.append([values])
-            return self._batch_full()
-        obj: dict[str, Any] = {"command": "emit", "tuple": values}
+        a non-direct emit that wants task ids is owed a list (§3.4). Under
+        ``batch`` one that wants none joins the output batch (§9.5)."""
         if Emit not in self._allowed or not self._component_side:
-            self._may_send(Emit, obj)
-        head = self.close_batch() if self._open_n else b""
-        if stream != DEFAULT_STREAM:
-            obj["stream"] = stream
+            self._may_send(Emit, {"command": "emit", "tuple": values})
         if anchors:
-            self._check_anchors(anchors, obj)
-            obj["anchors"] = anchors if type(anchors) is list else list(anchors)
-        if id is not None:
-            obj["id"] = id
-        if task is not None:
-            obj["task"] = task
-        elif need_task_ids:
-            self.ledger.owe()
-        if not need_task_ids:
-            obj["need_task_ids"] = False
-        if self.msgpack:
-            return head + msgpack_frame(obj)
-        try:
-            return head + orjson.dumps(obj) + TERMINATOR
-        except TypeError:
-            return head + dumps(obj) + TERMINATOR  # integers beyond 64 bits, or a clear error
+            self._check_anchors(anchors, values)
+            if type(anchors) is not list:
+                anchors = list(anchors)
+        if task is None and not need_task_ids:
+            return self._write_emit(values, anchors or None, stream, id)
+        # §9.5: direct, or wanting task ids: a standard frame
+        frame = self._frame(self._emit_obj(values, anchors, stream, id, task, need_task_ids))
+        if task is None:
+            self.ledger.owe()  # §3.4, once the frame exists: a refused emit is owed nothing
+        return self.close_batch() + frame if self._open_n else frame
 
     def bolt_fast_paths(
         self, out: list[bytes], emit: Callable[..., Any], ack: Callable[[Any], None]
@@ -677,20 +758,26 @@ class Connection:
         case (ready, default stream, one anchor given as a pending
         :class:`Tuple` or id, no task ids wanted) is checked here as
         :meth:`send_emit` / :meth:`send_ack` would (§3.5, §3.6), and encoded
-        as a JSON frame or added to the open batch (§9.5), without further
-        calls; anything else (msgpack included) is passed to the
-        ``emit`` / ``ack`` given, the general path. Closures, so that a bolt
-        can bind them as its own methods: a Python call layer per emit and
-        per ack is a tenth of the component's time (bench/).
+        in line as a JSON frame or handed to the writer the pid reply chose;
+        anything else is passed to the ``emit`` / ``ack`` given, the general
+        path. Closures, so that a bolt can bind them as its own methods: a
+        Python call layer per emit and per ack is a tenth of the
+        component's time (bench/). Built for the wire the pid reply chose
+        (§9.2): before it, ``emit`` and ``ack`` come back as given.
         """
+        if self._state is not State.READY or not self._bolt_component:
+            return emit, ack
         pending = self.pending
         remove = pending.remove
         dumps = orjson.dumps
         join = b"".join
         append = out.append
         conn = self
-        # The last tuple emitted to, its id and the id's JSON: the ack that
+        # Standard JSON: frames from pre-encoded pieces, in line. The
+        # last tuple emitted to, its id and the id's JSON: the ack that
         # usually follows reuses them instead of indexing and encoding again.
+        plain = not self.batching and not self.msgpack
+        write_emit, write_ids = self._write_emit, self._write_ids
         last_tup: Any = None
         last_id: Any = None
         last_enc = b""
@@ -703,50 +790,41 @@ class Connection:
             try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises
                 (t,) = anchors
                 a = t[0] if t.__class__ is Tuple else t
-                if a in pending and values.__class__ is list:
-                    if conn._plain_ready:  # the frame from pre-encoded pieces: no dict
+                if a in pending and values.__class__ is list and conn._ready:
+                    if plain:  # the frame from pre-encoded pieces: no dict
                         last_enc = enc = dumps(a)
                         last_id = a
                         last_tup = t
                         append(join((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL)))
                         return None
-                    if conn._msgpack_ready:
-                        append(msgpack_frame({"command": "emit", "tuple": values, "anchors": [a],
-                                              "need_task_ids": False}))
-                        return None
-                    if conn._batch_ready:
-                        conn._open_emits.append([values, [a]])
-                        conn._open_n += 1
-                        if conn._open_n >= _BATCH_MAX:
-                            append(conn.close_batch())
-                        return None
+                    data = write_emit(values, [a], DEFAULT_STREAM, None)
+                    if data:
+                        append(data)
+                    return None
             except (TypeError, ValueError):
                 pass  # integers beyond 64 bits, or a clear error: the general path
             return emit(values, stream, anchors, direct_task, need_task_ids)
 
         def fast_ack(tup: Any) -> None:
-            if tup is last_tup and conn._plain_ready:  # the tuple just emitted to (standard mode)
+            if tup is last_tup and conn._ready:  # the tuple just emitted to (standard JSON)
                 try:
                     remove(last_id)
                 except KeyError:
                     return ack(tup)  # acked twice: the general path names the mistake
                 append(_ACK_FORMAT % last_enc)
                 return
-            if tup.__class__ is Tuple and (conn._plain_ready or conn._msgpack_ready or conn._batch_ready):
+            if tup.__class__ is Tuple and conn._ready:
                 tid = tup[0]
                 try:
                     remove(tid)
                 except (KeyError, TypeError):
                     return ack(tup)  # not pending: the general path names the mistake
-                if conn._plain_ready:
+                if plain:
                     append(_ACK_FORMAT % (last_enc if tid is last_id else dumps(tid)))
-                elif conn._msgpack_ready:
-                    append(msgpack_frame({"command": "ack", "id": tid}))
-                else:  # batch (§9.5)
-                    conn._open_acks.append(tid)
-                    conn._open_n += 1
-                    if conn._open_n >= _BATCH_MAX:
-                        append(conn.close_batch())
+                else:
+                    data = write_ids((tid,), False)
+                    if data:
+                        append(data)
                 return
             ack(tup)
 
@@ -755,13 +833,14 @@ class Connection:
     def send_emits(self, values_list: list[Any], anchors_list: list[Any] | None = None) -> bytes:
         """Component bolt: many emits on the default stream, none wanting task
         ids. ``anchors_list[i]`` anchors ``values_list[i]``: a :class:`Tuple`,
-        an id, a list of them, or None. Under ``batch`` they join the output
-        batch (§9.5) in one step; else standard frames."""
+        an id, a list of them, or None. Checked all first (§3.5), then one
+        step into the output batch under ``batch`` (§9.5), else standard
+        frames: all or none."""
         if anchors_list is None:
             anchors_list = [None] * len(values_list)
         elif len(anchors_list) != len(values_list):
             raise ValueError(f"{len(values_list)} emits but {len(anchors_list)} anchor entries")
-        if not (self.batching and self._state is State.READY and self._bolt_component):
+        if not self._ready:  # the general path refuses the first
             return b"".join([self.send_emit(v if type(v) is list else list(v), anchors=_anchor_ids(a),
                                             need_task_ids=False) for v, a in zip(values_list, anchors_list)])
         pending = self.pending
@@ -769,11 +848,12 @@ class Connection:
         if (kinds == _JUST_TUPLE or kinds == _JUST_STR) and set(map(type, values_list)) == _JUST_LIST:
             # one input tuple (or id) per emit: the common shape
             ids = list(map(_first, anchors_list)) if kinds == _JUST_TUPLE else anchors_list
-            if pending.issuperset(ids):
-                # [values, [id]] elements, built in C: tuples encode as arrays
-                self._open_emits.extend(zip(values_list, zip(ids)))
-                self._open_n += len(ids)
-                return self.close_batch() if self._open_n >= _BATCH_MAX else b""
+            try:
+                ok = pending.issuperset(ids)
+            except TypeError:  # a Tuple whose id is unhashable: the loop below names it
+                ok = False
+            if ok:  # [values, [id]] elements, built in C: tuples encode as arrays
+                return self._write_emits(zip(values_list, zip(ids)), len(ids))
         elems = []
         append = elems.append
         for values, a in zip(values_list, anchors_list):
@@ -782,28 +862,24 @@ class Connection:
             if a is None:
                 append([values])
                 continue
-            if type(a) is Tuple:
-                a = a[0]
-            if type(a) is str and a in pending:
-                append([values, [a]])
+            t = a[0] if type(a) is Tuple else a
+            if type(t) is str and t in pending:
+                append([values, [t]])
                 continue
-            ids = _anchor_ids(a)
+            ids = _anchor_ids(a)  # as send_emit gets them: a Tuple is one anchor, whatever its id
             self._check_anchors(ids, values)
             append([values, ids])
-        self._open_emits.extend(elems)
-        self._open_n += len(elems)
-        return self.close_batch() if self._open_n >= _BATCH_MAX else b""
+        return self._write_emits(elems, len(elems))
 
     def send_acks(self, tuple_ids: list[str], fail: bool = False) -> bytes:
-        """Component bolt: ack (or fail) many pending tuples (§3.6); one
-        step into the output batch under ``batch``, else standard frames."""
-        if not (self.batching and self._state is State.READY and self._bolt_component):
+        """Component bolt: ack (or fail) many pending tuples (§3.6), all or
+        none; one step into the output batch under ``batch``, else standard
+        frames."""
+        if not self._ready:  # the general path refuses the first
             send = self.send_fail if fail else self.send_ack
             return b"".join([send(t) for t in tuple_ids])
         self.ledger.retire(tuple_ids, "fails" if fail else "acks", LocalProtocolError, tuple_ids)
-        (self._open_fails if fail else self._open_acks).extend(tuple_ids)
-        self._open_n += len(tuple_ids)
-        return self.close_batch() if self._open_n >= _BATCH_MAX else b""
+        return self._write_ids(tuple_ids, fail)
 
     def _check_anchors(self, anchors: Iterable[str], frame: Any) -> None:
         """§3.5: we may anchor only to tuples still pending."""
@@ -811,22 +887,18 @@ class Connection:
 
     def send_ack(self, tuple_id: Any) -> bytes:
         """Bolt: ack a pending tuple. Spout host: ack a message id."""
-        if self._plain_ready and type(tuple_id) is str and tuple_id in self.pending:
+        if self._ready and type(tuple_id) is str and tuple_id in self.pending:
             self.pending.remove(tuple_id)  # §3.6: the exact id string of a pending tuple
-            return _ACK_FORMAT % orjson.dumps(tuple_id)
+            return self._write_ids((tuple_id,), False)
         return self._ack_or_fail(Ack, "ack", tuple_id)
 
     def send_fail(self, tuple_id: Any) -> bytes:
         return self._ack_or_fail(Fail, "fail", tuple_id)
 
     def _ack_or_fail(self, cls: type, command: str, tuple_id: Any) -> bytes:
-        if self._bolt_component and self._state is State.READY:
+        if self._ready:
             self.ledger.retire((tuple_id,), command + "s", LocalProtocolError, tuple_id)
-            if self.batching:
-                (self._open_acks if cls is Ack else self._open_fails).append(tuple_id)
-                return self._batch_full()
-            head = self.close_batch() if self._open_n else b""
-            return head + self._frame({"command": command, "id": tuple_id})
+            return self._write_ids((tuple_id,), cls is Fail)
         return self.send(cls(id=tuple_id))
 
     def send_many(self, msgs: Iterable[Message]) -> bytes:
@@ -876,6 +948,7 @@ class Connection:
             self.batching = "batch" in msg.extensions
             if "msgpack" in msg.extensions:
                 self._switch_to_msgpack()
+            self._choose_writer()
             if remote:
                 self._release_held()
         if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT and not remote:

@@ -1003,3 +1003,18 @@ def test_take_outputs_takes_plain_emits_and_acks_as_one_batch():
     assert host.take_outputs() == Batch(acks=["3"])
     assert host.pending == set()
     assert host.take_outputs() is None and host.next_event() is NEED_DATA
+
+
+# --- a refused call changes nothing -----------------------------------------------------
+
+
+def test_a_refused_split_tuple_batch_records_no_tuple():
+    """send_tuples halves a batch that is too large (§9.5, §1.3); when a
+    later half is refused, the halves before it are not recorded as sent."""
+    host, comp = batched_pair()
+    host.send_tuples([tup("1"), tup("2")])
+    with pytest.raises(LocalProtocolError) as info:
+        host.send_tuples([tup("3"), tup("4"), tup("5"), tup("1")], max_size=80)
+    assert info.value.rule == "ids.unique"
+    assert host.pending == {"1", "2"}
+    assert host.send_tuples([]) == []  # no batch frame without tuples: 'tuples' is non-empty (§9.5)
