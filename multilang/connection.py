@@ -215,8 +215,12 @@ class Connection:
 
     # -- receiving -----------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
-        """Feed bytes from the peer. ``b""`` means end of stream."""
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Feed bytes from the peer (any bytes-like object). ``b""`` means end of stream."""
+        if type(data) is not bytes:
+            # The readers slice frames out of what they are fed, and a frame
+            # is told from a queued error or close by being bytes.
+            data = bytes(data)
         if self._held is not None:
             # Host, msgpack offered, the pid reply not yet decoded: the JSON
             # reader gets the first frame only; later bytes wait (§9.6).

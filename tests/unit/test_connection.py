@@ -1005,6 +1005,23 @@ def test_take_outputs_takes_plain_emits_and_acks_as_one_batch():
     assert host.take_outputs() is None and host.next_event() is NEED_DATA
 
 
+# --- bytes-like input -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_receive_data_takes_any_bytes_like_object(kind):
+    """A reader that fills a bytearray (readinto) feeds it as is: the frames
+    come out as messages, exactly as from bytes, on both sides."""
+    host, comp = Connection(BOLT, HOST), Connection(BOLT, COMP)
+    assert deliver(comp, kind(host.send(HS))) == [HS]
+    assert deliver(host, kind(comp.send(Pid(pid=99)))) == [Pid(pid=99)]
+    data = host.send(tup("1")) + host.send(Heartbeat(id="h"))
+    got = [ev for i in range(0, len(data), 7) for ev in deliver(comp, kind(data[i : i + 7]))]
+    assert got == [tup("1"), Heartbeat(id="h")]
+    assert deliver(host, kind(comp.send_ack("1"))) == [Ack(id="1")]
+    assert deliver(comp, kind(b"")) == [ConnectionClosed()]
+
+
 # --- a refused call changes nothing -----------------------------------------------------
 
 
