@@ -1,6 +1,7 @@
 """The in-partition engine: one warm trio runtime per spec (``_Engine``), the
-rows fed in by ``_Feeder`` (general path) or straight into ``_DirectBolt``
-(the direct lane), and the runtime's recent errors kept for messages.
+rows fed in by ``_Feeder`` (general path) or straight into the bolt, whose
+results ``_LeaseSink`` takes back to the lease (the direct lane), and the
+runtime's recent errors kept for messages.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from multilang.errors import MultilangError
-from multilang.messages import DEFAULT_STREAM, Ack, Batch, Emit, Fail, TaskIds
+from multilang.messages import DEFAULT_STREAM, Emit
 from multilang.shellbolt.bolts import ShellBoltTask
+from multilang.shellbolt.sinks import BoltSink
 from multilang.shellbolt.runtime import Runtime
 from multilang.shellbolt.tasks import SpoutTask, Task, plain_emit
 from multilang.shellbolt.topology import ANY_FIELDS, ComponentDef
@@ -106,26 +108,26 @@ class _Feeder(SpoutTask):
             await trio.lowlevel.checkpoint()
 
 
-class _DirectBolt(ShellBoltTask):
+class _LeaseSink(BoltSink):
     """The direct lane: a partition's only bolt, fed by the lease itself.
 
     The common shape, one shell bolt reading the rows and every stream of it
     an output, needs no routing and no XOR acker: a row's tree is the one
     tuple sent to the bolt, complete when the bolt acks it, failed when the
     bolt fails it, its process dies or the message timeout passes. So the
-    lease puts each row into this task's inbox with its attempt as the
-    tuple's tree (``(lease id, row, attempt)`` in place of acker edges), and
-    the bolt's emits, acks and fails go straight to the lease. The process
-    supervision (handshake, heartbeats, max pending, restarts, frame
-    limits) is the inherited :class:`ShellBoltTask`'s; only what a tuple
-    becomes on the way in and out is shorter. Same guarantees as the
-    general path (docs/SPARK.md); see :meth:`_Engine._direct_shape` for
-    when it is used. ``multilang.hold.emits.until.ack`` needs nothing here:
-    every output is held until its row's tuple is acked anyway."""
+    lease puts each row into the bolt task's inbox with its attempt as the
+    tuple's token (``(lease id, row, attempt)`` in place of acker edges), and
+    this sink takes the bolt's emits, acks and fails straight to the lease.
+    The bolt task is the runtime's own :class:`ShellBoltTask` (handshake,
+    heartbeats, max pending, restarts, frame limits); only what a tuple
+    becomes on the way in and out is shorter. Same guarantees as the general
+    path (docs/SPARK.md); see :meth:`_Engine._direct_shape` for when it is
+    used. ``multilang.hold.emits.until.ack`` needs nothing here: every output
+    is held until its row's tuple is acked anyway."""
 
-    def __init__(self, runtime: Runtime, comp: ComponentDef, task_id: int, engine: "_Engine") -> None:
-        super().__init__(runtime, comp, task_id)
+    def __init__(self, engine: "_Engine", comp: ComponentDef) -> None:
         self.engine = engine
+        self.comp = comp
         #: stream -> number of fields (-1: any) and whether the lease takes it, or None: undeclared
         self._out: dict[str, tuple[int, bool] | None] = {}
 
@@ -135,80 +137,51 @@ class _DirectBolt(ShellBoltTask):
         if fields is not None:
             eng = self.engine
             plan = (-1 if fields == ANY_FIELDS else len(fields),
-                    eng.all_outputs or (self.name, stream) in eng.outputs)
+                    eng.all_outputs or (self.comp.name, stream) in eng.outputs)
         self._out[stream] = plan
         return plan
 
-    def _fail_unsent(self, edges: Any, cause: str) -> None:
-        self._tree_failed(edges)
-
-    def _stale(self, tok: Any) -> bool:
+    def live(self, token: Any) -> bool:
         """A queued row whose attempt the lease no longer waits for (it
-        timed out or failed, and its retry is queued): not written."""
-        if type(tok) is not tuple:  # a tick's (TupleEdges)
-            return False
+        timed out or failed, and its retry is queued) is not written."""
+        if type(token) is not tuple:  # a tick's (TupleEdges)
+            return True
         lease = self.engine.lease
-        return lease is None or not lease.is_current(tok)
+        return lease is not None and lease.is_current(token)
 
-    def _tree_failed(self, tok: Any) -> None:
+    def waited_for(self, token: Any) -> bool | None:
+        return type(token) is tuple and self.live(token)  # a tick is waited for by nobody
+
+    def _tree_failed(self, token: Any) -> None:
         lease = self.engine.lease
-        if lease is not None and type(tok) is tuple:  # not a tick's (TupleEdges)
-            lease.notice("fail", tok)
+        if lease is not None and type(token) is tuple:  # not a tick's (TupleEdges)
+            lease.notice("fail", token)
 
-    def _on_session_lost(self, cause: str) -> None:
-        """Fail what the dead process had in flight: the lease replays those rows."""
-        if self.in_flight:
-            toks = list(self.in_flight.values())
-            self.in_flight.clear()
-            self.stats.failed += len(toks)
-            for tok in toks:
-                self._tree_failed(tok)
+    def unsent(self, task: ShellBoltTask, token: Any, cause: str) -> None:
+        self._tree_failed(token)
 
-    async def _handle(self, proc: Any, events: list[Any]) -> None:
+    def lost(self, task: ShellBoltTask, cause: str) -> None:
+        """The lease replays the rows the dead process had in flight."""
+        tokens = list(task.in_flight.values())
+        task.in_flight.clear()
+        for token in tokens:
+            self._tree_failed(token)
+
+    def acked(self, task: ShellBoltTask, tids: list[str], touched: set[Task]) -> None:
+        pop = task.in_flight.pop
+        tokens = [pop(tid) for tid in tids]
         lease = self.engine.lease
-        freed = False
-        for ev in events:
-            t = type(ev)
-            if t is Batch:  # §9.5 or a take_outputs run: the emits, then the acks, then the fails
-                if ev.emits:
-                    self._outputs(ev.emits, lease)
-                if ev.acks:
-                    self._acked(ev.acks, lease)
-                    freed = True
-                for tid in ev.fails:
-                    self._fail_one(tid)
-                    freed = True
-            elif t is Emit:
-                self._emit(ev, proc, lease)
-            elif t is Ack:
-                self._acked((ev.id,), lease)
-                freed = True
-            elif t is Fail:
-                self._fail_one(ev.id)
-                freed = True
-            else:
-                self._common(ev, proc)
-        if freed:
-            self.kick()
-
-    def _acked(self, tids: Any, lease: "_Lease | None") -> None:
-        in_flight = self.in_flight
-        toks = [in_flight.pop(tid) for tid in tids]
-        self.stats.acked += len(toks)
         if lease is not None:
-            lease.acked(toks)
+            lease.acked(tokens)
 
-    def _fail_one(self, tid: str) -> None:
-        tok = self.in_flight.pop(tid)
-        self.stats.failed += 1
-        self._tree_failed(tok)
+    def failed(self, task: ShellBoltTask, tid: str, cause: str) -> None:
+        self._tree_failed(task.in_flight.pop(tid))
 
-    def _outputs(self, emits: list[list[Any]], lease: "_Lease | None") -> None:
-        """A run of plain emits, each ``[values, anchor ids or None, stream
-        or None]`` (the connection checked the anchors are pending)."""
-        in_flight = self.in_flight
+    def emits(self, task: ShellBoltTask, emits: list[list[Any]], touched: set[Task]) -> None:
+        lease = self.engine.lease
+        in_flight = task.in_flight
         out = self._out
-        name = self.name
+        name = task.name
         last_tok: Any = None
         last_row: _Row | None = None
         for e in emits:
@@ -218,10 +191,10 @@ class _DirectBolt(ShellBoltTask):
             ids = e[1] if n > 1 else None
             plan = out[stream] if stream in out else self._out_plan(stream)
             if plan is None or plan[0] >= 0 and len(values) != plan[0]:
-                self._emit(plain_emit(values, stream, tuple(ids) if ids else ()), None, lease)
+                self.emit(task, plain_emit(values, stream, tuple(ids) if ids else ()), touched)
                 last_tok = None  # that may have failed the row: its next attempt must not get what follows
                 continue
-            self.stats.emitted += 1
+            task.stats.emitted += 1
             if lease is None or not plan[1]:
                 continue  # between partitions, or a stream not selected as output
             if ids and len(ids) == 1:
@@ -237,23 +210,22 @@ class _DirectBolt(ShellBoltTask):
                     continue
             lease.direct_output((name, stream, values), [in_flight[a] for a in ids] if ids else [])
 
-    def _emit(self, ev: Emit, proc: Any, lease: "_Lease | None") -> None:
+    def emit(self, task: ShellBoltTask, ev: Emit, touched: set[Task]) -> list[int]:
         """An emit off the plain path: checked by the runtime (undeclared
         stream, wrong arity, a direct emit nobody can receive: reported, and
         the trees it was anchored to fail), else an output."""
-        toks = [self.in_flight[a] for a in ev.anchors]
-        targets = self.runtime.targets(self, ev)
+        toks = [task.in_flight[a] for a in ev.anchors]
+        targets = task.runtime.targets(task, ev)
         if targets is None:
             for tok in dict.fromkeys(toks):
                 self._tree_failed(tok)
-        else:
-            self.stats.emitted += 1
-            plan = self._out[ev.stream] if ev.stream in self._out else self._out_plan(ev.stream)
-            if lease is not None and plan is not None and plan[1]:
-                lease.direct_output((self.name, ev.stream, ev.values), toks)
-        if proc is not None and ev.wants_task_ids:
-            self._urgent.append(proc.conn.send(TaskIds(task_ids=targets or [])))
-            self.kick()
+            return []
+        task.stats.emitted += 1
+        lease = self.engine.lease
+        plan = self._out[ev.stream] if ev.stream in self._out else self._out_plan(ev.stream)
+        if lease is not None and plan is not None and plan[1]:
+            lease.direct_output((task.name, ev.stream, ev.values), toks)
+        return targets
 
 
 _STAT_KEYS = ("executed", "emitted", "acked", "failed", "restarts", "errors")
@@ -280,12 +252,12 @@ class _Engine:
         self.outputs = set(spec.outputs)
         # The runtime calls _on_output only for streams nobody subscribes to.
         self.all_outputs = self.outputs == set(_select_outputs(topo, None))
-        #: the direct lane (_DirectBolt): the bolt's grouping over its tasks, or None
+        #: the direct lane (_LeaseSink): the bolt's grouping over its tasks, or None
         self.direct: Any = None
         comp = self._direct_shape(rt, spec)
         if comp is not None:
             for t in comp.tasks:
-                rt.tasks[t] = _DirectBolt(rt, comp, t, self)
+                rt.tasks[t] = ShellBoltTask(rt, comp, t, sink=_LeaseSink(self, comp))
             self.direct = rt.router.subscribers(*spec.single_source)[0]  # type: ignore[misc]
         self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, SpoutTask)]
         self.lease: _Lease | None = None

@@ -143,7 +143,7 @@ class _Lease:
         return self._take()
 
     def _feed(self, items: list[Any]) -> list[Any]:
-        """The direct lane (:class:`_DirectBolt`): each row straight into
+        """The direct lane (:class:`_LeaseSink`): each row straight into
         the inbox of the bolt task its grouping picks."""
         source, stream = self.single  # type: ignore[misc]
         grouping = self.engine.direct

@@ -18,7 +18,7 @@ direct lane, counters) is docs/SPARK.md.
 This module is the public face; the work is done in private modules, one job each:
 
 * ``_spark_spec``: the public names and errors, the options, and the ``_Spec`` of what runs in a partition;
-* ``_spark_engine``: the in-partition engine, a warm runtime per spec (``_Engine``, ``_Feeder``, ``_DirectBolt``);
+* ``_spark_engine``: the in-partition engine, a warm runtime per spec (``_Engine``, ``_Feeder``, ``_LeaseSink``);
 * ``_spark_lease``: a partition's session with an engine, which carries the exactly-once promise;
 * ``_spark_pool``: the warm pool of engines per Python worker, and the sync side of a partition;
 * ``_spark_counters``: ``BoltCounters``, the Spark accumulator;

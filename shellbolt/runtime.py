@@ -31,6 +31,8 @@ from .topology import ANY_FIELDS, ComponentDef, Topology
 __all__ = ["Runtime"]
 
 _new_tuple = tuple.__new__
+#: seconds done() must stay true before a run that waits until done ends
+_CONFIRM_DONE = 0.05
 #: groupings that send an emit to exactly one task
 _ONE_TASK = frozenset(("shuffle", "local_or_shuffle", "none", "fields", "global"))
 
@@ -72,6 +74,9 @@ class Runtime:
         self.max_tuples: int | None = None
         self.pid_dir = ""
         self._stop: trio.Event | None = None  # made by run(), inside trio
+        #: set by nudge() when something changed that may end a wait of run()
+        #: (a tree finished, a spout came to rest, a stop was asked for)
+        self._changed: trio.Event | None = None
         self._stop_requested = False
         self._stopped_by: str | None = None
         #: set by abort(): every process is closed without its kill grace
@@ -318,17 +323,36 @@ class Runtime:
 
     # -- acker results -------------------------------------------------------------
 
+    def nudge(self) -> None:
+        """Something changed that may end a wait of :meth:`run` (done, drained)."""
+        changed = self._changed
+        if changed is not None:
+            changed.set()
+
+    async def _changes(self) -> None:
+        """Wait for the next :meth:`nudge`."""
+        self._changed = trio.Event()
+        await self._changed.wait()
+
     def settle(self) -> None:
         """Tell spouts about trees that completed or failed."""
         acked, failed, causes = self.acker.drain_with_causes()
         if not acked and not failed:
             return
+        self.nudge()
         tasks = self.tasks
-        for task_id, msg_id in acked:
-            t = tasks[task_id]
-            t.pending_roots -= 1  # type: ignore[attr-defined]
-            t.stats.acked += 1
-            t.notify("ack", msg_id)  # type: ignore[attr-defined]
+        if acked:
+            by_spout: dict[int, list[Any]] = {}
+            for task_id, msg_id in acked:
+                ids = by_spout.get(task_id)
+                if ids is None:
+                    ids = by_spout[task_id] = []
+                ids.append(msg_id)
+            for task_id, ids in by_spout.items():
+                t = tasks[task_id]
+                t.pending_roots -= len(ids)  # type: ignore[attr-defined]
+                t.stats.acked += len(ids)
+                t.acked(ids)  # type: ignore[attr-defined]
         for (task_id, msg_id), cause in zip(failed, causes):
             t = tasks[task_id]
             t.pending_roots -= 1  # type: ignore[attr-defined]
@@ -385,6 +409,7 @@ class Runtime:
             self._stopped_by = reason
         if self._stop is not None:
             self._stop.set()
+        self.nudge()
 
     # -- running -------------------------------------------------------------------
 
@@ -448,12 +473,15 @@ class Runtime:
             return
         while not self._stop.is_set():
             if self.done():
-                # Confirm over a short quiet period: a spout may be between nexts.
-                await trio.sleep(0.05)
-                if self.done():
+                # Confirm over a short quiet period: a shell spout between two
+                # empty nexts looks finished (it backs off up to 50 ms between
+                # them, Storm's spout wait strategy) and may still emit.
+                with trio.move_on_after(_CONFIRM_DONE):
+                    await self._stop.wait()
+                if self._stop.is_set() or self.done():
                     return
-            with trio.move_on_after(0.05):
-                await self._stop.wait()
+                continue
+            await self._changes()  # a tree finished, a spout came to rest, or a stop was asked for
 
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts
@@ -465,13 +493,14 @@ class Runtime:
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
         with trio.move_on_after(grace):
             while self.acker.pending and not self.gave_up:
-                await trio.sleep(0.02)
+                await self._changes()
         # The acks and fails owed to spouts, also after the grace ran out: a
         # spout told "ack" commits its position; one left untold replays.
         self.settle()
+        spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(max(grace, 1.0)):
-            while any(getattr(t, "notices", None) for t in self.tasks.values()) and not self.gave_up:
-                await trio.sleep(0.02)
+            while any(t.notices for t in spouts) and not self.gave_up:
+                await self._changes()
 
     async def _expire_loop(self) -> None:
         while True:

@@ -62,7 +62,7 @@ class ShellTask(Task):
                     if err is not None:
                         return
                     raise
-            self._on_session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
+            self.session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
             d = policy.crashed(started=started, now=trio.current_time())
             if isinstance(d, GiveUp):
                 log.error("%s: giving up after %d restarts of component %r in %gs: %s", self.where(),
@@ -74,15 +74,9 @@ class ShellTask(Task):
                       self.where(), d.delay, d.count, d.budget, d.window, self.name, err)
             await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
 
-    def _on_session_lost(self, cause: str) -> None:
-        """Fail what the dead process had in flight, so spouts replay (§8.2)."""
-        if self.in_flight:
-            acker = self.runtime.acker
-            for edges in self.in_flight.values():
-                acker.fail(edges, cause)
-            self.stats.failed += len(self.in_flight)
-            self.in_flight.clear()
-            self.runtime.settle()
+    def session_lost(self, cause: str) -> None:
+        """The process died or hung (§8.2): what it had in flight is failed
+        by the task kinds that hold tuples (bolts); a spout holds none."""
 
     async def _session(self) -> None:
         rt = self.runtime
@@ -145,6 +139,7 @@ class ShellTask(Task):
     async def _after_batch(self, touched: set["Task"]) -> None:
         """Settle the acker, then wait (once per chunk) for downstream space."""
         self.runtime.settle()
+        self.runtime.nudge()  # what this task holds changed: the run may be done
         full = [t for t in touched if t.full()]
         if full:
             self._blocked = True

@@ -118,7 +118,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self._deactivated = True
                     await self._command(proc, Deactivate())
                 self.idle = True
-                await self._work.park()
+                await self.rest()
                 continue
             # Past --max-tuples a spout that has failed ids outstanding still
             # gets `next`: that is where a shell spout replays them.
@@ -129,8 +129,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self._empty_nexts += 1
                     self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
                     # Storm's spout wait strategy: back off while there is nothing to emit.
-                    with trio.move_on_after(idle_sleep):
-                        await self._work.park()
+                    await self.rest(idle_sleep)
                     idle_sleep = min(idle_sleep * 2, 0.05)
                 else:
                     self._empty_nexts = 0
@@ -138,7 +137,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     idle_sleep = 0.001
             else:
                 self.idle = self.pending_roots == 0 and self._empty_nexts >= 2
-                await self._work.park()
+                await self.rest()
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
         rt = self.runtime
@@ -196,6 +195,20 @@ class PythonSpoutTask(SpoutTask):
 
     host_replays = True
 
+    def acked(self, msg_ids: list[Any]) -> None:
+        # Done with these inputs at once: an ack needs no decision, so it
+        # does not wait in the notices (a fail for the same id cannot be
+        # queued: an input has one tree at a time, and its replay waits for
+        # the fail to be handled).
+        pop = self._values.pop
+        for msg_id in msg_ids:
+            pop(msg_id, None)
+        for d in (self._fails, self._crashes):
+            if d:
+                for msg_id in msg_ids:
+                    d.pop(msg_id, None)
+        self.kick()
+
     def finished(self, limit_reached: bool) -> bool:
         return not self._replay and super().finished(limit_reached)
 
@@ -234,7 +247,7 @@ class PythonSpoutTask(SpoutTask):
                     self._exhausted and not self._replay):
                 self.idle = (self._exhausted and not self._replay and self.pending_roots == 0
                              and not getattr(self._items, "open", False))
-                await self._work.park()
+                await self.rest()
                 continue
             self.idle = False
             touched: set[Task] = set()

@@ -159,6 +159,22 @@ class SpoutTask(Task):
         """A tree of this spout completed (``"ack"``) or failed (``"fail"``, with its cause)."""
         raise NotImplementedError
 
+    async def rest(self, timeout: float | None = None) -> None:
+        """Wait for a kick (work, a notice, room under max spout pending), or
+        ``timeout`` seconds. Tells the runtime first: a spout at rest may be
+        finished, and the runtime waits for that on an event, not a poll."""
+        self.runtime.nudge()
+        if timeout is None:
+            await self._work.park()
+        else:
+            with trio.move_on_after(timeout):
+                await self._work.park()
+
+    def acked(self, msg_ids: list[Any]) -> None:
+        """Trees of this spout completed (``notify("ack", ...)`` for each, in one call)."""
+        for msg_id in msg_ids:
+            self.notify("ack", msg_id)
+
     def finished(self, limit_reached: bool) -> bool:
         """Nothing is owed to this spout and it will emit nothing more: it is
         idle (exhausted), or ``max_tuples`` was reached and its trees are done."""

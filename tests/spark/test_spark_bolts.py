@@ -332,7 +332,7 @@ def test_a_bolt_may_hold_max_in_flight_tuples(spark, tmp_path):
     assert kept.spec.conf["topology.shellbolt.max.pending"] == 100
 
 
-# --- the direct lane (adapters/_spark_engine.py _DirectBolt) ------------------------------------
+# --- the direct lane (adapters/_spark_engine.py _LeaseSink) ------------------------------------
 #
 # Run in this process (no Spark job: the partition function is called on an
 # iterator), so the lane can be switched off with MULTILANG_SPARK_DIRECT=0 and
