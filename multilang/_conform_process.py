@@ -116,9 +116,7 @@ class _Process:
             except BlockingIOError:
                 n = 0
             except (BrokenPipeError, ValueError, OSError) as exc:
-                self.poll()
-                code = f" (exit status {self.returncode})" if self.exited else ""
-                raise _Failure("process.exited", f"cannot write to the component's stdin{code}: {exc}") from None
+                raise _Failure("process.exited", f"cannot write to the component's stdin{self.exit_note()}: {exc}") from None
             view = view[n:]
             if view:
                 remaining = deadline - time.monotonic()
@@ -140,6 +138,11 @@ class _Process:
             return (int(fields[11]) + int(fields[12])) / _CLK_TCK
         except (OSError, IndexError, ValueError):
             return None
+
+    def exit_note(self) -> str:
+        """For a failure message: ' (exit status N)' once the process has exited, else ''."""
+        self.poll()
+        return f" (exit status {self.returncode})" if self.exited else ""
 
     def poll(self) -> bool:
         """Has the process exited? Does not reap it (its group id stays reserved)."""

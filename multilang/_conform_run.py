@@ -311,9 +311,7 @@ class _Run:
         if obj is _TIMEOUT:
             raise _Failure("expect.timeout", f"nothing {waiting_for} within {waited:.1f} s")
         if obj is _EOF:
-            self.proc.poll()
-            code = f" (exit status {self.proc.returncode})" if self.proc.exited else ""
-            raise _Failure("process.exited", f"the component closed its stdout{code} while the runner waited for {waiting_for}")
+            raise _Failure("process.exited", f"the component closed its stdout{self.proc.exit_note()} while the runner waited for {waiting_for}")
         return obj
 
     def step_handshake(self, step: dict[str, Any]) -> None:
@@ -330,9 +328,7 @@ class _Run:
         if obj is _TIMEOUT:
             raise _Failure("handshake.timeout", f"no pid reply within {self.handshake_timeout:.1f} s of the handshake (§2.3, §2.4)")
         if obj is _EOF:
-            self.proc.poll()
-            code = f" (exit status {self.proc.returncode})" if self.proc.exited else ""
-            raise _Failure("process.exited", f"the component closed its stdout{code} before its pid reply (§2.3)")
+            raise _Failure("process.exited", f"the component closed its stdout{self.proc.exit_note()} before its pid reply (§2.3)")
 
     def _encode(self, value: Any, opts: dict[str, Any]) -> bytes:
         # Under msgpack the JSON text options (line endings, indent, ...) do not apply.
@@ -390,9 +386,7 @@ class _Run:
             if obj is _TIMEOUT:
                 return
             if obj is _EOF:
-                self.proc.poll()
-                code = f" (exit status {self.proc.returncode})" if self.proc.exited else ""
-                raise _Failure("process.exited", f"the component closed its stdout{code} (expected it to stay quiet and alive for {ms} ms)")
+                raise _Failure("process.exited", f"the component closed its stdout{self.proc.exit_note()} (expected it to stay quiet and alive for {ms} ms)")
             if not self._ignored(obj, ignore):
                 raise _Failure("expect.unexpected-frame", f"expected no frame within {ms} ms, got {_short(obj)}")
 

@@ -142,6 +142,22 @@ def _dead_letter_writer(path: str | None) -> tuple[Any, Any]:
     return write, f
 
 
+def _runtime(topology: Any, out: "_Output", dead_letter: str | None, **outputs: Any) -> tuple[Any, Any]:
+    """The embedded runtime for ``topology`` writing to ``out``, with
+    --dead-letter's writer: (runtime, dead-letter file or None). A topology
+    the runtime refuses is a usage error (exit 2)."""
+    from .shellbolt import Runtime
+
+    try:
+        runtime = Runtime(topology, **outputs)
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
+    out.runtime = runtime
+    return runtime, dead_file
+
+
 def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
     out: list[BaseException] = []
     for e in eg.exceptions:
@@ -301,7 +317,6 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
-    from .shellbolt import Runtime
     from .shellbolt.topology import load_topology
 
     _setup_logging(log_level)
@@ -328,13 +343,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     def emit(record: dict[str, Any]) -> None:
         out.line(orjson.dumps(record))
 
-    try:
-        runtime = Runtime(topology, on_output=emit)
-    except TopologyError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
-    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
-    out.runtime = runtime
+    runtime, dead_file = _runtime(topology, out, dead_letter, on_output=emit)
     start = time.monotonic()
     try:
         async def go(nursery: Any) -> Any:
@@ -380,7 +389,6 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
 
     Like Spark's RDD.pipe, but with a multilang bolt: multilang pipe -- ruby split_bolt.rb
     """
-    from .shellbolt import Runtime
     from .shellbolt.topology import PythonSpout, ShellBolt, TopologyBuilder
 
     _setup_logging(log_level)
@@ -412,13 +420,7 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
         except TypeError:  # integers beyond 64 bits: the standard library writes them
             line(json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode())
 
-    try:
-        runtime = Runtime(topology, on_tracked_output=emit)
-    except TopologyError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
-    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
-    out.runtime = runtime
+    runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=emit)
     start = time.monotonic()
     try:
         (spout,) = [t for t in runtime.tasks.values() if t.name == "stdin"]
