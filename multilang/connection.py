@@ -858,8 +858,12 @@ class Connection:
                 ok = False
             if ok:  # [values, [id]] elements, built in C: tuples encode as arrays
                 return self._write_emits(zip(values_list, zip(ids)), len(ids))
-        elems = []
+        elems: list[list[Any]] = []
         append = elems.append
+        # Standard frames: an element is encoded before the next one's anchors
+        # are checked, so a refusal names what one call per element would.
+        frames: list[bytes] | None = None if self.batching else []
+        done = 0
         for values, a in zip(values_list, anchors_list):
             if type(values) is not list:
                 values = list(values)
@@ -871,9 +875,15 @@ class Connection:
                 append([values, [t]])
                 continue
             ids = _anchor_ids(a)  # as send_emit gets them: a Tuple is one anchor, whatever its id
+            if frames is not None:
+                frames.append(self._emit_frames(elems[done:], len(elems) - done))
+                done = len(elems)
             self._check_anchors(ids, values)
             append([values, ids])
-        return self._write_emits(elems, len(elems))
+        if frames is None:
+            return self._write_emits(elems, len(elems))
+        frames.append(self._emit_frames(elems[done:], len(elems) - done))
+        return b"".join(frames)
 
     def send_acks(self, tuple_ids: list[str], fail: bool = False) -> bytes:
         """Component bolt: ack (or fail) many pending tuples (§3.6), all or

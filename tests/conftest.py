@@ -1,0 +1,15 @@
+"""Hypothesis profiles for the whole suite.
+
+``default`` (what ``python3 -m pytest -q`` and CI run) draws the same
+examples on every run (``derandomize``): the README's test command gives
+the same verdict on every machine, and a property test cannot fail CI on a
+draw no one has seen. ``explore`` draws new examples each run, many more:
+``python3 -m pytest -q tests/unit --hypothesis-profile=explore`` hunts for
+new counterexamples (found ones are kept in .hypothesis/ and replayed).
+"""
+
+from hypothesis import settings
+
+settings.register_profile("default", derandomize=True)
+settings.register_profile("explore", max_examples=1000)
+settings.load_profile("default")
