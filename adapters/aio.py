@@ -64,7 +64,7 @@ and share plain Python objects without locks. The rules:
   again, then re-raises the cancellation: when the ``async with`` is left,
   no child process of the session is alive.
 
-*Open-ended source*: ``PythonSpoutTask`` (executor.py) treats
+*Open-ended source*: ``PythonSpoutTask`` (shellbolt/spouts.py) treats
 ``StopIteration`` as the end of its source until told otherwise. A feed is
 only empty *for now*, so :meth:`_Feed._resume` calls the task's public
 ``resume()`` when new input arrives.

@@ -33,6 +33,8 @@ __all__ = ["Runtime"]
 _new_tuple = tuple.__new__
 #: seconds done() must stay true before a run that waits until done ends
 _CONFIRM_DONE = 0.05
+#: the longest wait between two looks at done() / drained
+_BACKSTOP = 1.0
 #: groupings that send an emit to exactly one task
 _ONE_TASK = frozenset(("shuffle", "local_or_shuffle", "none", "fields", "global"))
 
@@ -330,9 +332,12 @@ class Runtime:
             changed.set()
 
     async def _changes(self) -> None:
-        """Wait for the next :meth:`nudge`."""
+        """Wait for the next :meth:`nudge`, or a second at most: a backstop,
+        so that a state change no nudge announces (none is known) costs a
+        second, not a run that never ends."""
         self._changed = trio.Event()
-        await self._changed.wait()
+        with trio.move_on_after(_BACKSTOP):
+            await self._changed.wait()
 
     def settle(self) -> None:
         """Tell spouts about trees that completed or failed."""
