@@ -36,7 +36,7 @@ from .codec import decode_component_frame, decode_host_frame, loads, msgpack_fra
 from .connection import Connection
 from .errors import ProtocolError
 from .framing import TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
-from .messages import Emit, Pid, TaskIds, Tick, Tuple, TupleBatch
+from .messages import Ack, Batch, Emit, Fail, Pid, TaskIds, Tick, Tuple, TupleBatch
 
 # The fixed waits below are for the default --timeout (2 s); a longer --timeout
 # stretches every one of them in proportion (_scale), so a slow component (a
@@ -110,6 +110,8 @@ class _Run:
         self.bodies: list[bytes] = []
         self.eof = False
         self.transcript: list[tuple[str, bytes, str]] = []  # (direction, bytes, note)
+        self.sent_ids: list[str] = []  # tuple ids we sent, for messages
+        self.settled: dict[str, str] = {}  # tuple id -> "acked" / "failed" by the component, for messages
         self.received: list[Any] = []
         self.ids: dict[str, str] = {}
         self.last_tuple_id: list[str | None] = [None]
@@ -144,8 +146,10 @@ class _Run:
                 raise VectorBug(f"the vector sends a frame a host may not send: {exc}") from None
             if type(msg) in (Tuple, Tick):
                 self.last_tuple_id[0] = msg.id
+                self.sent_ids.append(msg.id)
             elif type(msg) is TupleBatch:
                 self.last_tuple_id[0] = msg.tuples[-1].id
+                self.sent_ids.extend(u.id for u in msg.tuples)
 
     def send_bytes(self, data: bytes, chunks: list[bytes] | None = None, chunk_size=None, delay_ms=0) -> None:
         self._book(data)
@@ -265,9 +269,28 @@ class _Run:
         failure of the rule it broke, with the core's rule id (spec/vectors/README.md "Rules")."""
         try:
             self.conn.receive_data(data)
-            return self.conn.next_event()
+            ev = self.conn.next_event()
         except ProtocolError as exc:
-            raise _Failure(exc.rule, str(exc)) from None
+            raise _Failure(exc.rule, str(exc) + self._which_ids(exc)) from None
+        # For the messages only (the core checks): what the component settled.
+        t = type(ev)
+        if t is Ack or t is Fail:
+            self.settled[ev.id] = "acked" if t is Ack else "failed"
+        elif t is Batch:
+            self.settled.update(dict.fromkeys(ev.acks, "acked"))
+            self.settled.update(dict.fromkeys(ev.fails, "failed"))
+        return ev
+
+    def _which_ids(self, exc: ProtocolError) -> str:
+        """What the runner's transcript adds to an unknown id: that the
+        component already settled it, or which ids it was sent."""
+        tid = exc.subject
+        if exc.rule not in ("ids.known", "anchors.known") or type(tid) is not str:
+            return ""
+        if tid in self.settled:
+            return f"; it {self.settled[tid]} that tuple already"
+        sent = ", ".join(repr(i) for i in self.sent_ids[:6]) or "none"
+        return f"; ids must be echoed byte for byte (§3.5, §3.6); ids sent: {sent}"
 
     def _spout_rules(self, obj: dict[str, Any]) -> None:
         """§4.3, which the core does not name: it lets a spout emit with

@@ -181,13 +181,13 @@ class Ledger:
         """The error for an id that is not pending, naming the likely mistake."""
         if type(tid) is not str:
             return err(f"component {verb} id {tid!r} ({type(tid).__name__}): tuple ids must be echoed as the exact "
-                       "string received (§3.6)", frame=frame, rule="ids.string-echo")
+                       "string received (§3.6)", frame=frame, rule="ids.string-echo", subject=tid)
         if tid in self.heartbeats:
             return err(f"component {verb} heartbeat id {tid!r}; heartbeats are answered with sync, never acked, "
-                       "failed or anchored to (§3.2, §5.1)", frame=frame, rule="heartbeat.never-acked")
+                       "failed or anchored to (§3.2, §5.1)", frame=frame, rule="heartbeat.never-acked", subject=tid)
         rule = "anchors.known" if verb == "anchors to" else "ids.known"
         return err(f"component {verb} id {tid!r}, which is not a pending tuple (unknown or already acked/failed)",
-                   frame=frame, rule=rule)
+                   frame=frame, rule=rule, subject=tid)
 
     def owe(self, n: int = 1) -> None:
         """§3.4: ``n`` emits want task ids."""

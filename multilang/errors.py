@@ -52,9 +52,11 @@ class ProtocolError(MultilangError):
     #: the rule when the raiser names none: a message out of place (§2-§4)
     default_rule = "protocol.state"
 
-    def __init__(self, msg: str, *, frame: object = None, rule: str | None = None) -> None:
+    def __init__(self, msg: str, *, frame: object = None, rule: str | None = None, subject: object = None) -> None:
         self.frame = frame
         self.rule = rule or self.default_rule
+        #: what broke the rule, when it is one value (the id of ``ids.known``, ...)
+        self.subject = subject
         if frame is not None:
             shown = excerpt(frame) if isinstance(frame, (bytes, bytearray, str)) else repr(frame)[:_EXCERPT]
             msg = f"{msg} (frame: {shown})"

@@ -97,3 +97,10 @@ def test_a_command_that_is_not_a_component(conform, role):
     # `cat` echoes the handshake back: the first frame is not a pid reply.
     report = conform(["cat"], role=role, timeout=0.5, select="handshake.pid-reply")
     _assert_failed(report, ["handshake.pid-reply"], "handshake.pid-first", contains="pidDir")
+
+
+def test_reformatted_ack_ids(conform):
+    # The core names the rule (ids.known); the runner's transcript adds the ids it sent.
+    report = conform(_script("trimmed_ack_ids"), timeout=1.5)
+    _assert_failed(report, ["bolt.ack-id.small", "bolt.ack-id.leading-zeros"], "ids.known", contains="ids sent: ")
+    assert "which is not a pending tuple" in report["bolt.ack-id.small"].reason
