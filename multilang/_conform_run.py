@@ -65,9 +65,13 @@ _SHOW = 240  # bytes of a frame shown in a report
 _SHOW_FRAMES = 12  # frames of the transcript shown for a failure
 
 
+#: control characters shown as escapes: a report stays text (grep, a terminal)
+#: even for binary frames (msgpack, garbage)
+_ESCAPES = {**{c: f"\\x{c:02x}" for c in (*range(32), 127)}, 9: "\\t", 10: "\\n", 13: "\\r"}
+
+
 def _show(data: bytes) -> str:
-    text = data[:_SHOW].decode("utf-8", "replace")
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    text = data[:_SHOW].decode("utf-8", "backslashreplace").translate(_ESCAPES)
     if len(data) > _SHOW:
         text += f"... ({len(data)} bytes)"
     return text

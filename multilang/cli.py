@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import pathlib
+import re
 import signal
 import sys
 import time
@@ -39,7 +40,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, as a shell reports `yes | head`
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="multilang-bridge")
 def main() -> None:
     """Run Apache Storm multilang spouts and bolts, in any language."""
@@ -405,6 +406,7 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     builder.set_bolt("bolt", ShellBolt(list(command), fields=out_fields)).shuffle_grouping("stdin")
     try:
         topology = builder.create_topology(_parse_conf(conf), name="pipe")
+        feed.max_line = int(topology.conf.get("multilang.max.frame.bytes") or feed.max_line)
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
@@ -477,6 +479,11 @@ def _run_on_spark(topology: Any, *, master: str, output: Any) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+#: A run of 19 or more digits: maybe an integer beyond 64 bits, which orjson
+#: reads as a float; the standard library keeps it exact for the bolt.
+_LONG_NUMBER = re.compile(rb"\d{19}")
+
+
 class _StdinFeed:
     """``multilang pipe``'s input: an open-ended source for the stdin spout.
 
@@ -499,6 +506,9 @@ class _StdinFeed:
         self.n_fields = n_fields
         self.json_input = json_input
         self._room: Any = None  # a trio.Event while the reader waits for room
+        #: the longest line taken (multilang.max.frame.bytes): a longer one is
+        #: a dead letter, and what is read of it is not kept (memory is bounded)
+        self.max_line = 64 << 20
 
     def __iter__(self) -> "_StdinFeed":
         return self
@@ -516,22 +526,42 @@ class _StdinFeed:
 
         import trio
 
-        fd, buf, number = sys.stdin.fileno(), b"", 0
+        fd, buf, number = sys.stdin.fileno(), bytearray(), 0
+        skipping = False  # inside a line over max_line: its bytes are dropped up to its end
         while True:
             while len(self.items) >= self.CAPACITY:
                 self._room = trio.Event()
                 await self._room.wait()
                 self._room = None
             chunk = await trio.to_thread.run_sync(os.read, fd, 1 << 16, abandon_on_cancel=True)
-            if chunk:
-                *lines, buf = (buf + chunk).split(b"\n")
-            else:
-                lines, buf = ([buf] if buf else []), b""
+            lines: list[bytearray] = []
+            start = len(buf)  # a newline can only be in what was just read
+            buf += chunk
+            if skipping and (nl := buf.find(b"\n", start)) >= 0:
+                del buf[: nl + 1]  # the end of the over-long line, reported already
+                skipping, start = False, 0
+            # Split only when a line ended: a long partial line is scanned once
+            # per chunk for a newline, not split again and again.
+            if not skipping and buf.find(b"\n", start) >= 0:
+                lines = buf.split(b"\n")
+                buf = lines.pop()
+            if not chunk and buf and not skipping:
+                lines.append(bytearray(buf))  # the last line, without its newline (buf is cleared below)
+            too_long = b""
+            if chunk and not skipping and len(buf) > self.max_line:
+                too_long, skipping = bytes(buf[:100]), True
+            if skipping or not chunk:
+                buf.clear()
             for raw in lines:
                 number += 1
-                values = self._values(raw[:-1] if raw.endswith(b"\r") else raw, number, runtime, spout)
+                values = self._values(bytes(raw[:-1] if raw.endswith(b"\r") else raw), number, runtime, spout)
                 if values is not None:
                     self.items.append(values)
+            if too_long:
+                number += 1
+                runtime.dead_letter(spout, None, [too_long.decode("utf-8", "backslashreplace") + "..."],
+                                    f"stdin line {number} is longer than multilang.max.frame.bytes "
+                                    f"({self.max_line} bytes); it was not sent", 0)
             spout.resume()
             if not chunk:
                 break
@@ -539,11 +569,11 @@ class _StdinFeed:
         spout.resume()
 
     def _values(self, raw: bytes, number: int, runtime: Any, spout: Any) -> list[Any] | None:
-        if self.json_input:
+        if self.json_input and not _LONG_NUMBER.search(raw):
             try:
                 values = orjson.loads(raw)  # checks the UTF-8 too
             except ValueError:
-                pass  # not UTF-8, not JSON, or beyond orjson (integers over 64 bits, NaN): see below
+                pass  # not UTF-8, not JSON, or beyond orjson (NaN): see below
             else:
                 return values if isinstance(values, list) else [values]
         try:

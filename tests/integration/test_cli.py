@@ -348,3 +348,31 @@ def test_when_the_reader_of_the_output_goes_away_pipe_stops_quietly_with_141(tmp
     assert first == b'["w0"]\n'
     assert proc.returncode == 141, err[-2000:]
     assert "reader went away" in err and "Traceback" not in err
+
+
+RECORD_BOLT = [sys.executable, str(Path(__file__).parent / "components" / "record_bolt.py")]
+
+
+def test_pipe_json_input_hands_the_bolt_integers_beyond_64_bits_exactly(tmp_path):
+    # orjson (the fast parser) reads them as floats; the tuple frame must carry what the line says
+    # (a bolt parsing with orjson then gets a float, spec §1.4, but that is the bolt's choice).
+    seen = tmp_path / "seen.txt"
+    p = subprocess.run(ML + ["pipe", "--json-input", "--fields", "a,b", "--", *RECORD_BOLT, str(seen)],
+                       input='[123456789012345678901234567890, "x"]\n[1, "y"]\n', cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert seen.read_text().splitlines() == ['[123456789012345678901234567890, "x"]', '[1, "y"]']
+
+
+def test_pipe_refuses_a_line_longer_than_the_frame_limit_and_goes_on(tmp_path):
+    # A line is held in memory until its newline: multilang.max.frame.bytes bounds it.
+    dead = tmp_path / "dead.jsonl"
+    long_line = "x" * 300_000
+    p = subprocess.run(ML + ["pipe", "-c", "multilang.max.frame.bytes=100000", "--dead-letter", str(dead), "--",
+                             "python", "examples/python/split_bolt.py"],
+                       input=f"one two\n{long_line} tail\nthree\n", cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1, p.stderr[-2000:]  # a dead letter: exit 1
+    assert json_lines(p.stdout) == [["one"], ["two"], ["three"]]
+    (letter,) = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert "stdin line 2 is longer than multilang.max.frame.bytes (100000 bytes)" in letter["cause"]
