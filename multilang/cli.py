@@ -107,8 +107,8 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
                    f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
     if result.dead_letters:
         where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"
-        click.echo(f"[summary] {result.dead_letters} input(s) failed for good after multilang.max.replays "
-                   f"and were given up on{where}:", err=True)
+        click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "
+                   f"multilang.max.replays, or refused before they were sent (0 attempts){where}:", err=True)
         for d in result.dead_letter_sample:
             click.echo(f"[summary]   {d.component}: {_clip(orjson.dumps(d.input).decode())} "
                        f"({d.attempts} attempts): {d.cause}", err=True)
@@ -376,7 +376,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
 
 
 @main.command()
-@click.option("--fields", default="line", show_default=True, help="Comma-separated input fields of the tuples the bolt gets.")
+@click.option("--fields", default=None,
+              help="Comma-separated input fields of the tuples the bolt gets. Default: one field, line; with "
+                   "--json-input, as many values as each line's list has.")
 @click.option("--output-fields", default=None, help="Comma-separated fields the bolt emits (default: any number of values).")
 @click.option("--json-input", is_flag=True, help="Each input line is a JSON list of values instead of one string.")
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE")
@@ -384,7 +386,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write input lines given up on (after multilang.max.replays) here, as JSON lines.")
 @click.argument("command", nargs=-1, required=True)
-def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[str, ...], log_level: str,
+def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: tuple[str, ...], log_level: str,
          dead_letter: str | None, command: tuple[str, ...]) -> None:
     """Pipe stdin through one bolt: each line becomes a tuple, each emit a JSON line.
 
@@ -393,7 +395,11 @@ def pipe(fields: str, output_fields: str | None, json_input: bool, conf: tuple[s
     from .shellbolt.topology import PythonSpout, ShellBolt, TopologyBuilder
 
     _setup_logging(log_level)
+    if fields is None:
+        fields = "*" if json_input else "line"  # "*": any number of values (a JSON list per line)
     in_fields = [f for f in fields.split(",") if f]
+    if not in_fields:
+        raise click.UsageError("--fields names no field")
     if len(in_fields) > 1 and not json_input:
         raise click.UsageError(f"--fields declares {len(in_fields)} fields, but without --json-input each line is "
                                "one value; add --json-input (a JSON list per line) or give one field")

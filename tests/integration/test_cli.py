@@ -376,3 +376,19 @@ def test_pipe_refuses_a_line_longer_than_the_frame_limit_and_goes_on(tmp_path):
     assert json_lines(p.stdout) == [["one"], ["two"], ["three"]]
     (letter,) = [json.loads(line) for line in dead.read_text().splitlines()]
     assert "stdin line 2 is longer than multilang.max.frame.bytes (100000 bytes)" in letter["cause"]
+
+
+def test_pipe_json_input_takes_lists_of_any_length_unless_fields_are_given(tmp_path):
+    lines = '[0, "w0", {"a": 1}]\n["one"]\n'
+    p = subprocess.run(ML + ["pipe", "--json-input", "--", *RECORD_BOLT, str(tmp_path / "a.txt")], input=lines,
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json_lines(p.stdout) == [[0, "w0", {"a": 1}], ["one"]]
+    # Declared fields hold each line to their number: the other one is a dead letter, named.
+    p = subprocess.run(ML + ["pipe", "--json-input", "--fields", "a,b,c", "--", *RECORD_BOLT, str(tmp_path / "b.txt")],
+                       input=lines, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and json_lines(p.stdout) == [[0, "w0", {"a": 1}]]
+    assert "emitted 1 values on stream 'default', which declares 3 fields" in p.stderr
+    p = subprocess.run(ML + ["pipe", "--fields", "", "--", "cat"], input="x\n", cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "--fields names no field" in p.stderr
