@@ -63,6 +63,8 @@ def _scale(timeout: float) -> float:
 
 _SHOW = 240  # bytes of a frame shown in a report
 _SHOW_FRAMES = 12  # frames of the transcript shown for a failure
+_LATE = 0.02  # seconds after the last step (and after each later frame) that late frames are still checked
+_LATE_MAX = 0.2  # ... at most
 
 
 #: control characters shown as escapes: a report stays text (grep, a terminal)
@@ -322,12 +324,18 @@ class _Run:
             self.where = f"step {n}" if n else "handshake"
             kind = next(k for k in _STEP_KINDS if k in step)
             getattr(self, "step_" + kind)(step)
-        # Frames that already arrived are checked too (no waiting).
+        # Frames that already arrived are checked too, and those that follow
+        # within _LATE of each other (at most _LATE_MAX in all): a second ack
+        # written right after the first (a double ack) comes a moment later.
         self.where = "after the last step"
+        now = time.monotonic()
+        end = now + _LATE_MAX * self.scale
+        deadline = min(now + _LATE * self.scale, end)
         while True:
-            r = self.next_frame(time.monotonic())
+            r = self.next_frame(deadline)
             if r is _TIMEOUT or r is _EOF:
                 break
+            deadline = min(time.monotonic() + _LATE * self.scale, end)
 
     def _deadline(self, step: dict[str, Any]) -> tuple[float, float]:
         t = max(self.timeout, step.get("timeout_ms", 0) / 1000 * self.scale)
