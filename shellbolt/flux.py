@@ -1,62 +1,7 @@
-"""Apache Storm Flux YAML topologies on the embedded runtime.
-
-    topology = load_flux("examples/flux/wordcount.yaml")
-    topology = load_flux("topo.yaml", properties="dev.properties")   # like flux --filter
-    topology = load_flux("topo.yaml", env=None)                       # no ${ENV-NAME} substitution
-
-A Flux file (``name``, ``includes``, ``config``, ``spouts``, ``bolts``,
-``streams``) becomes the same :class:`~multilang.shellbolt.topology.Topology`
-a :class:`~multilang.shellbolt.topology.TopologyBuilder` makes. What is
-supported, and what each Java class becomes, is listed in docs/MIGRATION.md;
-in short:
-
-* **Shell components**: ``org.apache.storm.flux.wrappers.spouts.FluxShellSpout``
-  and ``org.apache.storm.flux.wrappers.bolts.FluxShellBolt`` with
-  ``constructorArgs: [[command...], [fields...]]`` (or just ``[[command...]]``)
-  and the config methods ``addComponentConfig``, ``setDefaultStream`` and
-  ``setNamedStream``. Any other class whose ``constructorArgs`` are exactly
-  ``[[command...], [fields...]]`` is taken to be a ``ShellSpout``/``ShellBolt``
-  subclass with that constructor (Storm's own ``ShellSpout``/``ShellBolt``
-  included) and runs as a shell component, unless its name is one edit away
-  from a class listed here (or is such a class's name without its package):
-  that is a typo (Storm would not find the class), a ``TopologyError`` with
-  "did you mean".
-* **Built-in Java classes** that Storm's examples wire next to shell
-  components run in-process with the same fields: ``LogInfoBolt`` (logs each
-  tuple at INFO, no output), ``TestWordSpout`` (random words from Storm's
-  list, field ``word``; *finite*, see below) and ``TestWordCounter`` (fields
-  ``word``, ``count``). Any other Java class is a ``TopologyError`` that names
-  it and says to replace it with a shell component.
-* **Groupings**: ``SHUFFLE``, ``FIELDS`` (``args`` = the fields), ``ALL``,
-  ``GLOBAL``, ``NONE``, ``LOCAL_OR_SHUFFLE``, ``DIRECT``; ``streamId`` picks a
-  named stream. ``CUSTOM`` needs a Java class: ``TopologyError``.
-* **Substitution** happens on the text before it is parsed, as Flux does:
-  ``${name}`` from ``properties`` (a mapping, or the path of a Java
-  ``.properties`` file, ``flux --filter``), ``${name[i]}`` for the i-th item
-  of a list-valued property, ``${ENV-NAME}`` from ``env`` (``flux
-  --env-filter``; pass ``env=None`` to turn it off). Unlike Flux, which warns
-  and leaves the text alone, a placeholder that cannot be resolved is a
-  ``TopologyError`` naming file, line and what to pass. Comment lines are
-  left alone.
-* **Where commands run** (Storm runs them in the topology jar's
-  ``resources/`` directory): conf ``multilang.resource.dir`` (relative to the
-  YAML file) if set; else the ``resources/`` directory next to the YAML file
-  if there is one; else the YAML file's directory.
-* **What ``multilang run`` prints**: by default every tuple on a stream no
-  component subscribes to (a file ending in ``LogInfoBolt`` prints nothing,
-  its tuples are logged). Conf ``multilang.output.component`` (and optional
-  ``multilang.output.stream``, ``multilang.output.key``) selects one stream,
-  as the TOML ``[output]`` table does; if other components subscribe to that
-  stream an in-process tap named ``multilang-output`` is added to read it.
-  Storm ignores unknown conf keys, so such a file still runs under Flux.
-
-``TestWordSpout`` emits ``multilang.testwordspout.count`` words per task
-(default 1000) and then nothing: Storm's emits one word every 100 ms forever,
-which an in-process spout cannot do without stalling the runtime, and a
-finite spout lets ``multilang run`` end on its own. Its emits are reliable
-(Storm's are not), so they are tracked by the acker; set
-``multilang.testwordspout.seed`` for a repeatable sequence.
-"""
+"""Apache Storm Flux YAML topologies on the embedded runtime: ``load_flux(path)``
+makes the same :class:`~multilang.shellbolt.topology.Topology` a
+``TopologyBuilder`` makes. What is supported and what each Flux construct
+becomes is the user manual in docs/FLUX.md (and docs/MIGRATION.md)."""
 
 from __future__ import annotations
 

@@ -538,7 +538,27 @@ class Topology:
         env.update(impl.env or {})
         if shutil.which(argv[0], path=env.get("PATH")) is None and not os.path.exists(os.path.join(cwd, argv[0])):
             raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} not found on PATH"))
+        script = _script_argument(argv)
+        if script is not None and not os.path.exists(os.path.join(cwd, script)):
+            # Else the interpreter exits at once, every restart: a crash loop ending in exit 1.
+            raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: script {script!r} not found (commands run in "
+                                         f"{cwd})"))
         return argv, cwd, env
+
+
+#: interpreters whose first plain argument is the script they run
+_INTERPRETERS = ("python", "ruby", "node", "nodejs", "perl", "php", "bash", "sh", "Rscript", "deno", "bun")
+_SCRIPT_SUFFIXES = (".py", ".rb", ".js", ".mjs", ".cjs", ".ts", ".pl", ".php", ".sh", ".r", ".R")
+
+
+def _script_argument(argv: list[str]) -> str | None:
+    """The script file an interpreter command names (``ruby split.rb``), or
+    None (options first, ``-m``, ``-e``, or no script-like argument)."""
+    name = os.path.basename(argv[0])
+    if len(argv) < 2 or not (name.startswith(_INTERPRETERS) or argv[0] == sys.executable):
+        return None
+    first = argv[1]
+    return first if first.endswith(_SCRIPT_SUFFIXES) and not first.startswith("-") else None
 
 
 # --- TOML ---------------------------------------------------------------------------

@@ -417,6 +417,8 @@ def test_conf_for_merges_component_conf_over_topology_conf():
 
 def test_resolve_command_python_is_this_interpreter_and_env_is_added(tmp_path):
     (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "s.py").touch()  # a script that is not there is a TopologyError (tested in test_validation)
+    (tmp_path / "b.py").touch()
     b = TopologyBuilder()
     b.set_spout("s", ShellSpout(["python", "s.py"], fields=["x"], env={"MY_TEST_VAR": "1"}, cwd="sub"))
     b.set_bolt("b", ShellBolt(["python3", "b.py", "--flag"], fields=["x"])).shuffle_grouping("s")
@@ -450,6 +452,8 @@ def test_toml_missing_cwd_fails_before_any_process_starts(tmp_path):
     p = tmp_path / "topo.toml"
     p.write_text(textwrap.dedent(GOOD).replace("[bolts.c]\n", '[bolts.c]\ncwd = "nonexistent_dir"\n')
                  .replace('"node"', '"python"'))
+    for script in ("s.py", "b.py"):  # the other components' scripts are there
+        (tmp_path / script).touch()
     topo = load_topology(p)
     with pytest.raises(TopologyError, match=rf"^{re.escape(str(p))}: bolt 'c': cwd 'nonexistent_dir' does not exist"):
         Runtime(topo)

@@ -748,3 +748,18 @@ def test_every_conf_key_is_documented():
     doc = (ROOT / "docs" / "CONF.md").read_text()
     missing = [k for k in SCHEMA if f"| `{k}` | {SCHEMA[k].what} |" not in doc]
     assert not missing, f"docs/CONF.md lacks (or has a stale type for) {missing}"
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('"node/count_bolt.js"', '"node/count_bolt2.js"', "bolt 'count': script 'node/count_bolt2.js' not found"),
+    ('"ruby/split_bolt.rb"', '"ruby/splitbolt.rb"', "bolt 'split': script 'ruby/splitbolt.rb' not found"),
+])
+def test_cli_a_missing_script_is_a_usage_error_before_any_process_starts(tmp_path, old, new, message):
+    """Exit 2 naming the script, not exit 1 after the restart budget of an interpreter that exits at once."""
+    for entry in EXAMPLES.iterdir():  # the example's scripts, next to the file (commands run in its directory)
+        (tmp_path / entry.name).symlink_to(entry)
+    p = tmp_path / "wc.toml"
+    p.write_text(WORDCOUNT_TEXT.replace(old, new))
+    result = _cli("run", str(p), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert f"error: {p}: {message}" in result.output
