@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM, TopologyContext
 
-from .conf import check_conf, did_you_mean, unknown_key_message
+from .conf import SCHEMA, check_conf, did_you_mean, unknown_key_message
 from .grouping import GROUPINGS
 
 __all__ = [
@@ -49,25 +49,12 @@ __all__ = [
 #: Declared output fields that accept tuples of any length (``multilang pipe``).
 ANY_FIELDS = ["*"]
 
-#: Storm's defaults for the keys this runtime honours, plus our own (spec §1.3, §2.4, §5, §8.2).
+#: Storm's defaults for the keys this runtime honours, plus our own (spec §1.3,
+#: §2.4, §5, §8.2): the schema's (conf.py), written there once. Not here: the
+#: topology's name and the keys only the Flux loader reads.
 DEFAULT_CONF: dict[str, Any] = {
-    "topology.message.timeout.secs": 30,
-    "topology.max.spout.pending": None,  # None: unbounded, as in Storm
-    "topology.acker.executors": None,  # None: acking on; 0: reliability off (§7.5)
-    "topology.shellbolt.max.pending": 100,
-    "topology.subprocess.timeout.secs": None,
-    "supervisor.worker.timeout.secs": 30,
-    "topology.tick.tuple.freq.secs": None,
-    "multilang.max.frame.bytes": 64 * 1024 * 1024,
-    "multilang.handshake.timeout.secs": 30,
-    "multilang.heartbeat.interval.secs": 1.0,
-    "multilang.restart.budget": 5,
-    "multilang.restart.window.secs": 60,
-    "multilang.shutdown.grace.secs": 5,
-    "multilang.kill.grace.secs": 2,
-    "multilang.hold.emits.until.ack": False,
-    "multilang.extensions": ["batch"],  # offered at the handshake (§9.1); [] = standard protocol only
-    "multilang.max.replays": 3,  # the host's own spouts: replays of a failing tuple before dead-lettering it
+    k.name: list(k.default) if isinstance(k.default, list) else k.default
+    for k in SCHEMA.values() if not k.flux and k.name != "topology.name"
 }
 
 #: The most tasks one component may have (each shell task is a process).
