@@ -540,7 +540,7 @@ class _StdinFeed:
                 await self._room.wait()
                 self._room = None
             chunk = await trio.to_thread.run_sync(os.read, fd, 1 << 16, abandon_on_cancel=True)
-            lines: list[bytearray] = []
+            lines: list[bytes] = []
             start = len(buf)  # a newline can only be in what was just read
             buf += chunk
             if skipping and (nl := buf.find(b"\n", start)) >= 0:
@@ -549,10 +549,10 @@ class _StdinFeed:
             # Split only when a line ended: a long partial line is scanned once
             # per chunk for a newline, not split again and again.
             if not skipping and buf.find(b"\n", start) >= 0:
-                lines = buf.split(b"\n")
-                buf = lines.pop()
+                lines = bytes(buf).split(b"\n")  # one copy per read, not one per line
+                buf = bytearray(lines.pop())
             if not chunk and buf and not skipping:
-                lines.append(bytearray(buf))  # the last line, without its newline (buf is cleared below)
+                lines.append(bytes(buf))  # the last line, without its newline
             too_long = b""
             if chunk and not skipping and len(buf) > self.max_line:
                 too_long, skipping = bytes(buf[:100]), True
@@ -560,7 +560,7 @@ class _StdinFeed:
                 buf.clear()
             for raw in lines:
                 number += 1
-                values = self._values(bytes(raw[:-1] if raw.endswith(b"\r") else raw), number, runtime, spout)
+                values = self._values(raw[:-1] if raw.endswith(b"\r") else raw, number, runtime, spout)
                 if values is not None:
                     self.items.append(values)
             if too_long:
