@@ -26,6 +26,11 @@ from .messages import (
     Metrics,
     Next,
     Pid,
+    StateCommit,
+    StateInit,
+    StatePrepare,
+    StatePrepared,
+    StateRollback,
     Sync,
     TaskIds,
     Tick,
@@ -34,7 +39,7 @@ from .messages import (
     UnknownCommand,
 )
 
-__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "Ledger", "STATE_RULES", "HEARTBEAT_MEMORY"]
+__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "Ledger", "StateLedger", "STATE_RULES", "HEARTBEAT_MEMORY"]
 
 
 class Role(enum.Enum):
@@ -64,6 +69,7 @@ SENDER: dict[Role, dict[type, Side]] = {
         Handshake: H, Tuple: H, Tick: H, Heartbeat: H, TaskIds: H, TupleBatch: H,
         Pid: C, Emit: C, Ack: C, Fail: C, Log: C, Error: C, Metrics: C, Sync: C, Batch: C,
         UnknownCommand: C,
+        StateInit: H, StatePrepare: H, StateCommit: H, StateRollback: H, StatePrepared: C,  # §9.7
     },
     Role.SPOUT: {
         Handshake: H, Activate: H, Deactivate: H, Next: H, Ack: H, Fail: H, TaskIds: H,
@@ -73,7 +79,7 @@ SENDER: dict[Role, dict[type, Side]] = {
 }  # fmt: skip
 
 _BOLT_READY = (Tuple, Tick, Heartbeat, TaskIds, Emit, Ack, Fail, Log, Error, Metrics, Sync, UnknownCommand,
-               TupleBatch, Batch)
+               TupleBatch, Batch, StateInit, StatePrepare, StatePrepared, StateCommit, StateRollback)
 _SPOUT_COMMANDS = (Activate, Deactivate, Next, Ack, Fail, UnknownCommand)
 # Emits, logs, ... are legal at any time after the pid: during open (before
 # the first command, §4.4) and while a command is outstanding.
@@ -119,17 +125,21 @@ class Ledger:
     Remote if the peer did) and the frame to show; each error carries its
     rule id (spec/vectors/README.md "Rules")."""
 
-    __slots__ = ("pending", "owed_task_ids", "heartbeats", "activated")
+    __slots__ = ("pending", "owed_task_ids", "heartbeats", "activated", "state")
 
     def __init__(self) -> None:
         self.pending: set[str] = set()
         self.owed_task_ids = 0
         self.heartbeats: deque[str] = deque(maxlen=HEARTBEAT_MEMORY)
         self.activated = False
+        #: §9.7, once ``state`` is accepted; None without the extension
+        self.state: StateLedger | None = None
 
     def admit(self, ids: Collection[str], err: type, frame: Any) -> None:
         """§3.1, §3.6: the ids of tuples handed over become pending; each
         must be new and appear once (rule ``ids.unique``). All or none."""
+        if self.state is not None and self.state.initializing:
+            raise self.state.before_init(err, frame)
         pending = self.pending
         if pending.isdisjoint(ids):
             before = len(pending)
@@ -199,12 +209,90 @@ class Ledger:
             raise err("task ids sent, but no emit is waiting for them", frame=frame, rule="task-ids.owed")
         self.owed_task_ids -= 1
 
+    def accept(self, accepted: tuple[str, ...], offered: tuple[str, ...], bolt: bool, err: type, frame: Any) -> None:
+        """§9.2: a pid reply accepts only extensions offered, each once
+        (rule ``handshake.extensions``); ``state`` only a bolt (§9.7)."""
+        bad = [e for e in accepted if e not in offered]
+        if bad or len(set(accepted)) != len(accepted):
+            raise err(f"accepted extensions {list(accepted)} that were not offered ({list(offered)}) "
+                      "or twice (§9.2)", frame=frame, rule="handshake.extensions")
+        if "state" in accepted:
+            if not bolt:
+                raise err("a spout accepted the state extension, which is for bolts only (§9.7)", frame=frame,
+                          rule="handshake.extensions")
+            self.state = StateLedger()
+
+    def state_frame(self, msg: Any, err: type, frame: Any) -> None:
+        """§9.7: a state frame needs the extension (rule ``state.negotiated``), then its order."""
+        if self.state is None:
+            raise err("a state frame without the state extension (§9.7)", frame=frame, rule="state.negotiated")
+        self.state.check(msg, err, frame)
+
     def command(self, is_activate: bool, err: type, frame: Any) -> None:
         """§4.1: the first command a host sends a spout is activate (rule ``spout.activate-first``)."""
         if is_activate:
             self.activated = True
         elif not self.activated:
             raise err("the first command to a spout must be activate (§4.1)", frame=frame, rule="spout.activate-first")
+
+
+class StateLedger:
+    """The order of the state extension's frames (§9.7, rule ``state.order``):
+    the whole ``init`` before anything else, one ``prepare`` answered at a
+    time, a ``commit`` naming the last answered one; chunks (``more``) never
+    repeat a key."""
+
+    __slots__ = ("initializing", "asked", "answered", "_chunk_keys")
+
+    def __init__(self) -> None:
+        self.initializing = True  # until the last chunk of init
+        self.asked: int | None = None  # the unanswered prepare's txid
+        self.answered: int | None = None  # the last answered prepare, until its commit or a rollback
+        self._chunk_keys: set[str] = set()  # keys of the chunks so far of a chunked init / prepared
+
+    def before_init(self, err: type, frame: Any) -> Exception:
+        return err("a tuple or heartbeat before the whole state init (§9.7)", frame=frame, rule="state.order")
+
+    def check(self, msg: Any, err: type, frame: Any) -> None:
+        t = type(msg)
+        if t is StateInit:
+            if not self.initializing:
+                raise err("a second state init (§9.7)", frame=frame, rule="state.order")
+            self._chunk(msg.state, msg.more, err, frame)
+            self.initializing = msg.more
+            return
+        if self.initializing:
+            raise err(f"state {t.__name__} before the whole init (§9.7)", frame=frame, rule="state.order")
+        if t is StatePrepare:
+            if self.asked is not None:
+                raise err(f"state prepare {msg.txid} while prepare {self.asked} is unanswered (§9.7)", frame=frame,
+                          rule="state.order")
+            self.asked = msg.txid
+        elif t is StatePrepared:
+            if self.asked != msg.txid:
+                what = "no prepare is unanswered" if self.asked is None else f"prepare {self.asked} is unanswered"
+                raise err(f"state prepared {msg.txid}, but {what} (§9.7)", frame=frame, rule="state.order")
+            self._chunk(msg.put, msg.more, err, frame, msg.delete)
+            if not msg.more:
+                self.asked, self.answered = None, msg.txid
+        elif t is StateCommit:
+            if self.answered != msg.txid:
+                raise err(f"state commit {msg.txid}, but the last answered prepare is {self.answered} (§9.7)",
+                          frame=frame, rule="state.order")
+            self.answered = None
+        else:  # StateRollback: any time after init; an unanswered prepare is still answered
+            self.answered = None
+
+    def _chunk(self, keys: dict[str, Any], more: bool, err: type, frame: Any, deleted: list[str] = ()) -> None:
+        seen = self._chunk_keys
+        if seen or more:
+            fresh = keys.keys() | set(deleted)
+            if not seen.isdisjoint(fresh):
+                raise err(f"state key(s) {sorted(seen & fresh)[:3]} in two chunks (§9.7)", frame=frame,
+                          rule="state.invalid")
+            seen |= fresh
+        if not more:
+            seen.clear()
 
 
 #: The rule id of a message out of place, by (role, state, message type);

@@ -39,6 +39,12 @@ from .messages import (
     Metrics,
     Next,
     Pid,
+    STATE_MESSAGES,
+    StateCommit,
+    StateInit,
+    StatePrepare,
+    StatePrepared,
+    StateRollback,
     Sync,
     TaskIds,
     Tick,
@@ -250,9 +256,28 @@ def encode_json(msg: Message) -> Any:
         if msg.fails:
             obj["fails"] = msg.fails
         return obj
+    if t in _STATE_ACTIONS:
+        return _encode_state(msg, _STATE_ACTIONS[t])
     if t is UnknownCommand:
         return msg.frame
     raise LocalProtocolError(f"cannot encode {t.__name__}")
+
+
+_STATE_ACTIONS = {cls: action for action, cls in STATE_MESSAGES.items()}
+
+
+def _encode_state(msg: Any, action: str) -> dict[str, Any]:
+    """A state frame (§9.7): ``command``, ``action``, ``txid``, then the body."""
+    obj: dict[str, Any] = {"command": "state", "action": action, "txid": msg.txid}
+    t = type(msg)
+    if t is StateInit:
+        obj["state"] = msg.state
+    elif t is StatePrepared:
+        obj["put"] = msg.put
+        obj["delete"] = msg.delete
+    if getattr(msg, "more", False):
+        obj["more"] = True
+    return obj
 
 
 def encode(msg: Message) -> bytes:
@@ -339,6 +364,8 @@ def decode_component_frame(body: bytes, *, loads: Any = loads) -> Message:
         if type(name) is not str:
             raise RemoteProtocolError("metrics needs a string 'name'", frame=body, rule="frame.invalid")
         return Metrics(name=name, params=obj.get("params"))
+    if cmd == "state":
+        return _state_frame(obj, body)
     if cmd is None:
         if "pid" in obj:
             pid = _int(obj["pid"], "'pid'", body)
@@ -350,6 +377,40 @@ def decode_component_frame(body: bytes, *, loads: Any = loads) -> Message:
     if type(cmd) is not str:
         raise RemoteProtocolError("'command' must be a string", frame=body, rule="frame.invalid")
     return UnknownCommand(command=cmd, frame=obj)
+
+
+def _state_frame(obj: dict[str, Any], body: bytes) -> Message:
+    """The shape of a state frame (§9.7, rule ``state.invalid``); who may
+    send it and when is the connection's business."""
+    action = obj.get("action")
+    cls = STATE_MESSAGES.get(action) if type(action) is str else None
+    if cls is None:
+        raise RemoteProtocolError(f"unknown state action {action!r} (init, prepare, prepared, commit, rollback; §9.7)",
+                                  frame=body, rule="state.invalid")
+    txid = obj.get("txid")
+    if not (type(txid) is int and txid >= 1 or txid is None and cls in (StateInit, StateRollback)):
+        raise RemoteProtocolError(f"state {action} 'txid' must be an integer >= 1"
+                                  + (" or null" if cls in (StateInit, StateRollback) else "") + f", got {txid!r}",
+                                  frame=body, rule="state.invalid")
+    more = obj.get("more", False)
+    if type(more) is not bool:
+        raise RemoteProtocolError("state 'more' must be a boolean", frame=body, rule="state.invalid")
+    if cls is StateInit:
+        state = obj.get("state")
+        if type(state) is not dict:
+            raise RemoteProtocolError("state init needs 'state' as an object", frame=body, rule="state.invalid")
+        return StateInit(txid=txid, state=state, more=more)
+    if cls is StatePrepared:
+        put, delete = obj.get("put"), obj.get("delete")
+        if type(put) is not dict or type(delete) is not list or not all(type(k) is str for k in delete):
+            raise RemoteProtocolError("state prepared needs 'put' as an object and 'delete' as an array of strings",
+                                      frame=body, rule="state.invalid")
+        if delete and not put.keys().isdisjoint(delete):
+            both = sorted(put.keys() & set(delete))[:3]
+            raise RemoteProtocolError(f"state prepared names key(s) {both} in both 'put' and 'delete'", frame=body,
+                                      rule="state.invalid")
+        return StatePrepared(txid=txid, put=put, delete=delete, more=more)
+    return cls(txid=txid)
 
 
 def _batch(obj: dict[str, Any], body: bytes) -> Batch:
@@ -414,6 +475,8 @@ def decode_host_frame(body: bytes, *, spout: bool, loads: Any = loads) -> Messag
         return Handshake(pid_dir=pid_dir, conf=conf, context=context)
     if "tuples" in obj and not spout:
         return _tuple_batch(obj["tuples"], body)
+    if not spout and obj.get("command") == "state":
+        return _state_frame(obj, body)
     if spout:
         cmd = obj.get("command")
         if cmd == "ack":

@@ -50,6 +50,7 @@ from .messages import (
     Heartbeat,
     Message,
     Pid,
+    STATE_MESSAGES,
     SpoutCommand,
     TaskIds,
     Tick,
@@ -57,6 +58,8 @@ from .messages import (
     TupleBatch,
     UnknownCommand,
 )
+
+_STATE_TYPES = frozenset(STATE_MESSAGES.values())  # §9.7
 
 __all__ = ["Connection", "NEED_DATA", "Role", "Side", "State"]
 
@@ -303,7 +306,8 @@ class Connection:
         container objects, then seldom finds a burst of young tuples to
         walk (bench/).
         """
-        if self._stash or not self._bolt_component or self._state is not State.READY:
+        if self._stash or not self._bolt_component or self._state is not State.READY or (
+                self.ledger.state is not None and self.ledger.state.initializing):  # §9.7: the general path refuses
             return []
         bodies = self._bodies
         pos = self._pos
@@ -931,6 +935,8 @@ class Connection:
         if t is Tuple or t is Tick:
             ledger.admit((msg.id,), err, frame)
         elif t is Heartbeat:
+            if ledger.state is not None and ledger.state.initializing:
+                raise ledger.state.before_init(err, frame)
             ledger.heartbeats.append(msg.id)
         elif t is Emit:
             if msg.anchors:
@@ -948,16 +954,15 @@ class Connection:
             ledger.admit([u.id for u in msg.tuples], err, frame)
         elif t is Batch:
             self._check_batch(msg, err, frame)
+        elif t in _STATE_TYPES:
+            ledger.state_frame(msg, err, frame)
         elif t is Handshake:
             offered = (msg.conf or {}).get("multilang.extensions") or ()
             self.offered = tuple(offered) if isinstance(offered, list) else ()
             if not remote and "msgpack" in self.offered:
                 self._held = bytearray()
         elif t is Pid:
-            bad = [e for e in msg.extensions if e not in self.offered]
-            if bad or len(set(msg.extensions)) != len(msg.extensions):
-                raise err(f"accepted extensions {list(msg.extensions)} that were not offered ({list(self.offered)}) "
-                          "or twice (§9.2)", frame=frame, rule="handshake.extensions")
+            ledger.accept(msg.extensions, self.offered, self.role is Role.BOLT, err, frame)
             self.extensions = msg.extensions
             self.batching = "batch" in msg.extensions
             if "msgpack" in msg.extensions:

@@ -25,6 +25,12 @@ __all__ = [
     "Emit",
     "Ack",
     "Fail",
+    "StateInit",
+    "StatePrepare",
+    "StatePrepared",
+    "StateCommit",
+    "StateRollback",
+    "STATE_MESSAGES",
     "Log",
     "Error",
     "Metrics",
@@ -339,6 +345,59 @@ class Batch(Message):
     emits: list[list[Any]] = field(default_factory=list)
     acks: list[str] = field(default_factory=list)
     fails: list[str] = field(default_factory=list)
+
+
+# --- extension state (§9.7) ------------------------------------------------------
+
+
+@dataclass(**_FROZEN)
+class StateInit(Message):
+    """Host -> bolt: the state committed under ``txid`` (None: nothing
+    committed), the first frame after the pid reply. ``more``: another
+    chunk follows."""
+
+    txid: int | None
+    state: dict[str, Any]
+    more: bool = False
+
+
+@dataclass(**_FROZEN)
+class StatePrepare(Message):
+    """Host -> bolt: send the changes since the last prepare, under ``txid``."""
+
+    txid: int
+
+
+@dataclass(**_FROZEN)
+class StatePrepared(Message):
+    """Bolt -> host: the answer to :class:`StatePrepare` (``put`` keys set
+    since, ``delete`` keys deleted since). ``more``: another chunk follows."""
+
+    txid: int
+    put: dict[str, Any]
+    delete: list[str]
+    more: bool = False
+
+
+@dataclass(**_FROZEN)
+class StateCommit(Message):
+    """Host -> bolt: the changes prepared under ``txid`` are durable."""
+
+    txid: int
+
+
+@dataclass(**_FROZEN)
+class StateRollback(Message):
+    """Host -> bolt: restore the state as of the last init or commit (``txid``)."""
+
+    txid: int | None
+
+
+#: every message of the state extension, by its wire ``action``
+STATE_MESSAGES: dict[str, type] = {
+    "init": StateInit, "prepare": StatePrepare, "prepared": StatePrepared,
+    "commit": StateCommit, "rollback": StateRollback,
+}
 
 
 @dataclass(**_FROZEN)

@@ -26,6 +26,11 @@ from multilang.messages import (
     Metrics,
     Next,
     Pid,
+    StateCommit,
+    StateInit,
+    StatePrepare,
+    StatePrepared,
+    StateRollback,
     Sync,
     TaskIds,
     Tick,
@@ -99,9 +104,16 @@ component_msgs = st.one_of(
         acks=st.lists(tuple_ids, max_size=4),
         fails=st.lists(tuple_ids, max_size=4),
     ),
+    # §9.7 the component's one state frame: put and delete never share a key
+    st.builds(
+        lambda txid, put, delete, more: StatePrepared(txid=txid, put=put, delete=[k for k in delete if k not in put],
+                                                      more=more),
+        st.integers(1, 2**62), st.dictionaries(text, json_values, max_size=3), st.lists(text, max_size=3),
+        st.booleans(),
+    ),
     st.builds(
         lambda cmd, extra: UnknownCommand(command=cmd, frame={**extra, "command": cmd}),
-        text.filter(lambda c: c not in ("emit", "ack", "fail", "sync", "log", "error", "metrics", "batch")),
+        text.filter(lambda c: c not in ("emit", "ack", "fail", "sync", "log", "error", "metrics", "batch", "state")),
         st.dictionaries(text, json_values, max_size=3),
     ),
 )
@@ -129,6 +141,12 @@ bolt_host_msgs = st.one_of(
         st.builds(Tuple, id=tuple_ids, component=st.one_of(st.none(), text), stream=streams, task=ints,
                   values=st.lists(json_values, max_size=3)),
         min_size=1, max_size=4)),
+    # §9.7 the host's state frames
+    st.builds(StateInit, txid=st.one_of(st.none(), st.integers(1, 2**62)),
+              state=st.dictionaries(text, json_values, max_size=3), more=st.booleans()),
+    st.builds(StatePrepare, txid=st.integers(1, 2**62)),
+    st.builds(StateCommit, txid=st.integers(1, 2**62)),
+    st.builds(StateRollback, txid=st.one_of(st.none(), st.integers(1, 2**62))),
 )  # fmt: skip
 
 spout_host_msgs = st.one_of(
@@ -159,7 +177,8 @@ def test_spout_host_messages_round_trip(msg):
 
 def test_every_message_type_is_covered():
     covered = {Emit, Ack, Fail, Log, Error, Metrics, Sync, Pid, UnknownCommand, Handshake, Tuple, Tick,
-               Heartbeat, TaskIds, Next, Activate, Deactivate, Batch, TupleBatch}  # fmt: skip
+               Heartbeat, TaskIds, Next, Activate, Deactivate, Batch, TupleBatch,
+               StateInit, StatePrepare, StatePrepared, StateCommit, StateRollback}  # fmt: skip
     import multilang.messages as m
 
     sent = {getattr(m, n) for n in m.__all__ if isinstance(getattr(m, n), type) and issubclass(getattr(m, n), m.Message)}
