@@ -17,7 +17,7 @@ the host runtime in :mod:`multilang.shellbolt`; engines in :mod:`multilang.adapt
 """
 
 from ._state import Role, Side, State
-from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout
+from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt
 from .connection import NEED_DATA, Connection
 from .errors import (
     ComponentCrashed,
@@ -32,12 +32,15 @@ from .errors import (
     TopologyError,
 )
 from .messages import Tick, TopologyContext, Tuple, Tuples
+from .state import KeyValueState
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Bolt",
     "BasicBolt",
+    "StatefulBolt",
+    "KeyValueState",
     "Spout",
     "Component",
     "Tuple",

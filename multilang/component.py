@@ -59,6 +59,11 @@ from .messages import (
     Metrics,
     Next,
     Pid,
+    StateCommit,
+    StateInit,
+    StatePrepare,
+    StatePrepared,
+    StateRollback,
     Sync,
     Tick,
     TopologyContext,
@@ -66,8 +71,9 @@ from .messages import (
     Tuples,
     UnknownCommand,
 )
+from .state import CHUNK_BYTES, KeyValueState
 
-__all__ = ["Component", "Bolt", "BasicBolt", "Spout", "TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
+__all__ = ["Component", "Bolt", "BasicBolt", "StatefulBolt", "Spout", "TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
 
 TRACE, DEBUG, INFO, WARN, ERROR = 0, 1, 2, 3, 4
 
@@ -157,8 +163,10 @@ class Component:
 
     _role = Role.BOLT
     #: Extensions this component accepts when the host offers them (spec §9).
-    #: Set to ``()`` to speak the standard protocol only.
+    #: Set to ``()`` to speak the standard protocol only. ``state`` (§9.7) is
+    #: accepted by a :class:`StatefulBolt` only, whatever a subclass lists.
     extensions: tuple[str, ...] = ("batch", "msgpack")
+    _stateful = False  # a StatefulBolt: may accept "state"
 
     def __init__(self) -> None:
         self.conf: dict[str, Any] = {}
@@ -288,7 +296,8 @@ class Component:
         with open(os.path.join(ev.pid_dir, str(pid)), "w"):
             pass
         offered = self.conf.get("multilang.extensions") or ()
-        accept = tuple(e for e in self.extensions if isinstance(offered, list) and e in offered)
+        accept = tuple(e for e in self.extensions
+                       if isinstance(offered, list) and e in offered and (e != "state" or self._stateful))
         self._out.append(self._conn.send(Pid(pid=pid, extensions=accept)))
         self._flush()
         self.initialize(self.conf, self.context)
@@ -463,7 +472,8 @@ class Bolt(Component):
                 if t is ConnectionClosed:
                     return
                 if t is not Tuple:
-                    raise RemoteProtocolError(f"unexpected {t.__name__} from the host", frame=repr(ev))
+                    self._on_event(ev)  # a state frame (§9.7), between the tuples around it
+                    continue
                 tups = [ev]  # set aside while an emit waited for task ids, or from a batch holding a tick
             self._handle_tuples(tups, handle, batch)
 
@@ -532,6 +542,11 @@ class Bolt(Component):
     def _on_tick(self, tup: Tick) -> None:
         self.process_tick(tup)
 
+    def _on_event(self, ev: Any) -> None:
+        """Any other event the loop reads; a plain bolt expects none (the
+        connection refuses state frames it did not negotiate, §9.7)."""
+        raise RemoteProtocolError(f"unexpected {type(ev).__name__} from the host", frame=repr(ev))
+
 
 class BasicBolt(Bolt):
     """A bolt that anchors every emit to the current input, acks the input
@@ -585,6 +600,116 @@ class BasicBolt(Bolt):
                 self.ack(tup)
         finally:
             self._current = None
+
+
+class StatefulBolt(BasicBolt):
+    """A :class:`BasicBolt` with a key-value state (Storm's ``IStatefulBolt``
+    over a ``KeyValueState``; spec §9.7)::
+
+        class Count(StatefulBolt):
+            def process(self, tup):
+                word = tup.values[0]
+                count = self.state.get(word, 0) + 1
+                self.state.put(word, count)
+                self.emit([word, count])
+
+    ``self.state`` is a :class:`~multilang.state.KeyValueState`: string keys,
+    JSON values, changed with ``put`` and ``delete`` while a tuple is
+    processed (before the library acks it, as §9.7 requires). Under a host
+    that offers extension ``state`` (ours) the host keeps the state durable:
+    it gives the committed state back when the process starts, collects the
+    changes at each checkpoint (``prepare``), then commits them or rolls the
+    state back to the last commit (after a failure; the trees concerned are
+    replayed). Under a host that offers nothing (Storm's) the state lives in
+    this process's memory, starting empty, as with Storm's default
+    ``InMemoryKeyValueStateProvider``.
+
+    Hooks (no-ops by default), Storm's names: :meth:`init_state` once per
+    process start, before the first tuple; :meth:`pre_prepare`,
+    :meth:`pre_commit` and :meth:`pre_rollback` before each checkpoint
+    step. An exception in a hook is reported and ends the process (the host
+    restarts it with the committed state).
+    """
+
+    extensions = ("batch", "msgpack", "state")
+    _stateful = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: The bolt's state (§9.7); whole once :meth:`init_state` is called.
+        self.state = KeyValueState()
+        self._init_so_far: dict[str, Any] | None = None  # the chunks of an init so far
+        self._chunk_bytes = CHUNK_BYTES
+
+    # -- hooks ------------------------------------------------------------
+
+    def init_state(self, state: KeyValueState) -> None:
+        """The state is whole (``state`` is ``self.state``): the host's
+        committed state, or an empty one under a host without the extension.
+        Called once per process start, after :meth:`initialize` and before
+        the first tuple."""
+
+    def pre_prepare(self, txid: int) -> None:
+        """Checkpoint ``txid`` starts: the changes made so far are about to be sent to the host."""
+
+    def pre_commit(self, txid: int) -> None:
+        """The changes prepared under ``txid`` are about to become the committed state."""
+
+    def pre_rollback(self) -> None:
+        """The state is about to go back to the last committed one (every change since is dropped)."""
+
+    # -- the loop -----------------------------------------------------------
+
+    def _serve(self) -> None:
+        limit = self.conf.get("multilang.max.frame.bytes")
+        if type(limit) is int and limit > 0:  # §1.3: a prepared chunk stays far below the host's limit
+            self._chunk_bytes = max(1, min(CHUNK_BYTES, limit // 4))
+        if "state" not in self._conn.extensions:
+            self._hook(self.init_state, self.state)  # Storm's host: in memory, starting empty
+        super()._serve()
+
+    def _on_event(self, ev: Any) -> None:
+        t = type(ev)
+        state = self.state
+        if t is StateInit:
+            so_far = self._init_so_far
+            if so_far is None:
+                so_far = dict(ev.state)
+            else:
+                so_far.update(ev.state)  # the core refuses a key in two chunks
+            if ev.more:
+                self._init_so_far = so_far
+                return
+            self._init_so_far = None
+            state._init(so_far)
+            self._hook(self.init_state, state)
+        elif t is StatePrepare:
+            self._hook(self.pre_prepare, ev.txid)
+            chunks = state._prepare(max_bytes=self._chunk_bytes)
+            last = len(chunks) - 1
+            send, out = self._conn.send, self._out
+            for i, (put, delete) in enumerate(chunks):
+                # a standard frame: send closes the output batch first (§9.5, §9.7)
+                out.append(send(StatePrepared(txid=ev.txid, put=put, delete=delete, more=i < last)))
+            self._flush()  # the host waits for it
+        elif t is StateCommit:
+            self._hook(self.pre_commit, ev.txid)
+            state._commit()
+        elif t is StateRollback:
+            self._hook(self.pre_rollback)
+            state._rollback()
+        else:
+            super()._on_event(ev)
+
+    def _hook(self, hook: Any, *args: Any) -> None:
+        try:
+            hook(*args)
+        except _Closed:
+            raise
+        except Exception:
+            self.report_error(f"{type(self).__name__}.{hook.__name__} failed:\n{traceback.format_exc()}")
+            self._flush()
+            raise
 
 
 class Spout(Component):
