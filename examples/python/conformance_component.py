@@ -1,6 +1,6 @@
 """The scripted conformance component for the Python library.
 
-Usage: python conformance_component.py [bolt|basic|spout]
+Usage: python conformance_component.py [bolt|basic|spout|stateful]
 
 Its behaviour is specified in spec/CONFORMANCE.md: each action is keyed on
 the first value of the input tuple, so `multilang conform` can drive every
@@ -10,7 +10,7 @@ part of the library's API and check the frames it produces.
 import os
 import sys
 
-from multilang import BasicBolt, Bolt, Spout
+from multilang import BasicBolt, Bolt, Spout, StatefulBolt
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "bolt"
 SPOUT_IDS = [0, "1", -2, "-3", 4.5, {"k": [5]}, None]
@@ -96,6 +96,25 @@ class ScriptedBasicBolt(BasicBolt):
         self.emit(["tick", tup.values[0] if tup.values else None])
 
 
+class ScriptedStatefulBolt(StatefulBolt):
+    """Mode stateful: each tuple is an operation on the state (§9.7)."""
+
+    def initialize(self, conf, context):
+        announce(self)
+
+    def process(self, tup):
+        op = tup.values[0] if tup.values else None
+        v = tup.values
+        if op == "put":
+            self.state.put(v[1], v[2])
+        elif op == "delete":
+            self.state.delete(v[1])
+        elif op == "get":
+            self.emit([v[1], self.state.get(v[1])])
+        else:
+            self.fail(tup)
+
+
 class ScriptedSpout(Spout):
     def initialize(self, conf, context):
         self.k = 0
@@ -122,4 +141,5 @@ class ScriptedSpout(Spout):
 
 
 if __name__ == "__main__":
-    {"bolt": ScriptedBolt, "basic": ScriptedBasicBolt, "spout": ScriptedSpout}[MODE]().run()
+    {"bolt": ScriptedBolt, "basic": ScriptedBasicBolt, "spout": ScriptedSpout,
+     "stateful": ScriptedStatefulBolt}[MODE]().run()

@@ -1,22 +1,24 @@
 """Word-count bolt: ["word"] -> ["word", count], the running count.
 
-The counts live in this process's memory: if the process is killed they are
-lost, exactly as with a Storm bolt (see the README on exact counts).
+A StatefulBolt: the counts are its key-value state (spec/PROTOCOL.md §9.7).
+Under a host that offers extension `state` (ours does, §9.4) the host
+checkpoints them: a restarted process starts from the last committed counts,
+and after a failure the counts go back to the last commit while the tuples
+since are replayed, so each word is counted once. Under a host that offers
+nothing (Storm's) the counts live in this process's memory, starting empty,
+and are lost with it, exactly as with a Storm bolt (see the README on exact
+counts).
 """
 
-from collections import Counter
-
-from multilang import BasicBolt
+from multilang import StatefulBolt
 
 
-class CountBolt(BasicBolt):
-    def initialize(self, conf, context):
-        self.counts = Counter()
-
+class CountBolt(StatefulBolt):
     def process(self, tup):
         word = tup.values[0]
-        self.counts[word] += 1
-        self.emit([word, self.counts[word]])
+        count = self.state.get(word, 0) + 1
+        self.state.put(word, count)
+        self.emit([word, count])
 
 
 if __name__ == "__main__":

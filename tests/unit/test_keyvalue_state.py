@@ -267,7 +267,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=300, derandomize=True)
+@settings(max_examples=300)
 @given(st.dictionaries(st.sampled_from("abcde"), st.integers(0, 9)), ops)
 def test_against_a_model(init, steps):
     """What the host would store: applying each prepared's changes to the
