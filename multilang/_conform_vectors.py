@@ -83,7 +83,7 @@ _STEP_KINDS = (
     "check",
 )
 _ROLES = ("bolt", "spout", "any")
-_REQUIRES = ("protocol", "bolt", "basic", "spout")
+_REQUIRES = ("protocol", "bolt", "basic", "spout", "stateful")
 
 
 # ---------------------------------------------------------------------------

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 #: spec/CONFORMANCE.md "Announcing itself".
-READY_RE = re.compile(r"^multilang-conformance ready mode=(bolt|basic|spout) lang=(\S+)$")
+READY_RE = re.compile(r"^multilang-conformance ready mode=(bolt|basic|spout|stateful) lang=(\S+)$")
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,12 @@ def failures(report, ignore=()):
     return failed, report.to_text()
 
 
-def applicable(vectors, role, mode):
-    """Ids of the vectors that apply to a component of ``role`` in scripted ``mode`` (or None)."""
-    return {v.id for v in vectors if v.role in ("any", role) and v.requires in ("protocol", mode)}
+def applicable(vectors, role, mode, accepts=None):
+    """Ids of the vectors that apply to a component of ``role`` in scripted
+    ``mode`` (or None) that accepts the extensions ``accepts`` when offered
+    (default: what the components of our libraries accept: batch and
+    msgpack, and state only in mode stateful, §9.7)."""
+    if accepts is None:
+        accepts = {"batch", "msgpack"} | ({"state"} if mode == "stateful" else set())
+    return {v.id for v in vectors if v.role in ("any", role) and v.requires in ("protocol", mode)
+            and (v.extension is None or v.extension in accepts)}

@@ -50,7 +50,7 @@ def test_every_required_section_and_mode_is_covered():
     required = {"1.1", "1.2", "1.3", "1.4", "2.2", "2.3", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7",
                 "4.1", "4.2", "4.3", "4.4", "4.5", "5.1", "5.4", "6.2"}
     assert required <= cited, required - cited
-    assert {v.requires for v in VECTORS} == {"protocol", "bolt", "basic", "spout"}
+    assert {v.requires for v in VECTORS} == {"protocol", "bolt", "basic", "spout", "stateful"}
     assert {v.role for v in VECTORS} == {"any", "bolt", "spout"}
 
 
