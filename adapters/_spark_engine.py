@@ -241,7 +241,7 @@ class _Engine:
         self.spec = spec
         self.pool = pool
         topo = spec.topology(on_worker=True)
-        self.runtime = rt = Runtime(topo, on_tracked_output=self._on_output)
+        self.runtime = rt = Runtime(topo, on_tracked_output=self._on_output, checkpointing=False)
         self.feeders: dict[str, _Feeder] = {}
         for name in spec.sources:
             comp = topo.components[name]

@@ -77,7 +77,7 @@ def _collect_spouts(topo: Topology) -> dict[tuple[str, str], list[list[Any]]]:
     def collect(component: str, stream: str, values: list[Any], roots: list[int]) -> None:
         got.setdefault((component, stream), []).append(values)
 
-    rt = Runtime(sub, on_tracked_output=collect)
+    rt = Runtime(sub, on_tracked_output=collect, checkpointing=False)
     res = trio.run(lambda: rt.run(until_done=True))
     if res.gave_up:
         raise res.gave_up[0]

@@ -102,7 +102,8 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     click.echo(line, err=True)
     for name, s in result.stats.items():
         extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
-                                                            ("dead letters", s.dead_letters)) if n)
+                                                            ("dead letters", s.dead_letters),
+                                                            ("skipped (committed by an earlier run)", s.skipped)) if n)
         click.echo(f"[summary]   {name}: emitted {s.emitted}, executed {s.executed}, acked {s.acked}, "
                    f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
     if result.dead_letters:
@@ -117,6 +118,11 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     for name, msg_id, times, cause in result.repeated_failures:
         click.echo(f"[summary] spout {name!r} saw message id {_clip(repr(msg_id))} fail {times} times"
                    + (f"; last cause: {cause}" if cause else ""), err=True)
+    if getattr(result, "stateful", None):
+        where = (f"kept in {result.state_path}" if result.state_path else
+                 "kept for this run only (resume a run with --state-dir DIR)")
+        click.echo(f"[summary] state of {', '.join(result.stateful)}: checkpoint {result.state_txid} committed "
+                   f"({result.checkpoints} in this run, {result.rollbacks} rolled back); {where}", err=True)
     for err in result.gave_up:
         click.echo(f"[summary] gave up: {err}", err=True)
 
@@ -307,6 +313,9 @@ def _exit_code(result: Any, signum: int | None) -> int:
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Live progress on stderr.")
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write inputs given up on (after multilang.max.replays) here, as JSON lines.")
+@click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
+                   "to resume after a crash. Default: a temporary directory, gone after the run.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL (--engine spark).")
 @click.option("--filter", "filter_file", type=click.Path(dir_okay=False), metavar="PROPERTIES_FILE",
               help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
@@ -314,23 +323,27 @@ def _exit_code(result: Any, signum: int | None) -> int:
               help="Flux YAML: substitute ${ENV-NAME} with environment variables (like flux -e).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
         output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
-        master: str, filter_file: str | None, env_filter: bool) -> None:
+        state_dir: str | None, master: str, filter_file: str | None, env_filter: bool) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
     from .shellbolt.topology import load_topology
 
     _setup_logging(log_level)
+    overrides = _parse_conf(conf)
+    if state_dir is not None:
+        overrides["topology.state.provider.config"] = {"dir": state_dir}
     try:
         if topology_file.endswith((".yaml", ".yml")):
             from .shellbolt.flux import load_flux
 
-            topology = load_flux(topology_file, filter_file, os.environ if env_filter else None,
-                                 overrides=_parse_conf(conf))
+            topology = load_flux(topology_file, filter_file, os.environ if env_filter else None, overrides=overrides)
         elif filter_file is not None or env_filter:
             raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
         else:
-            topology = load_topology(topology_file, _parse_conf(conf))
+            topology = load_topology(topology_file, overrides)
+        if engine == "spark" and state_dir is not None:
+            raise TopologyError("--state-dir applies to the embedded engine (--engine local) only")
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None

@@ -71,6 +71,11 @@ class Acker:
         self._failed: list[tuple[int, Any]] = []
         self._causes: list[str | None] = []  # why each of _failed failed, in the same order
         self.stats = {"completed": 0, "failed": 0, "timed_out": 0}
+        #: roots whose failure the caller must hear of at once (the trees that
+        #: touched a stateful bolt since its last checkpoint, §9.7): the cause
+        #: of the first such failure since the caller last cleared it
+        self.watch: set[int] = set()
+        self.watch_failed: str | None = None
 
     def new_id(self) -> int:
         return self._rand(64) or new_edge_id(self._rand)  # zero (p = 2^-64) draws again
@@ -194,6 +199,8 @@ class Acker:
     def fail_root(self, r: int, cause: str | None = None) -> None:
         root = self.roots.pop(r, None)
         if root is not None:
+            if r in self.watch and self.watch_failed is None:
+                self.watch_failed = cause or "failed"
             self.stats["failed"] += 1
             self._failed.append((root.spout_task, root.msg_id))
             self._causes.append(cause)

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from multilang.connection import Role
-from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, TaskIds, Tick, Tuple
+from multilang.errors import ProtocolError
+from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, StatePrepared, TaskIds, Tick, Tuple
 
 from .process import ShellProcess
 from .results import brief
 from .shell_task import ShellTask
+from .checkpoint import init_frames
 from .sinks import AckerSink, BoltSink
 from .tasks import Task, log, new_tuple_id
 from .topology import ComponentDef, PythonBolt
@@ -56,6 +58,11 @@ class ShellBoltTask(ShellTask):
         self._urgent = []
         self._last_settled = trio.current_time()
         self._warned_holding = False
+        cp = self.runtime.checkpoints
+        if cp is not None and "state" in proc.conn.extensions:  # §9.7: the committed state first
+            txid, state = cp.attach(self)
+            await proc.write(b"".join(init_frames(proc.conn, txid, state, self.max_frame)))
+            cp.ready.add(self.task_id)
         nursery.start_soon(self._writer, proc)
         nursery.start_soon(self._heartbeats, proc)
         nursery.start_soon(self._watchdog, proc, lambda: proc.last_inbound)
@@ -104,6 +111,25 @@ class ShellBoltTask(ShellTask):
             if w or (w is None and settling):
                 return True
         return False
+
+    def offers(self, extensions: list[str]) -> list[str]:
+        # §9.7: state only where the runtime checkpoints it, on the general lane
+        if self.runtime.checkpoints is None or not isinstance(self.sink, AckerSink):
+            return [e for e in extensions if e != "state"]
+        return extensions
+
+    def send_state(self, msg: Message) -> None:
+        """A state frame (§9.7) to the process, ahead of the tuples not yet
+        written (as task ids and heartbeats, §5.3): a rollback precedes
+        every tuple queued after it."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            self._urgent.append(proc.conn.send(msg))
+        except ProtocolError:  # the connection just ended: the session is being lost
+            return
+        self.kick()
 
     def session_lost(self, cause: str) -> None:
         """Fail what the dead process had in flight, so it is replayed (§8.2, §8.4)."""
@@ -217,6 +243,8 @@ class ShellBoltTask(ShellTask):
                 sink.failed(self, ev.id, self._fail_cause())
                 self.stats.failed += 1
                 settled += 1
+            elif t is StatePrepared:
+                self.runtime.checkpoints.prepared(self, ev)  # type: ignore[union-attr]  (offered only with one)
             else:
                 self._common(ev, proc)
         if settled:

@@ -26,6 +26,7 @@ No trio here: this module is pure and imports nothing of the runtime.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ __all__ = ["ConfKey", "SCHEMA", "EXTENSIONS", "ProcessConf", "check_conf", "chec
 log = logging.getLogger("multilang.shellbolt")
 
 #: Extension names a host may offer (spec/PROTOCOL.md §9.4).
-EXTENSIONS = ("batch", "msgpack")
+EXTENSIONS = ("batch", "msgpack", "state")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,19 @@ def _extensions(v: Any) -> bool:
     return _str_list(v) and all(x in EXTENSIONS for x in v) and len(set(v)) == len(v)
 
 
+def _provider(v: Any) -> bool:
+    return isinstance(v, str) and (v in ("sqlite", "memory") or v.count(":") == 1 and all(v.split(":")))
+
+
+def _provider_config(v: Any) -> bool:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return False
+    return v is None or isinstance(v, dict) and all(isinstance(k, str) for k in v)
+
+
 def _seed(v: Any) -> bool:
     return v is None or isinstance(v, str) or _is_number(v)
 
@@ -148,7 +162,15 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.hold.emits.until.ack", "true or false", _bool, False,
             "Hold a bolt's emits until it acks their anchor (a restart then never leaves half an output)."),
     ConfKey("multilang.extensions", f"a list of distinct extension names from {list(EXTENSIONS)}", _extensions,
-            ["batch"], "Extensions offered at the handshake (spec §9); [] = standard protocol only."),
+            ["batch", "state"], "Extensions offered at the handshake (spec §9; state to bolts only); [] = standard protocol only."),
+    ConfKey("topology.state.checkpoint.interval.ms", "a positive integer (milliseconds)", _int(1), 1000,
+            "How often stateful bolts' state is checkpointed (spec §9.7); their acks wait for it.", scope="topology"),
+    ConfKey("topology.state.provider", "'sqlite', 'memory' or a Python 'module:Class'", _provider, "sqlite",
+            "Where stateful bolts' state is kept: sqlite (one file per topology), memory (lost with the run).",
+            scope="topology"),
+    ConfKey("topology.state.provider.config", "a table (or its JSON text) such as {dir = 'state'}", _provider_config,
+            None, "The state provider's settings; sqlite: dir, the directory of its file (--state-dir).",
+            scope="topology"),
     ConfKey("multilang.max.replays", "an integer >= 0", _int(0), 3,
             "Times the host's own spouts replay a failing tuple before dead-lettering it."),
     # Read by the Flux YAML loader only (the TOML format has tables for these).

@@ -25,6 +25,9 @@ class ComponentStats:
     #: copy would process the input twice)
     expired: int = 0
     dead_letters: int = 0  # spouts of the host: inputs given up on after multilang.max.replays
+    #: spouts, a resumed run: emits not delivered (acked at once) because an
+    #: earlier run's committed state reflects them (§9.7)
+    skipped: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,6 +74,14 @@ class RunResult:
     #: spout decides about replays; the host only names them)
     repeated_failures: list[tuple[str, Any, int, str | None]] = field(default_factory=list)
     stopped_by: str = "done"
+    #: stateful bolts (§9.7): their components, the last committed txid,
+    #: checkpoints committed and rollbacks in this run, and where the state is
+    #: kept (a file path; None: in memory or a temporary directory)
+    stateful: list[str] = field(default_factory=list)
+    state_txid: int | None = None
+    checkpoints: int = 0
+    rollbacks: int = 0
+    state_path: str | None = None
 
     @property
     def ok(self) -> bool:

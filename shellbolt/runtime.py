@@ -21,6 +21,7 @@ from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TI
 
 from .acker import Acker, TupleEdges
 from .bolts import PythonBoltTask, ShellBoltTask
+from .checkpoint import Checkpointer
 from .grouping import Grouping, Router
 from .ratelog import RateLimitedLog
 from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, sort_key
@@ -50,11 +51,16 @@ class Runtime:
     ``on_tracked_output(component, stream, values, roots)``, if given, gets
     every output tuple instead (no record building, no ``key``), with the
     acker root ids it belongs to (empty if unanchored): the Spark adapter
-    holds a root's outputs until its tree completes."""
+    holds a root's outputs until its tree completes.
+
+    ``checkpointing``: stateful bolts (§9.7) get their state from, and
+    checkpoint it to, the store ``topology.state.provider`` names; False: no
+    process is offered ``state`` (an engine that keeps state its own way)."""
 
     def __init__(
         self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None,
         on_tracked_output: Callable[[str, str, list[Any], list[int]], None] | None = None,
+        checkpointing: bool = True,
     ) -> None:
         self.topology = topology
         self.on_tracked_output = on_tracked_output
@@ -92,6 +98,13 @@ class Runtime:
         self.dead_letters = 0
         self._dead_letter_sample: list[DeadLetter] = []
         self._build()
+        #: stateful bolts' checkpoints (§9.7); opens a named state store now
+        self.checkpoints = Checkpointer(self) if checkpointing else None
+        #: a resumed run: (spout, msg id) -> whether an earlier run committed it
+        self._skip = self.checkpoints.skip if self.checkpoints is not None and self.checkpoints.resuming else None
+        if self.checkpoints is not None and self._key_index is not None:
+            for record in self.checkpoints.resumed_outputs():  # a resumed run prints the whole run's view
+                self.outputs_by_key[self._view_key(record)] = record
 
     def _build(self) -> None:
         topo = self.topology
@@ -204,7 +217,8 @@ class Runtime:
             plan = src.plain[DEFAULT_STREAM] = self._plain_plan(src, DEFAULT_STREAM)
         n_fields, grouping = plan
         if (not self.acking or grouping is None or grouping is False or grouping.kind not in _ONE_TASK
-                or n_fields >= 0 and any(len(v) != n_fields for v in values_list)):
+                or n_fields >= 0 and any(len(v) != n_fields for v in values_list)
+                or self._skip is not None):
             for values, msg_id in zip(values_list, msg_ids):
                 self.route_plain(src, values, DEFAULT_STREAM, None, touched, msg_id, now)
             return
@@ -253,6 +267,10 @@ class Runtime:
                  anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
         """A valid emit to ``targets``: acker bookkeeping, then one Delivery
         per task, or the topology's output if nobody subscribes."""
+        if anchors is None and msg_id is not None and self._skip is not None and self._skip(src, msg_id):
+            src.stats.skipped += 1
+            src.notify("ack", msg_id)  # type: ignore[attr-defined]  (§9.7: committed by an earlier run)
+            return
         src.stats.emitted += 1
         n = len(targets)
         if anchors is None:  # a spout emit
@@ -295,7 +313,7 @@ class Runtime:
                 roots = list({r for a in anchors for r in a.ids})
             self.on_tracked_output(src.name, stream, values, roots)
         else:
-            self._output(src.name, stream, values)
+            self._output(src.name, stream, values, anchors)
 
     def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
         src.stats.errors += 1
@@ -306,7 +324,8 @@ class Runtime:
                         "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))
         return None
 
-    def _output(self, component: str, stream: str, values: list[Any]) -> None:
+    def _output(self, component: str, stream: str, values: list[Any],
+                anchors: list[TupleEdges] | None = None) -> None:
         out = self.topology.output
         if out.component is not None and (component != out.component or stream != (out.stream or "default")):
             return
@@ -319,28 +338,45 @@ class Runtime:
             record.update(zip(fields, values))
         if self._key_index is not None:
             key = tuple(hashable(values[i]) for i in self._key_index)
-            self.outputs_by_key[key] = record
+            cp = self.checkpoints
+            if cp is not None and cp.tasks:  # durable with the state: kept until its checkpoint commits
+                cp.output(key, record, frozenset(r for a in anchors or () for r in a.ids))
+            else:
+                self.outputs_by_key[key] = record
         elif self.on_output is not None:
             self.on_output(record)
+
+    def _view_key(self, record: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(hashable(record.get(k)) for k in self.topology.output.key or [])
+
+    def commit_view(self, updates: dict[Any, dict[str, Any]]) -> None:
+        """The output view's changes that a checkpoint just committed (§9.7)."""
+        self.outputs_by_key.update(updates)
 
     # -- acker results -------------------------------------------------------------
 
     def nudge(self) -> None:
-        """Something changed that may end a wait of :meth:`run` (done, drained)."""
+        """Something changed that may end a wait of :meth:`run` (done,
+        drained, a checkpoint's cut): wakes every :meth:`wait_for_change`."""
         changed = self._changed
         if changed is not None:
+            self._changed = None
             changed.set()
 
-    async def _changes(self) -> None:
+    async def wait_for_change(self) -> None:
         """Wait for the next :meth:`nudge`, or a second at most: a backstop,
         so that a state change no nudge announces (none is known) costs a
         second, not a run that never ends."""
-        self._changed = trio.Event()
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = trio.Event()
         with trio.move_on_after(_BACKSTOP):
-            await self._changed.wait()
+            await changed.wait()
 
     def settle(self) -> None:
         """Tell spouts about trees that completed or failed."""
+        if self.acker.watch_failed is not None:  # a tree that touched a stateful bolt failed: §9.7 rollback
+            self.checkpoints.rollback(self.acker.watch_failed)  # type: ignore[union-attr]
         acked, failed, causes = self.acker.drain_with_causes()
         if not acked and not failed:
             return
@@ -369,6 +405,8 @@ class Runtime:
         (the limit counts what the spouts emitted; a failed tree of those
         must still be replayed), not past max spout pending."""
         if not replay and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
+            return False
+        if self.checkpoints is not None and self.checkpoints.paused:  # a checkpoint waits for its cut (§9.7)
             return False
         msp = self.max_spout_pending
         return msp is None or spout.pending_roots < msp  # type: ignore[attr-defined]
@@ -451,6 +489,8 @@ class Runtime:
                 for t in self.tasks.values():
                     nursery.start_soon(t.run)
                 nursery.start_soon(self._expire_loop)
+                if self.checkpoints is not None:
+                    nursery.start_soon(self.checkpoints.run)
                 for comp in self.topology.components.values():
                     freq = self.topology.conf_for(comp.name).get("topology.tick.tuple.freq.secs")
                     if freq and comp.kind == "bolt":
@@ -469,6 +509,8 @@ class Runtime:
             self.stopping = True
             self.errlog.flush(trio.current_time())
             shutil.rmtree(self.pid_dir, ignore_errors=True)
+            if self.checkpoints is not None:
+                self.checkpoints.close()
         return self.result()
 
     async def _wait_for_stop(self, until_done: bool) -> None:
@@ -486,7 +528,7 @@ class Runtime:
                 if self._stop.is_set() or self.done():
                     return
                 continue
-            await self._changes()  # a tree finished, a spout came to rest, or a stop was asked for
+            await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
 
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts
@@ -498,14 +540,14 @@ class Runtime:
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
         with trio.move_on_after(grace):
             while self.acker.pending and not self.gave_up:
-                await self._changes()
+                await self.wait_for_change()
         # The acks and fails owed to spouts, also after the grace ran out: a
         # spout told "ack" commits its position; one left untold replays.
         self.settle()
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(max(grace, 1.0)):
             while any(t.notices for t in spouts) and not self.gave_up:
-                await self._changes()
+                await self.wait_for_change()
 
     async def _expire_loop(self) -> None:
         while True:
@@ -526,7 +568,10 @@ class Runtime:
             report(self)
 
     def result(self) -> RunResult:
-        outputs = list(self.outputs_by_key.values())
+        view = self.outputs_by_key
+        if self.checkpoints is not None and self.checkpoints.view:  # not committed yet: shown, marked nowhere
+            view = {**view, **{k: r for k, (r, _) in self.checkpoints.view.items()}}
+        outputs = list(view.values())
         if self._key_index is not None:
             outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
         repeated = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.repeated_failures()]
@@ -542,4 +587,5 @@ class Runtime:
             dead_letter_sample=list(self._dead_letter_sample),
             repeated_failures=repeated,
             stopped_by=self._stopped_by or "request",
+            **(self.checkpoints.summary() if self.checkpoints is not None else {}),
         )

@@ -74,6 +74,10 @@ class ShellTask(Task):
                       self.where(), d.delay, d.count, d.budget, d.window, self.name, err)
             await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
 
+    def offers(self, extensions: list[str]) -> list[str]:
+        """The extensions offered to this task's processes (§9.1): a spout is never offered ``state`` (§9.7)."""
+        return [e for e in extensions if e != "state"]
+
     def session_lost(self, cause: str) -> None:
         """The process died or hung (§8.2): what it had in flight is failed
         by the task kinds that hold tuples (bolts); a spout holds none."""
@@ -94,6 +98,9 @@ class ShellTask(Task):
         self.proc = proc
         try:
             conf = {**self.conf}
+            offered = conf.get("multilang.extensions")
+            if isinstance(offered, list):
+                conf["multilang.extensions"] = self.offers(offered)
             context = rt.topology.context_for(self.name, self.task_id).to_json()
             async with trio.open_nursery() as n:
                 early = await proc.start(n, conf, context)  # spawned, stderr drained, handshaken

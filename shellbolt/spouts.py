@@ -123,9 +123,9 @@ class ShellSpoutTask(ShellTask, SpoutTask):
             # Past --max-tuples a spout that has failed ids outstanding still
             # gets `next`: that is where a shell spout replays them.
             if rt.may_emit(self, replay=bool(self.fail_counts)):
-                before = self.stats.emitted
+                before = self.stats.emitted + self.stats.skipped
                 await self._command(proc, Next())
-                if self.stats.emitted == before:
+                if self.stats.emitted + self.stats.skipped == before:
                     self._empty_nexts += 1
                     self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
                     # Storm's spout wait strategy: back off while there is nothing to emit.

@@ -171,7 +171,12 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "multilang.kill.grace.secs": ([-0.1, "2", None, False], [0, 0.5, 2]),
     "multilang.hold.emits.until.ack": ([1, 0, "true", None], [True, False]),
     "multilang.extensions": (["batch", ["zip"], ["batch", "batch"], [1], None, {"batch": True}],
-                             [[], ["batch"], ["batch", "msgpack"], ["msgpack"]]),
+                             [[], ["batch"], ["batch", "msgpack"], ["msgpack"], ["batch", "state"]]),
+    "topology.state.checkpoint.interval.ms": ([0, -1, 1.5, "1000", True, None], [1, 1000]),
+    "topology.state.provider": (["redis", "org.apache.storm.redis.state.RedisKeyValueStateProvider", ":x", "m:",
+                                 "a:b:c", 1, None, ["sqlite"]], ["sqlite", "memory", "mystore:RedisStore"]),
+    "topology.state.provider.config": ([1, "not json", "[1]", ["dir"], True], [None, {}, {"dir": "state"},
+                                                                              '{"dir": "state"}']),
     "multilang.max.replays": ([-1, 1.5, "3", True, None], [0, 3, 100]),
     "multilang.resource.dir": ([1, [".."], True], [None, "..", "resources"]),
     "multilang.output.component": ([None, ["c"], 1.5, True], ["count", 1]),
@@ -192,7 +197,7 @@ def test_default_conf_is_the_schemas_defaults_and_each_is_valid():
     for key, value in DEFAULT_CONF.items():
         assert check_value(key, value) is None, key
     assert DEFAULT_CONF["multilang.max.replays"] == 3
-    assert DEFAULT_CONF["topology.shellbolt.max.pending"] == 100 and DEFAULT_CONF["multilang.extensions"] == ["batch"]
+    assert DEFAULT_CONF["topology.shellbolt.max.pending"] == 100 and DEFAULT_CONF["multilang.extensions"] == ["batch", "state"]
     assert DEFAULT_CONF["multilang.extensions"] is not SCHEMA["multilang.extensions"].default, "a copy"
 
 

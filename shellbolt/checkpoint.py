@@ -1,0 +1,346 @@
+"""Checkpoints of stateful bolts (spec/PROTOCOL.md §9.7), after Storm's
+stateful-bolt semantics, in the embedded runtime.
+
+A shell bolt whose process accepts ``state`` is a *stateful task*. Its acks
+are held (:class:`StatefulSink`): a tuple it acked keeps its tree pending
+until a checkpoint covering it commits. Every
+``topology.state.checkpoint.interval.ms`` (or sooner, when nothing else can
+move) the :class:`Checkpointer`
+
+1. stops asking spouts for tuples and waits until every tree in flight waits
+   only for held acks (a cut through whole trees: no tree is half in it);
+2. asks every stateful task to ``prepare`` and collects its changed keys;
+3. writes them, the message ids of the covered trees and the topology output's
+   changed keys in one transaction of the state store (``state_store.py``);
+4. sends ``commit`` and releases the held acks: the trees complete.
+
+When a tree that touched a stateful task since the last commit fails (a
+process died, a bolt failed it, it timed out), every stateful task is rolled
+back to the last commit and every tree that touched one since is failed, so
+its spout replays it; tuples of those trees still queued are dropped (§5.3).
+A restarted process gets the committed state in its ``init``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import trio
+
+from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
+
+from .acker import TupleEdges
+from .results import Cause
+from .sinks import AckerSink
+from .state_store import Checkpoint, StateStore, msg_key, open_store
+from .tasks import SpoutTask, Task, log
+
+if TYPE_CHECKING:
+    from .bolts import ShellBoltTask
+    from .runtime import Runtime
+
+__all__ = ["Checkpointer", "StatefulSink", "init_frames"]
+
+#: when every tree waits only for held acks and no spout emitted for this
+#: long, the checkpoint is taken at once (the end of the input, or spouts
+#: held back by topology.max.spout.pending): waiting would only idle
+_QUIET = 0.002
+#: keys per init chunk (§9.7 chunks; each frame also stays under the frame limit)
+_CHUNK_KEYS = 1000
+
+
+class Checkpointer:
+    """The runtime's side of §9.7: held acks, checkpoints, rollbacks, the store."""
+
+    def __init__(self, runtime: "Runtime") -> None:
+        self.rt = runtime
+        conf = runtime.topology.conf
+        self.interval = float(conf.get("topology.state.checkpoint.interval.ms") or 1000) / 1000
+        self.provider = str(conf.get("topology.state.provider") or "sqlite")
+        pconf = conf.get("topology.state.provider.config") or {}
+        self.provider_config: dict[str, Any] = orjson.loads(pconf) if isinstance(pconf, str) else dict(pconf)
+        self.store: StateStore | None = None
+        self._tmpdir: str | None = None
+        self.tasks: dict[int, "ShellBoltTask"] = {}  # every stateful task seen
+        self.ready: set[int] = set()  # stateful tasks whose current process has its init
+        self.held: list[TupleEdges] = []  # acks held until the next commit
+        self._held_xor: dict[int, int] = {}  # root -> XOR the held acks would apply
+        #: roots of tuples written to a stateful task since the last commit (the acker watches them)
+        self.touched: set[int] = runtime.acker.watch
+        self.activity = False  # a tuple reached a stateful task since the last checkpoint
+        self.epoch = 0  # + 1 per rollback: a checkpoint in progress is abandoned
+        self.paused = False  # spouts get no `next` while a checkpoint waits for its cut
+        self._answers: dict[int, tuple[dict[str, Any], list[str]]] = {}
+        self._waiting: set[int] = set()
+        self._txid_asked = 0
+        #: the topology output's changes since the last commit: key -> (record, roots)
+        self.view: dict[Any, tuple[dict[str, Any], frozenset[int]]] = {}
+        self.committed = 0
+        self.rollbacks = 0
+        self._skip_spouts: dict[str, bool] = {}
+        self.resuming = False  # the store holds a checkpoint of an earlier run
+        if self.provider != "sqlite" or self.provider_config.get("dir"):
+            self._open()  # a named store: resume from it, or refuse it now (a TopologyError)
+
+    # -- the store ------------------------------------------------------------------
+
+    def _open(self) -> StateStore:
+        if self.store is None:
+            topo = self.rt.topology
+            default_dir = ""
+            if self.provider == "sqlite" and not self.provider_config.get("dir"):
+                default_dir = self._tmpdir = tempfile.mkdtemp(prefix="multilang-state-")
+            store = open_store(self.provider, self.provider_config, topo.name or "topology", default_dir)
+            store.check({c.name: len(c.tasks) for c in topo.components.values()})
+            self.store = store
+            self.resuming = store.txid is not None
+            if store.txid is not None:
+                log.info("resuming from checkpoint %d of the state store", store.txid)
+        return self.store
+
+    def resumed_outputs(self) -> list[dict[str, Any]]:
+        """The committed output view of an earlier run (a resumed run prints it all)."""
+        return list(self.store.outputs().values()) if self.store is not None and self.store.txid else []
+
+    def skip(self, spout: Task, msg_id: Any) -> bool:
+        """§9.7 step 4: the message id is already reflected in committed state."""
+        store = self.store
+        if store is None:
+            return False
+        has = self._skip_spouts.get(spout.name)
+        if has is None:
+            has = self._skip_spouts[spout.name] = store.has_completed(spout.name)
+        if not has:
+            return False
+        key = msg_key(msg_id)
+        return key is not None and store.completed(spout.name, spout.comp.tasks.index(spout.task_id), key)
+
+    def summary(self) -> dict[str, Any]:
+        """The :class:`~multilang.shellbolt.results.RunResult` fields of the state."""
+        store = self.store
+        path = getattr(store, "path", None) if self._tmpdir is None else None
+        return {"stateful": sorted({t.name for t in self.tasks.values()}), "state_txid": store.txid if store else None,
+                "checkpoints": self.committed, "rollbacks": self.rollbacks, "state_path": path}
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    # -- stateful tasks -----------------------------------------------------------------
+
+    def attach(self, task: "ShellBoltTask") -> tuple[int | None, dict[str, Any]]:
+        """A process of ``task`` accepted ``state``: its sink holds acks from
+        now on; returns the committed (txid, state) for its ``init``."""
+        if task.task_id not in self.tasks:
+            self.tasks[task.task_id] = task
+            if type(task.sink) is AckerSink:
+                task.sink = StatefulSink(self.rt, self, hold=task.sink.hold)
+        store = self._open()
+        return store.txid, store.load(task.name, task.comp.tasks.index(task.task_id))
+
+    def detach(self, task: "ShellBoltTask") -> None:
+        """The task's process died or hung: it gets no more state frames."""
+        self.ready.discard(task.task_id)
+        self._waiting.discard(task.task_id)
+
+    def hold(self, edges: list[TupleEdges]) -> None:
+        held, hx = self.held, self._held_xor
+        for e in edges:
+            ids = e.ids
+            if not ids:
+                continue  # a tick or an unanchored tuple: no tree waits for it
+            held.append(e)
+            for r, tid in ids.items():
+                hx[r] = hx.get(r, 0) ^ tid ^ e.ack_val
+
+    def prepared(self, task: "ShellBoltTask", msg: StatePrepared) -> None:
+        if msg.txid != self._txid_asked or task.task_id not in self._waiting:
+            return  # the answer to a prepare of a checkpoint abandoned by a rollback
+        put, delete = self._answers.setdefault(task.task_id, ({}, []))
+        put.update(msg.put)
+        delete.extend(msg.delete)
+        if not msg.more:
+            self._waiting.discard(task.task_id)
+            self.rt.nudge()
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def quiescent(self) -> bool:
+        """Every tree in flight waits only for held acks."""
+        hx = self._held_xor
+        for r, root in self.rt.acker.roots.items():
+            if root.value != hx.get(r, 0):
+                return False
+        return True
+
+    async def run(self) -> None:
+        rt = self.rt
+        while True:
+            deadline = trio.current_time() + self.interval
+            while trio.current_time() < deadline:
+                if self.held and self.quiescent():
+                    seen = rt.emitted_by_spouts
+                    await trio.sleep(_QUIET)
+                    if rt.emitted_by_spouts == seen and self.quiescent():
+                        break
+                    continue
+                with trio.move_on_at(deadline):
+                    await rt.wait_for_change()
+            if self.ready and (self.activity or self.held or self.view):
+                await self.checkpoint()
+
+    async def checkpoint(self) -> bool:
+        """Take one checkpoint (steps 1-4 above); False if a rollback or a
+        lost process abandoned it."""
+        rt = self.rt
+        epoch = self.epoch
+        self.paused = True
+        try:
+            while not self.quiescent():
+                if self.epoch != epoch:
+                    return False
+                await rt.wait_for_change()
+            store = self._open()
+            txid = self._txid_asked = (store.txid or 0) + 1
+            self._answers = {}
+            self._waiting = set(self.ready)
+            for task_id in self._waiting:
+                self.tasks[task_id].send_state(StatePrepare(txid=txid))
+            while self._waiting:
+                if self.epoch != epoch:
+                    return False
+                await rt.wait_for_change()
+            if self.epoch != epoch or not self.quiescent():
+                return False
+            self._commit(store, txid)
+            return True
+        finally:
+            self.paused = False
+            self._waiting = set()
+            for t in rt.tasks.values():
+                if isinstance(t, SpoutTask):
+                    t.kick()
+
+    def _commit(self, store: StateStore, txid: int) -> None:
+        """Steps 3 and 4, without a pause: nothing can fail a tree in between."""
+        rt = self.rt
+        cp = Checkpoint(txid)
+        for task_id, answer in self._answers.items():
+            t = self.tasks[task_id]
+            cp.changes[(t.name, t.comp.tasks.index(task_id))] = answer
+        for root in rt.acker.roots.values():
+            key = msg_key(root.msg_id)
+            spout = rt.tasks[root.spout_task]
+            if key is not None:
+                cp.completed.append((spout.name, spout.comp.tasks.index(root.spout_task), key))
+        key_fields = rt.topology.output.key or []
+        for record, _roots in self.view.values():
+            cp.outputs[orjson.dumps([record.get(k) for k in key_fields]).decode()] = record
+        parallelism = {self.tasks[t].name: len(self.tasks[t].comp.tasks) for t in self._answers}
+        store.commit(cp, parallelism)
+        self.committed += 1
+        for task_id in self._answers:
+            self.tasks[task_id].send_state(StateCommit(txid=txid))
+        rt.commit_view({k: r for k, (r, _) in self.view.items()})
+        self.view = {}
+        held, self.held, self._held_xor = self.held, [], {}
+        self.touched.clear()
+        self.activity = False
+        rt.acker.ack_many(held)
+        rt.settle()
+
+    def rollback(self, cause: str) -> None:
+        """Back to the last commit: every stateful process restores it, and
+        every tree that touched one since is failed (and replayed)."""
+        rt = self.rt
+        self.epoch += 1
+        self.rollbacks += 1
+        txid = self.store.txid if self.store is not None else None
+        for task_id in list(self.ready):
+            self.tasks[task_id].send_state(StateRollback(txid=txid))
+        roots = set(self.touched)
+        for e in self.held:
+            roots.update(e.ids)
+        self.held, self._held_xor = [], {}
+        self.touched.clear()
+        self.activity = False
+        self._waiting = set()
+        if self.view:
+            self.view = {k: v for k, v in self.view.items() if roots.isdisjoint(v[1])}
+        why = Cause.make(f"rolled back to checkpoint {txid}: {cause}", blamed=False)
+        fail_root = rt.acker.fail_root
+        for r in roots:
+            fail_root(r, why)
+        rt.acker.watch_failed = None
+        log.warning("state rolled back to checkpoint %s (%d tree(s) to replay): %s", txid, len(roots), cause)
+        rt.nudge()
+
+    def output(self, key: Any, record: dict[str, Any], roots: frozenset[int]) -> None:
+        """A topology output with a key, kept until the commit that covers it."""
+        self.view[key] = (record, roots)
+
+
+def init_frames(conn: Any, txid: int | None, state: dict[str, Any], max_frame: int) -> list[bytes]:
+    """The ``init`` of §9.7 as frames, in chunks of at most ``_CHUNK_KEYS``
+    keys, each under ``max_frame`` (a chunk too big is halved)."""
+    items = list(state.items())
+    if not items:
+        return [conn.send(StateInit(txid=txid, state={}))]
+    frames: list[bytes] = []
+    todo = [items[i:i + _CHUNK_KEYS] for i in range(0, len(items), _CHUNK_KEYS)]
+    while todo:
+        part = todo.pop(0)
+        body = orjson.dumps(dict(part))
+        if len(body) > max_frame - 200 and len(part) > 1:
+            todo[:0] = [part[: len(part) // 2], part[len(part) // 2:]]
+            continue
+        frames.append(conn.send(StateInit(txid=txid, state=dict(part), more=bool(todo))))
+    return frames
+
+
+class StatefulSink(AckerSink):
+    """The general lane for a stateful task: acks are held until the
+    checkpoint that covers them commits; the roots of every tuple written
+    are recorded (a failure of one of them rolls the state back)."""
+
+    def __init__(self, runtime: "Runtime", checkpointer: Checkpointer, hold: bool = False) -> None:
+        super().__init__(runtime, hold=hold)
+        self.cp = checkpointer
+        roots, touched = runtime.acker.roots, checkpointer.touched
+
+        def live(token: Any) -> bool:  # the writer asks per tuple, just before writing it
+            ids = token.ids
+            if ids:
+                if roots.keys().isdisjoint(ids):
+                    return False
+                touched.update(ids)
+            checkpointer.activity = True
+            return True
+
+        self.live = live
+
+    def acked(self, task: "ShellBoltTask", tids: list[str], touched: set[Task]) -> None:
+        pop = task.in_flight.pop
+        if not self._held:
+            self.cp.hold([pop(tid) for tid in tids])
+            return
+        for tid in tids:  # hold mode too: release the emits, hold the ack
+            edges = pop(tid)
+            self._release(task, tid, edges, touched)
+            self.cp.hold([edges])
+
+    def lost(self, task: "ShellBoltTask", cause: str) -> None:
+        """Its uncommitted state is gone with the process: fail what was in
+        flight (which may roll back already), then roll back."""
+        cp = self.cp
+        cp.detach(task)
+        epoch = cp.epoch
+        super().lost(task, cause)
+        if cp.epoch == epoch:
+            cp.rollback(cause)
+

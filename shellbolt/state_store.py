@@ -1,0 +1,241 @@
+"""Where stateful bolts' state is kept between checkpoints (spec/PROTOCOL.md §9.7).
+
+Storm's ``topology.state.provider`` names the store: ``sqlite`` (the
+default, one file per topology in ``--state-dir`` or a temporary directory),
+``memory`` (Storm's default ``InMemoryKeyValueStateProvider``: state lives as
+long as the run), or ``module:Class`` for another store. A store is small: it
+loads a task's committed state, writes one checkpoint in one transaction, and
+answers whether a spout's message id is already reflected in committed state.
+A Redis store would be one more class with these methods.
+
+Every value is kept as JSON text, so a store never holds a Python object.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import orjson
+
+from multilang.errors import TopologyError
+
+__all__ = ["StateStore", "Checkpoint", "SqliteStore", "MemoryStore", "open_store", "msg_key", "PROVIDERS"]
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """What one checkpoint writes, in one transaction.
+
+    ``changes``: (component, task index) -> (put: key -> value, delete: keys);
+    ``completed``: (spout component, task index, :func:`msg_key`) of every
+    tree the checkpoint covers; ``outputs``: the topology output's keys
+    (JSON text) -> record, changed since the last checkpoint."""
+
+    txid: int
+    changes: dict[tuple[str, int], tuple[dict[str, Any], list[str]]] = field(default_factory=dict)
+    completed: list[tuple[str, int, str]] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def msg_key(msg_id: Any) -> str | None:
+    """A message id as the store keeps it (canonical JSON), or None for an id
+    with no JSON form (it is then never skipped on resume: at least once)."""
+    try:
+        return orjson.dumps(msg_id, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return None
+
+
+class StateStore:
+    """The provider interface. ``parallelism`` (component -> tasks) is the
+    running topology's, for the stateful components: a store whose state was
+    written with another parallelism refuses it (a key's task depends on it)."""
+
+    #: the txid of the last committed checkpoint, None if there is none
+    txid: int | None = None
+
+    def check(self, parallelism: Mapping[str, int]) -> None:
+        raise NotImplementedError
+
+    def load(self, component: str, index: int) -> dict[str, Any]:
+        """The committed state of one task."""
+        raise NotImplementedError
+
+    def commit(self, cp: Checkpoint, parallelism: Mapping[str, int]) -> None:
+        """Write a checkpoint, all or nothing; then ``txid`` is ``cp.txid``."""
+        raise NotImplementedError
+
+    def completed(self, spout: str, index: int, key: str) -> bool:
+        """Whether a spout task's message id is reflected in committed state."""
+        raise NotImplementedError
+
+    def has_completed(self, spout: str) -> bool:
+        """Whether any message id of a spout is recorded (a resumed run)."""
+        raise NotImplementedError
+
+    def outputs(self) -> dict[str, Any]:
+        """The committed topology output view: key (JSON text) -> record."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _check_parallelism(stored: Mapping[str, int], running: Mapping[str, int], where: str) -> None:
+    for comp, n in sorted(stored.items()):
+        if comp in running and running[comp] != n:
+            raise TopologyError(f"{where}: component {comp!r} has state for {n} task(s), but this topology runs "
+                                f"{running[comp]}; a key's task depends on the parallelism, so the state cannot be "
+                                "reused: keep the parallelism, or use another --state-dir")
+
+
+class MemoryStore(StateStore):
+    """Storm's default provider: committed state lives as long as the run."""
+
+    def __init__(self) -> None:
+        self.txid = None
+        self._kv: dict[tuple[str, int], dict[str, Any]] = {}
+        self._done: dict[str, set[tuple[int, str]]] = {}
+        self._outputs: dict[str, Any] = {}
+        self._parallelism: dict[str, int] = {}
+
+    def check(self, parallelism: Mapping[str, int]) -> None:
+        _check_parallelism(self._parallelism, parallelism, "state in memory")
+
+    def load(self, component: str, index: int) -> dict[str, Any]:
+        return {k: orjson.loads(v) for k, v in self._kv.get((component, index), {}).items()}
+
+    def commit(self, cp: Checkpoint, parallelism: Mapping[str, int]) -> None:
+        for (comp, index), (put, delete) in cp.changes.items():
+            kv = self._kv.setdefault((comp, index), {})
+            kv.update((k, orjson.dumps(v)) for k, v in put.items())
+            for k in delete:
+                kv.pop(k, None)
+            self._parallelism[comp] = parallelism[comp]
+        for spout, index, key in cp.completed:
+            self._done.setdefault(spout, set()).add((index, key))
+        self._outputs.update(cp.outputs)
+        self.txid = cp.txid
+
+    def completed(self, spout: str, index: int, key: str) -> bool:
+        return (index, key) in self._done.get(spout, ())
+
+    def has_completed(self, spout: str) -> bool:
+        return bool(self._done.get(spout))
+
+    def outputs(self) -> dict[str, Any]:
+        return dict(self._outputs)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kv (component TEXT NOT NULL, task INTEGER NOT NULL, key TEXT NOT NULL,
+    value TEXT NOT NULL, PRIMARY KEY (component, task, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS completed (spout TEXT NOT NULL, task INTEGER NOT NULL, msg_id TEXT NOT NULL,
+    PRIMARY KEY (spout, task, msg_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
+"""
+
+
+class SqliteStore(StateStore):
+    """One SQLite file per topology (``DIR/<topology name>.sqlite``), WAL,
+    one transaction per checkpoint, held exclusively by one run."""
+
+    def __init__(self, directory: str, topology: str) -> None:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology) or "topology"
+        self.path = os.path.join(directory, f"{safe}.sqlite")
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            db.executescript(_SCHEMA)
+            db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second run fails here, not later
+            db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            why = ("another run is using it" if "locked" in str(exc) else str(exc))
+            raise TopologyError(f"state store {self.path}: {why}") from None
+        except OSError as exc:
+            raise TopologyError(f"state directory {directory}: {exc.strerror or exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise TopologyError(f"state store {self.path} is not a usable SQLite file: {exc}") from None
+        self._db = db
+        row = db.execute("SELECT value FROM meta WHERE key = 'txid'").fetchone()
+        self.txid = int(row[0]) if row else None
+        self._parallelism = {k[len("tasks:"):]: int(v) for k, v in
+                             db.execute("SELECT key, value FROM meta WHERE key LIKE 'tasks:%'")}
+        self._with_completed = {r[0] for r in db.execute("SELECT DISTINCT spout FROM completed")}
+
+    def check(self, parallelism: Mapping[str, int]) -> None:
+        _check_parallelism(self._parallelism, parallelism, f"state store {self.path}")
+
+    def load(self, component: str, index: int) -> dict[str, Any]:
+        rows = self._db.execute("SELECT key, value FROM kv WHERE component = ? AND task = ?", (component, index))
+        return {k: orjson.loads(v) for k, v in rows}
+
+    def commit(self, cp: Checkpoint, parallelism: Mapping[str, int]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for (comp, index), (put, delete) in cp.changes.items():
+                if put:
+                    db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?)",
+                                   [(comp, index, k, orjson.dumps(v).decode()) for k, v in put.items()])
+                if delete:
+                    db.executemany("DELETE FROM kv WHERE component = ? AND task = ? AND key = ?",
+                                   [(comp, index, k) for k in delete])
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"tasks:{comp}", str(parallelism[comp])))
+            if cp.completed:
+                db.executemany("INSERT OR IGNORE INTO completed VALUES (?, ?, ?)", cp.completed)
+            if cp.outputs:
+                db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?)",
+                               [(k, orjson.dumps(r).decode()) for k, r in cp.outputs.items()])
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('txid', ?)", (str(cp.txid),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.txid = cp.txid
+        self._with_completed.update(s for s, _, _ in cp.completed)
+
+    def completed(self, spout: str, index: int, key: str) -> bool:
+        return self._db.execute("SELECT 1 FROM completed WHERE spout = ? AND task = ? AND msg_id = ?",
+                                (spout, index, key)).fetchone() is not None
+
+    def has_completed(self, spout: str) -> bool:
+        return spout in self._with_completed
+
+    def outputs(self) -> dict[str, Any]:
+        return {k: orjson.loads(r) for k, r in self._db.execute("SELECT key, record FROM outputs")}
+
+    def close(self) -> None:
+        self._db.close()
+
+
+#: ``topology.state.provider`` values built in
+PROVIDERS = ("sqlite", "memory")
+
+
+def open_store(provider: str, config: Mapping[str, Any], topology: str, default_dir: str) -> StateStore:
+    """The store ``topology.state.provider`` names, with its
+    ``topology.state.provider.config`` (``dir`` for sqlite; default
+    ``default_dir``). ``module:Class`` is called with (config, topology)."""
+    if provider == "sqlite":
+        return SqliteStore(str(config.get("dir") or default_dir), topology)
+    if provider == "memory":
+        return MemoryStore()
+    module, _, name = provider.partition(":")
+    if not name:
+        raise TopologyError(f"topology.state.provider {provider!r}: use one of {list(PROVIDERS)} or a Python "
+                            "'module:Class' (Storm's Java providers do not run here)")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise TopologyError(f"topology.state.provider {provider!r}: {exc}") from None
+    return cls(dict(config), topology)
+
