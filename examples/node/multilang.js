@@ -12,15 +12,29 @@
  * `msgpack` (spec §9.6) it is accepted too: after the JSON handshake and pid
  * reply every frame, both ways, is a 4-byte big-endian length followed by one
  * MessagePack object (JSON's data model only; combines with `batch`).
+ * When the host offers `state` (spec §9.7) a StatefulBolt accepts it: the
+ * host keeps the bolt's key-value state durable (init at start, prepare /
+ * commit / rollback at its checkpoints); without it (Storm's host) the state
+ * is kept in memory. Plain bolts and spouts never accept `state`.
  * Opt-out: `static extensions = ['batch']` in a subclass (or
- * `component.extensions = ['batch']` before run()) declines msgpack only;
- * `static extensions = []` keeps the standard protocol only.
+ * `component.extensions = ['batch']` before run()) declines msgpack only
+ * (a StatefulBolt's default is ['batch', 'msgpack', 'state']: keep 'state' in
+ * such a list); `static extensions = []` keeps the standard protocol only.
  *
  *   const { BasicBolt } = require('./multilang');
  *   class Upper extends BasicBolt {
  *     process(tup) { this.emit([String(tup.values[0]).toUpperCase()]); }
  *   }
  *   new Upper().run();
+ *
+ *   const { StatefulBolt } = require('./multilang');
+ *   class Counter extends StatefulBolt {       // this.state: get put delete has size entries
+ *     process(tup) {
+ *       const n = this.state.get(tup.values[0], 0) + 1;
+ *       this.state.put(tup.values[0], n);
+ *       this.emit([tup.values[0], n]);
+ *     }
+ *   }
  *
  * Hooks may be synchronous or return a promise. Bolt input tuples are handled
  * one at a time, in arrival order. Task-id replies bypass that queue, so a hook
@@ -793,6 +807,7 @@ class Component {
     this._pendingIds = [];      // FIFO of resolvers for emits awaiting task ids
     this._handshaken = false;
     this._extensions = [];      // accepted at the handshake
+    this._stateAccepted = false;   // extension state accepted (spec §9.7; StatefulBolt only)
     this._mpReader = null;      // input after a msgpack switch-over (§9.6)
     this._halfway = 0;          // frames to handle before the halfway flush of a burst
     this._maxFrame = MAX_FRAME_BYTES;   // §1.3: the default until the handshake's conf
@@ -821,11 +836,17 @@ class Component {
 
   // ---- emitting -----------------------------------------------------------
 
-  /** The extensions this component accepts: the instance's, else its class's. */
+  /**
+   * The extensions this component accepts: the instance's, else its class's;
+   * `state` only for a StatefulBolt (spec §9.7).
+   */
   _acceptedExtensions() {
     const mine = this.extensions !== undefined ? this.extensions : this.constructor.extensions;
-    return Array.isArray(mine) ? mine.map(String) : [];
+    const list = Array.isArray(mine) ? mine.map(String) : [];
+    return this._keepsState() ? list : list.filter((e) => e !== 'state');
   }
+
+  _keepsState() { return false; }
 
   _sendEmit(frame, needTaskIds) {
     if (needTaskIds) {
@@ -996,6 +1017,7 @@ class Component {
     this._extensions = Array.isArray(offered)
       ? [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e))
       : [];
+    this._stateAccepted = this._extensions.includes('state');
     const limit = conf['multilang.max.frame.bytes'];
     this._maxFrame = Number.isSafeInteger(limit) && limit > 0 ? limit : MAX_FRAME_BYTES;   // §1.3
     if (this._extensions.includes('msgpack')) {
@@ -1223,6 +1245,11 @@ class Bolt extends Component {
     if (msg instanceof Tuple) {
       tup = msg;                      // from a tuple batch (§9.5)
     } else if (msg === null || typeof msg !== 'object' || !('tuple' in msg || 'stream' in msg)) {
+      if (msg !== null && typeof msg === 'object' && msg.command === 'state') {
+        this._protocolFatal('state.negotiated: a state frame on a connection that did not accept the state ' +
+                            `extension (spec §9.7): ${frameText(msg)}`);
+        return undefined;
+      }
       this.log(`ignoring unexpected frame from host: ${JSON.stringify(msg)}`, LOG_LEVELS.WARN);
       return undefined;
     } else {
@@ -1277,6 +1304,405 @@ class BasicBolt extends Bolt {
     } else if (!tup[DONE]) {
       this.ack(tup);
     }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Stateful bolts (extension state, spec §9.7)
+// ---------------------------------------------------------------------------
+
+const ABSENT = Symbol('multilang.absent');   // an undo entry for a key that did not exist
+const STATE_ACTIONS = ['init', 'prepare', 'commit', 'rollback'];
+const STATE_CHUNK_KEYS = 1000;               // keys per prepared frame at most
+const STATE_CHUNK_BYTES = 1 << 20;           // ... and about this many bytes
+
+function showValue(v) {
+  if (typeof v === 'symbol' || typeof v === 'bigint') return `${typeof v} ${String(v)}`;
+  if (typeof v === 'function') return 'a function';
+  if (v === undefined) return 'undefined';
+  try {
+    const text = JSON.stringify(v);
+    return `${typeof v} ${text === undefined ? String(v) : text.slice(0, 100)}`;
+  } catch (_) {
+    return `${typeof v} ${String(v)}`;
+  }
+}
+
+function setMember(obj, k, v) {
+  // As JSON.parse: "__proto__" is an ordinary own member, not the prototype.
+  if (k === '__proto__') Object.defineProperty(obj, k, { value: v, writable: true, enumerable: true, configurable: true });
+  else obj[k] = v;
+}
+
+function checkKey(key) {
+  if (typeof key !== 'string') throw new TypeError(`state keys must be strings, got ${showValue(key)}`);
+}
+
+/** A deep copy of a JSON value (as JSON.stringify would see it); a TypeError naming the key otherwise. */
+function stateValue(v, key) {
+  switch (typeof v) {
+    case 'string':
+    case 'boolean':
+      return v;
+    case 'number':
+      if (Number.isFinite(v)) return v;
+      throw new TypeError(`state value for key ${JSON.stringify(key)}: ${v} is not a JSON number`);
+    case 'object': {
+      if (v === null) return null;
+      if (Array.isArray(v)) {
+        const a = new Array(v.length);
+        for (let i = 0; i < v.length; i++) a[i] = stateValue(v[i], key);
+        return a;
+      }
+      if (typeof v.toJSON === 'function') return stateValue(v.toJSON(), key);
+      if (v instanceof Number || v instanceof String || v instanceof Boolean) return stateValue(v.valueOf(), key);
+      if (v instanceof Map || v instanceof Set) break;
+      const o = {};
+      for (const k of Object.keys(v)) {
+        if (v[k] !== undefined) setMember(o, k, stateValue(v[k], key));   // JSON leaves undefined members out
+      }
+      return o;
+    }
+    default:
+      break;
+  }
+  const what = v instanceof Map || v instanceof Set ? `a ${v.constructor.name}` : showValue(v);
+  throw new TypeError(`state value for key ${JSON.stringify(key)}: ${what} is not a JSON value`);
+}
+
+/** A deep copy of a value already checked by stateValue. */
+function copyValue(v) {
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map(copyValue);
+  const o = {};
+  for (const k of Object.keys(v)) setMember(o, k, copyValue(v[k]));
+  return o;
+}
+
+/**
+ * The key-value state of a StatefulBolt (spec §9.7; Storm's KeyValueState).
+ * Keys are strings; values JSON values (a TypeError naming the key
+ * otherwise). put() stores a copy and get() returns one, so change a value
+ * by putting it back: a change made in place is neither checkpointed nor
+ * rolled back.
+ */
+class KeyValueState {
+  constructor() {
+    this._map = new Map();
+    this._dirty = new Set();      // keys put or deleted since the last init, prepared or rollback
+    this._undo = new Map();       // key -> its value as of the last init or commit (or ABSENT), for keys changed since
+    this._prepared = new Map();   // key -> the value (or ABSENT) it was prepared with, since the last commit or rollback
+  }
+
+  get(key, dflt) {
+    checkKey(key);
+    return this._map.has(key) ? copyValue(this._map.get(key)) : dflt;
+  }
+
+  put(key, value) {
+    checkKey(key);
+    const v = stateValue(value, key);   // throws before anything changes
+    this._changing(key);
+    this._map.set(key, v);
+  }
+
+  /** Remove the key; returns its value (undefined if there was none). */
+  delete(key) {
+    checkKey(key);
+    this._changing(key);
+    const old = this._map.get(key);
+    this._map.delete(key);
+    return copyValue(old);
+  }
+
+  has(key) {
+    checkKey(key);
+    return this._map.has(key);
+  }
+
+  get size() { return this._map.size; }
+
+  keys() { return this._map.keys(); }
+
+  /** [key, value] pairs (values are copies). */
+  * entries() {
+    for (const [k, v] of this._map) yield [k, copyValue(v)];
+  }
+
+  [Symbol.iterator]() { return this.entries(); }
+
+  _changing(key) {
+    if (!this._undo.has(key)) this._undo.set(key, this._map.has(key) ? this._map.get(key) : ABSENT);
+    this._dirty.add(key);
+  }
+
+  // ---- for StatefulBolt ------------------------------------------------------
+
+  /** init: the state becomes obj (as read from the host, adopted). */
+  _load(obj) {
+    this._map = new Map(Object.entries(obj));
+    this._dirty = new Set();
+    this._undo = new Map();
+    this._prepared = new Map();
+  }
+
+  /** prepare: the changes since the last init, prepared or rollback, as [[key, value]...], [key...]. */
+  _takeChanges() {
+    const put = [];
+    const del = [];
+    for (const k of this._dirty) {
+      if (this._map.has(k)) {
+        const v = this._map.get(k);
+        put.push([k, v]);
+        this._prepared.set(k, v);
+      } else {
+        del.push(k);
+        this._prepared.set(k, ABSENT);
+      }
+    }
+    this._dirty = new Set();
+    return [put, del];
+  }
+
+  /** commit: what was prepared is durable; a key changed since rolls back to its prepared value. */
+  _commit() {
+    const undo = new Map();
+    for (const k of this._dirty) undo.set(k, this._prepared.has(k) ? this._prepared.get(k) : this._undo.get(k));
+    this._undo = undo;
+    this._prepared = new Map();
+  }
+
+  /** rollback: back to the state as of the last init or commit. */
+  _rollback() {
+    for (const [k, v] of this._undo) {
+      if (v === ABSENT) this._map.delete(k);
+      else this._map.set(k, v);
+    }
+    this._dirty = new Set();
+    this._undo = new Map();
+    this._prepared = new Map();
+  }
+}
+
+function frameText(msg) {
+  let text;
+  try { text = JSON.stringify(msg); } catch (_) { text = String(msg); }
+  if (text === undefined) text = String(msg);
+  return text.length > 200 ? text.slice(0, 200) + '...' : text;
+}
+
+function frameKind(msg) {
+  if (Array.isArray(msg)) return 'a task-id list';
+  if (msg instanceof Tuple) return msg.isHeartbeat() ? 'a heartbeat' : 'a tuple';
+  if (msg !== null && typeof msg === 'object' && msg.command === 'state') {
+    return `a state frame (action ${JSON.stringify(msg.action === undefined ? null : msg.action)})`;
+  }
+  if (msg !== null && typeof msg === 'object' && msg.stream === '__heartbeat') return 'a heartbeat';
+  return 'a tuple';
+}
+
+/** Why a host state frame is invalid (spec §9.7 state.invalid), or null. */
+function stateFrameError(msg) {
+  const { action, txid } = msg;
+  if (!STATE_ACTIONS.includes(action)) return `unknown action ${JSON.stringify(action === undefined ? null : action)}`;
+  const nullable = action === 'init' || action === 'rollback';
+  if (!((Number.isSafeInteger(txid) && txid >= 1) || (nullable && (txid === null || txid === undefined)))) {
+    return `txid ${JSON.stringify(txid === undefined ? null : txid)} (an integer >= 1${nullable ? ', or null' : ''})`;
+  }
+  if (action === 'init' && (msg.state === null || typeof msg.state !== 'object' || Array.isArray(msg.state))) {
+    return 'state is not an object';
+  }
+  if (Object.prototype.hasOwnProperty.call(msg, 'more') && typeof msg.more !== 'boolean') return 'more is not a boolean';
+  return null;
+}
+
+/**
+ * A BasicBolt with a key-value state, `this.state` (spec §9.7; Storm's
+ * IStatefulBolt). Under a host that offers the `state` extension
+ * (multilang-bridge's) the host keeps it durable: it gives it back at every
+ * process start, collects the changes at each checkpoint and commits or rolls
+ * them back. Under a host that does not (Storm's ShellBolt) the state lives in
+ * memory, starting empty, as with Storm's default InMemoryKeyValueStateProvider.
+ *
+ * Hooks (no-ops by default; may return a promise): initState(state), once per
+ * process start, after initialize and the host's whole init and before the
+ * first tuple; prePrepare(txid), preCommit(txid), preRollback(). A hook that
+ * throws stops the process (status 1): the host rolls back and restarts it.
+ * `static extensions` defaults to ['batch', 'msgpack', 'state']; a list
+ * without 'state' keeps the state in memory only.
+ */
+class StatefulBolt extends BasicBolt {
+  static extensions = ['batch', 'msgpack', 'state'];
+
+  constructor() {
+    super();
+    this.state = new KeyValueState();
+    this._initDone = false;
+    this._initState = null;       // the init chunks so far (merged)
+    this._initTxid = null;
+    this._lastPrepared = null;    // txid of the last answered prepare not yet committed or rolled back
+  }
+
+  /** Hook: the state is ready (once per process start, before the first tuple). */
+  initState(state) { } // eslint-disable-line no-unused-vars
+
+  /** Hook: a checkpoint is about to collect the changes (put last changes here). */
+  prePrepare(txid) { } // eslint-disable-line no-unused-vars
+
+  /** Hook: the changes prepared under txid are about to be durable. */
+  preCommit(txid) { } // eslint-disable-line no-unused-vars
+
+  /** Hook: the state is about to go back to the last commit. */
+  preRollback() { }
+
+  _keepsState() { return true; }
+
+  _startHook(conf, context) {
+    const r = super._startHook(conf, context);
+    if (this._stateAccepted) return r;   // initState follows the host's init
+    const offered = conf && conf['multilang.extensions'];
+    if (Array.isArray(offered) && offered.includes('state')) {
+      process.stderr.write(`multilang: ${this.constructor.name} declined the offered state extension ` +
+                           `(extensions ${JSON.stringify(this._acceptedExtensions())}); its state is kept in memory only\n`);
+    }
+    this._initDone = true;
+    const init = () => this._stateHook(() => this.initState(this.state));
+    return isThenable(r) ? Promise.resolve(r).then(init) : init();
+  }
+
+  _dispatch(msg) {
+    if (!(msg instanceof Tuple) && msg !== null && typeof msg === 'object' && msg.command === 'state') {
+      return this._onState(msg);
+    }
+    if (!this._initDone) {
+      this._protocolFatal(`state.order: ${frameKind(msg)} before the whole state init (spec §9.7): ${frameText(msg)}`);
+      return undefined;
+    }
+    return super._dispatch(msg);
+  }
+
+  _onState(msg) {
+    if (!this._stateAccepted) return super._dispatch(msg);   // state.negotiated
+    const bad = stateFrameError(msg);
+    if (bad !== null) {
+      this._protocolFatal(`state.invalid: ${bad} (spec §9.7): ${frameText(msg)}`);
+      return undefined;
+    }
+    const { action, txid } = msg;
+    if (!this._initDone) {
+      if (action !== 'init') {
+        this._protocolFatal(`state.order: ${frameKind(msg)} before the whole state init (spec §9.7): ${frameText(msg)}`);
+        return undefined;
+      }
+      if (this._initState === null) {
+        this._initState = msg.state;
+        this._initTxid = txid === undefined ? null : txid;
+      } else {
+        if ((txid === undefined ? null : txid) !== this._initTxid) {
+          this._protocolFatal(`state.invalid: init chunks with txids ${this._initTxid} and ${txid} (spec §9.7): ` +
+                              frameText(msg));
+          return undefined;
+        }
+        for (const k of Object.keys(msg.state)) {
+          if (Object.prototype.hasOwnProperty.call(this._initState, k)) {
+            this._protocolFatal(`state.invalid: key ${JSON.stringify(k)} in two init chunks (spec §9.7): ${frameText(msg)}`);
+            return undefined;
+          }
+          setMember(this._initState, k, msg.state[k]);
+        }
+      }
+      if (msg.more === true) return undefined;
+      this.state._load(this._initState);
+      this._initState = null;
+      this._initDone = true;
+      return this._stateHook(() => this.initState(this.state));
+    }
+    switch (action) {
+      case 'init':
+        this._protocolFatal(`state.order: a second init (spec §9.7): ${frameText(msg)}`);
+        return undefined;
+      case 'prepare':
+        return this._stateHook(() => this.prePrepare(txid), () => {
+          const [put, del] = this.state._takeChanges();
+          this._sendPrepared(txid, put, del);
+          this._lastPrepared = txid;
+        });
+      case 'commit':
+        if (this._lastPrepared === null || txid !== this._lastPrepared) {
+          this._protocolFatal(`state.order: commit ${txid} does not name the last answered prepare ` +
+                              `(${this._lastPrepared === null ? 'none' : this._lastPrepared}) (spec §9.7)`);
+          return undefined;
+        }
+        return this._stateHook(() => this.preCommit(txid), () => {
+          this.state._commit();
+          this._lastPrepared = null;
+        });
+      default:   // rollback
+        return this._stateHook(() => this.preRollback(), () => {
+          this.state._rollback();
+          this._lastPrepared = null;
+        });
+    }
+  }
+
+  /** Run a state hook, then `after`; an exception in either stops the process. */
+  _stateHook(hook, after) {
+    const die = (e) => {
+      const text = errorText(e);
+      process.stderr.write(`multilang: ${text}\n`);
+      this.reportError(text);
+      this._exiting = true;
+      out.drain(() => process.exit(1));
+      setTimeout(() => process.exit(1), 2000).unref();
+    };
+    return settle(hook, () => {
+      if (after === undefined) return;
+      try { after(); } catch (e) { die(e); }
+    }, die);
+  }
+
+  /**
+   * The `prepared` answer, in chunks of at most STATE_CHUNK_KEYS keys and
+   * about STATE_CHUNK_BYTES bytes ("more": true on all but the last). A
+   * standard frame: out.send closes an open output batch first (§9.5).
+   */
+  _sendPrepared(txid, put, del) {
+    const max = this._maxFrame;
+    const limit = Math.min(STATE_CHUNK_BYTES, Math.floor(max / 2));
+    let chunkPut = {};
+    let chunkDel = [];
+    let n = 0;
+    let bytes = 0;
+    const send = (more) => {
+      const frame = { command: 'state', action: 'prepared', txid, put: chunkPut, delete: chunkDel };
+      if (more) frame.more = true;
+      out.send(frame);
+    };
+    const add = (key, size) => {
+      if (size > max - 200) {
+        throw new RangeError(`state value for key ${JSON.stringify(key)} takes ${size} bytes, more than a frame ` +
+                             `may hold (${max} bytes, multilang.max.frame.bytes)`);
+      }
+      if (n > 0 && (n >= STATE_CHUNK_KEYS || bytes + size > limit)) {
+        send(true);
+        chunkPut = {};
+        chunkDel = [];
+        n = 0;
+        bytes = 0;
+      }
+      n++;
+      bytes += size;
+    };
+    for (const [k, v] of put) {
+      const vsize = v === null || typeof v === 'number' || typeof v === 'boolean' ? 24 : Buffer.byteLength(JSON.stringify(v));
+      add(k, Buffer.byteLength(k) + vsize + 4);
+      setMember(chunkPut, k, v);
+    }
+    for (const k of del) {
+      add(k, Buffer.byteLength(k) + 3);
+      chunkDel.push(k);
+    }
+    send(false);
   }
 }
 
@@ -1359,6 +1785,8 @@ module.exports = {
   Component,
   Bolt,
   BasicBolt,
+  StatefulBolt,
+  KeyValueState,
   Spout,
   LOG_LEVELS,
   installStdoutGuard,

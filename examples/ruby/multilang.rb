@@ -10,8 +10,12 @@
 # emits that want no task ids, acks and fails are collected into `batch`
 # frames. `msgpack` (§9.6): after the JSON handshake and pid reply, every frame
 # both ways is a 4-byte big-endian length + one MessagePack object (JSON's data
-# model only; a built-in pure-Ruby codec, no gem). Both combine. The accepted
-# list is `extensions` (default ["batch", "msgpack"]): set
+# model only; a built-in pure-Ruby codec, no gem). Both combine. `state`
+# (§9.7), accepted by a StatefulBolt only: the host keeps the bolt's
+# key-value state durable (init at start, prepare / commit / rollback at its
+# checkpoints); without it (Storm's host) the state is kept in memory. The
+# accepted list is `extensions` (default ["batch", "msgpack"], and
+# ["batch", "msgpack", "state"] for a StatefulBolt): set
 # `self.extensions = ["batch"]` in a subclass body (or
 # `MyBolt.run(extensions: ["batch"])`, or `bolt.extensions = [...]` before
 # `run`) to decline msgpack, and `[]` to speak the standard protocol only.
@@ -31,6 +35,9 @@
 # Hooks (override in a subclass, or pass as keyword procs to the class-level
 # `run`, each called with the component as last argument):
 #   Bolt / BasicBolt  prepare(conf, context)  process(tup)  process_tick(tup)
+#   StatefulBolt      the BasicBolt hooks, and init_state(state)
+#                     pre_prepare(txid)  pre_commit(txid)  pre_rollback
+#                     (`state` is a KeyValueState: get put delete key? size each)
 #   Spout             open(conf, context)  next_tuple  ack(msg_id)  fail(msg_id)
 #                     activate  deactivate
 # Ruby's own `initialize` is left alone: setup that needs conf/context belongs
@@ -48,7 +55,8 @@
 # keeps running. Any other exception escaping a hook is sent as an `error`
 # frame and the process exits with status 1 (the host restarts it); so does a
 # protocol error (a bad frame, and in msgpack mode bin/ext values, a length
-# over conf multilang.max.frame.bytes, EOF inside a frame).
+# over conf multilang.max.frame.bytes, EOF inside a frame, a state frame out
+# of order).
 # stdin EOF (the host went away) exits with status 0.
 #
 # stdout belongs to the protocol. Loading this file installs a guard: protocol
@@ -412,6 +420,7 @@ module Multilang
     @halfway = nil    # frames to read before the halfway flush of a burst
     @batching = false # extension batch accepted (spec §9.5)
     @msgpack = false  # extension msgpack accepted (spec §9.6): frames after the pid reply
+    @accepted = []    # every extension the pid reply accepted
     @max_frame = MAX_FRAME_BYTES
     @b_emits = []     # the output batch being filled
     @b_acks = []
@@ -424,7 +433,7 @@ module Multilang
     @mb_bytes = 0
 
     class << self
-      attr_reader :logger, :batching, :msgpack, :max_frame
+      attr_reader :logger, :batching, :msgpack, :max_frame, :accepted
 
       # Idempotent; called when this file is loaded.
       def install
@@ -581,6 +590,7 @@ module Multilang
         reply = { 'pid' => pid }
         reply['extensions'] = accepted unless accepted.empty?
         @lock.synchronize do
+          @accepted = accepted.freeze
           @batching = accepted.include?('batch')
           @msgpack = accepted.include?('msgpack')
           @buf.unshift(JSON.generate(reply) << FRAME_END)
@@ -1028,7 +1038,7 @@ module Multilang
     def run
       Wire.install
       begin
-        @conf, @context = Wire.handshake(extensions)
+        @conf, @context = Wire.handshake(accepted_extensions)
         setup
         main_loop
       rescue SystemExit, SignalException
@@ -1040,6 +1050,12 @@ module Multilang
       ensure
         Wire.final_flush
       end
+    end
+
+    # What the handshake accepts when offered: `extensions` without `state`
+    # (only a StatefulBolt keeps a state, spec §9.7).
+    def accepted_extensions
+      Array(extensions).map(&:to_s) - ['state']
     end
 
     def task_id
@@ -1200,6 +1216,8 @@ module Multilang
               handle_tuple(Tuple.new(t[0], t[1], t[2], t[3], t[4] || []))
             end
           end
+        elsif msg['command'] == 'state'
+          handle_state(msg)
         else
           handle_tuple(Tuple.new(msg['id'], msg['comp'], msg['stream'], msg['task'], msg['tuple'] || []))
         end
@@ -1208,6 +1226,12 @@ module Multilang
 
     def handle_tuple(tup)
       tup.tick? ? process_tick(tup) : process(tup)
+    end
+
+    # A state frame (spec §9.7); a StatefulBolt that accepted `state` handles it.
+    def handle_state(msg)
+      raise ProtocolError, "state.negotiated: a state frame on a connection that did not accept the state " \
+                           "extension (spec §9.7): #{Multilang.frame_text(msg)}"
     end
 
     def default_anchors
@@ -1276,6 +1300,356 @@ module Multilang
 
     def default_anchors
       @current ? [@current.id] : []
+    end
+  end
+
+  # The key-value state of a StatefulBolt (spec §9.7; Storm's KeyValueState).
+  # Keys are Strings; values are JSON values: Hash with String keys, Array,
+  # String, Integer, finite Float, true, false, nil (anything else is a
+  # TypeError from `put`, naming the key). `put` stores a deep frozen copy,
+  # so a value from `get` is frozen: to change one, put a changed copy
+  # (`state.put(k, state.get(k, []) + [x])`), as a change made in place would
+  # be neither checkpointed nor rolled back.
+  class KeyValueState
+    include Enumerable
+
+    ABSENT = Object.new.freeze # an undo entry for a key that did not exist
+    private_constant :ABSENT
+
+    def initialize
+      @map = {}
+      @dirty = {}    # keys put or deleted since the last init, prepared or rollback (in order)
+      @undo = {}     # key => its value as of the last init or commit (or ABSENT), for keys changed since
+      @prepared = {} # key => the value (or ABSENT) it was prepared with, since the last commit or rollback
+    end
+
+    def get(key, default = nil)
+      @map.fetch(check_key(key), default)
+    end
+
+    def put(key, value)
+      check_key(key)
+      copy = KeyValueState.json_value(value, key) # raises before anything changes
+      changing(key)
+      @map[key] = copy
+      nil
+    end
+
+    # Removes the key; its value, or nil if there was none.
+    def delete(key)
+      check_key(key)
+      changing(key)
+      @map.delete(key)
+    end
+
+    def key?(key)
+      @map.key?(check_key(key))
+    end
+    alias include? key?
+
+    def size
+      @map.size
+    end
+    alias length size
+
+    def empty?
+      @map.empty?
+    end
+
+    # Yields each key and value (an Enumerator without a block).
+    def each(&block)
+      return enum_for(:each) { @map.size } unless block
+
+      @map.each(&block)
+      self
+    end
+
+    def inspect
+      "#<#{self.class} #{@map.inspect}>"
+    end
+
+    # A deep frozen copy of a JSON value; a TypeError naming the key otherwise.
+    def self.json_value(value, key)
+      case value
+      when String then value.frozen? ? value : value.dup.freeze
+      when Integer, true, false, nil then value
+      when Float
+        return value if value.finite?
+
+        raise TypeError, "state value for key #{key.inspect}: #{value} is not a JSON number"
+      when Array then value.map { |v| json_value(v, key) }.freeze
+      when Hash
+        copy = {}
+        value.each do |k, v|
+          unless k.is_a?(String)
+            raise TypeError, "state value for key #{key.inspect}: the Hash key #{k.inspect} (#{k.class}) " \
+                             'is not a String (JSON object keys are strings)'
+          end
+          copy[k] = json_value(v, key)
+        end
+        copy.freeze
+      else raise TypeError, "state value for key #{key.inspect}: #{value.class} is not a JSON value"
+      end
+    end
+
+    def self.deep_freeze(value)
+      case value
+      when Array then value.each { |v| deep_freeze(v) }
+      when Hash then value.each_value { |v| deep_freeze(v) }
+      end
+      value.freeze
+    end
+
+    # For StatefulBolt ---------------------------------------------------------
+    # init: the state becomes `hash` (as read from the host, adopted).
+    def _load(hash)
+      hash.each_value { |v| KeyValueState.deep_freeze(v) }
+      @map = hash
+      @dirty = {}
+      @undo = {}
+      @prepared = {}
+    end
+
+    # prepare: the changes since the last init, prepared or rollback, as
+    # [put (key => value), delete (keys)]; they are forgotten.
+    def _take_changes
+      put = {}
+      delete = []
+      @dirty.each_key do |k|
+        if @map.key?(k)
+          put[k] = @prepared[k] = @map[k]
+        else
+          delete << k
+          @prepared[k] = ABSENT
+        end
+      end
+      @dirty = {}
+      [put, delete]
+    end
+
+    # commit: what was prepared is durable. A key changed since the prepare
+    # is restored by a rollback to its prepared value from now on.
+    def _commit
+      undo = {}
+      @dirty.each_key { |k| undo[k] = @prepared.key?(k) ? @prepared[k] : @undo[k] }
+      @undo = undo
+      @prepared = {}
+    end
+
+    # rollback: back to the state as of the last init or commit.
+    def _rollback
+      @undo.each { |k, v| v.equal?(ABSENT) ? @map.delete(k) : @map[k] = v }
+      @dirty = {}
+      @undo = {}
+      @prepared = {}
+    end
+
+    private
+
+    def check_key(key)
+      return key if key.is_a?(String)
+
+      raise TypeError, "state keys must be Strings, got #{key.inspect} (#{key.class})"
+    end
+
+    def changing(key)
+      @undo[key] = @map.fetch(key, ABSENT) unless @undo.key?(key)
+      @dirty[key] = true
+    end
+  end
+
+  # A BasicBolt with a key-value state (spec §9.7; Storm's IStatefulBolt).
+  # Under a host that offers the `state` extension (multilang-bridge's) the
+  # host keeps the state durable: it gives it back at every process start,
+  # collects the changes at each checkpoint and commits or rolls them back.
+  # Under a host that does not (Storm's ShellBolt) the state lives in memory,
+  # starting empty, as with Storm's default InMemoryKeyValueStateProvider.
+  #
+  #   class Counter < Multilang::StatefulBolt
+  #     def process(tup)
+  #       n = state.get(tup.values[0], 0) + 1
+  #       state.put(tup.values[0], n)
+  #       emit([tup.values[0], n])              # auto-anchored, auto-acked
+  #     end
+  #   end
+  #
+  # Hooks (no-ops by default; keyword procs to `run` too): init_state(state),
+  # once per process start, after prepare and the host's whole init and before
+  # the first tuple; pre_prepare(txid), pre_commit(txid), pre_rollback. A hook
+  # that raises stops the process (status 1): the host rolls back and restarts.
+  # `extensions` defaults to ["batch", "msgpack", "state"]; a list without
+  # "state" keeps the state in memory only.
+  class StatefulBolt < BasicBolt
+    self.extensions = (DEFAULT_EXTENSIONS + ['state']).freeze
+    STATE_ACTIONS = %w[init prepare commit rollback].freeze
+    CHUNK_KEYS = 1000        # keys per prepared frame at most
+    CHUNK_BYTES = 1 << 20    # ... and about this many bytes
+
+    def state
+      @state ||= KeyValueState.new
+    end
+
+    def init_state(state); end
+
+    def pre_prepare(txid); end
+
+    def pre_commit(txid); end
+
+    def pre_rollback; end
+
+    def accepted_extensions
+      Array(extensions).map(&:to_s)
+    end
+
+    private
+
+    def setup
+      super
+      @last_prepared = nil
+      @stateful = Wire.accepted.include?('state')
+      if @stateful
+        read_init
+      elsif Array(@conf['multilang.extensions']).include?('state')
+        warn "multilang: #{self.class} declined the offered state extension (extensions #{extensions.inspect}); " \
+             'its state is kept in memory only'
+      end
+      init_state(state)
+    end
+
+    # The host's init (spec §9.7): its first frame, maybe in chunks.
+    def read_init
+      merged = nil
+      txid = nil
+      loop do
+        msg = Wire.next_message
+        unless msg.is_a?(Hash) && msg['command'] == 'state' && msg['action'] == 'init'
+          raise ProtocolError, "state.order: #{frame_kind(msg)} before the whole state init (spec §9.7): " \
+                               "#{Multilang.frame_text(msg)}"
+        end
+        check_state_frame(msg)
+        if merged.nil?
+          txid = msg['txid']
+          merged = msg['state']
+        else
+          unless msg['txid'] == txid
+            raise ProtocolError, "state.invalid: init chunks with txids #{txid.inspect} and #{msg['txid'].inspect} " \
+                                 "(spec §9.7): #{Multilang.frame_text(msg)}"
+          end
+          msg['state'].each do |k, v|
+            if merged.key?(k)
+              raise ProtocolError, "state.invalid: key #{k.inspect} in two init chunks (spec §9.7): " \
+                                   "#{Multilang.frame_text(msg)}"
+            end
+            merged[k] = v
+          end
+        end
+        break unless msg['more']
+      end
+      state._load(merged)
+    end
+
+    def frame_kind(msg)
+      return 'a task-id list' unless msg.is_a?(Hash)
+      return 'a heartbeat' if msg['stream'] == '__heartbeat'
+      return 'a tuple batch' if msg.key?('tuples')
+      return "a state frame (action #{msg['action'].inspect})" if msg['command'] == 'state'
+
+      'a tuple'
+    end
+
+    def handle_state(msg)
+      super unless @stateful
+      check_state_frame(msg)
+      txid = msg['txid']
+      case msg['action']
+      when 'init'
+        raise ProtocolError, "state.order: a second init (spec §9.7): #{Multilang.frame_text(msg)}"
+      when 'prepare'
+        pre_prepare(txid)
+        send_prepared(txid, *state._take_changes)
+        @last_prepared = txid
+      when 'commit'
+        if @last_prepared.nil? || txid != @last_prepared
+          raise ProtocolError, "state.order: commit #{txid} does not name the last answered prepare " \
+                               "(#{@last_prepared.nil? ? 'none' : @last_prepared}) (spec §9.7)"
+        end
+        pre_commit(txid)
+        state._commit
+        @last_prepared = nil
+      when 'rollback'
+        pre_rollback
+        state._rollback
+        @last_prepared = nil
+      end
+    end
+
+    def check_state_frame(msg)
+      action = msg['action']
+      txid = msg['txid']
+      what = if !STATE_ACTIONS.include?(action)
+               "unknown action #{action.inspect}"
+             elsif !((txid.is_a?(Integer) && txid >= 1) || (txid.nil? && %w[init rollback].include?(action)))
+               "txid #{txid.inspect} (an integer >= 1#{%w[init rollback].include?(action) ? ', or null' : ''})"
+             elsif action == 'init' && !msg['state'].is_a?(Hash)
+               'state is not an object'
+             elsif msg.key?('more') && msg['more'] != true && msg['more'] != false
+               'more is not a boolean'
+             end
+      raise ProtocolError, "state.invalid: #{what} (spec §9.7): #{Multilang.frame_text(msg)}" if what
+    end
+
+    # The `prepared` answer, in chunks of at most CHUNK_KEYS keys and about
+    # CHUNK_BYTES bytes ("more": true on all but the last).
+    def send_prepared(txid, put, delete)
+      limit = [CHUNK_BYTES, Wire.max_frame / 2].min
+      chunk_put = {}
+      chunk_delete = []
+      n = 0
+      bytes = 0
+      add = lambda do |key, size|
+        if size > Wire.max_frame - 200
+          raise ArgumentError, "state value for key #{key.inspect} takes #{size} bytes, more than a frame may hold " \
+                               "(#{Wire.max_frame} bytes, multilang.max.frame.bytes)"
+        end
+        if n.positive? && (n >= CHUNK_KEYS || bytes + size > limit)
+          send_prepared_chunk(txid, chunk_put, chunk_delete, true)
+          chunk_put = {}
+          chunk_delete = []
+          n = 0
+          bytes = 0
+        end
+        n += 1
+        bytes += size
+      end
+      put.each do |k, v|
+        add.call(k, k.bytesize + json_size(v) + 4)
+        chunk_put[k] = v
+      end
+      delete.each do |k|
+        add.call(k, k.bytesize + 3)
+        chunk_delete << k
+      end
+      send_prepared_chunk(txid, chunk_put, chunk_delete, false)
+    end
+
+    def send_prepared_chunk(txid, put, delete, more)
+      frame = { 'command' => 'state', 'action' => 'prepared', 'txid' => txid, 'put' => put, 'delete' => delete }
+      frame['more'] = true if more
+      Wire.send_frame(frame) # a standard frame: closes an open output batch first
+    end
+
+    def json_size(value)
+      case value
+      when Integer, true, false, nil then 20
+      else JSON.generate(value).bytesize
+      end
+    end
+
+    def install_hooks(block, hooks)
+      state_hooks = %i[init_state pre_prepare pre_commit pre_rollback]
+      mine, rest = hooks.partition { |name, _| state_hooks.include?(name.to_sym) }
+      mine.each { |name, callable| define_hook(name.to_sym, callable) }
+      super(block, rest.to_h)
     end
   end
 
@@ -1371,6 +1745,14 @@ module Multilang
   def self.text(msg)
     s = msg.is_a?(String) ? msg : msg.to_s
     s.valid_encoding? && s.encoding == Encoding::UTF_8 ? s : s.dup.force_encoding(Encoding::UTF_8).scrub
+  end
+
+  # A frame from the host as shown in an error: its JSON, at most 200 bytes.
+  def self.frame_text(msg)
+    text = JSON.generate(msg)
+    text.bytesize > 200 ? "#{text.byteslice(0, 200).scrub}..." : text
+  rescue StandardError
+    msg.inspect[0, 200]
   end
 
   def self.describe_exception(err)
