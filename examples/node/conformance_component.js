@@ -1,9 +1,9 @@
 'use strict';
 // Scripted conformance component (see spec/CONFORMANCE.md): actions are keyed
 // on the values of the tuples it receives.
-// Usage: node examples/node/conformance_component.js [bolt|basic|spout]
+// Usage: node examples/node/conformance_component.js [bolt|basic|spout|stateful]
 
-const { Bolt, BasicBolt, Spout } = require(require('path').join(__dirname, 'multilang'));
+const { Bolt, BasicBolt, StatefulBolt, Spout } = require(require('path').join(__dirname, 'multilang'));
 
 const MODE = process.argv[2] || 'bolt';
 const READY = `multilang-conformance ready mode=${MODE} lang=node`;
@@ -101,6 +101,21 @@ class ConformanceBasicBolt extends BasicBolt {
   }
 }
 
+// Mode `stateful`: a StatefulBolt (spec §9.7) whose tuples edit its state.
+class ConformanceStatefulBolt extends StatefulBolt {
+  initialize() {
+    this.log(READY);
+  }
+
+  process(tup) {
+    const [action, key, value] = tup.values;
+    if (action === 'put') this.state.put(key, value);
+    else if (action === 'delete') this.state.delete(key);
+    else if (action === 'get') this.emit([key, this.state.get(key, null)], { anchors: [tup], needTaskIds: false });
+    else this.fail(tup);
+  }
+}
+
 const IDS = [0, '1', -2, '-3', 4.5, { k: [5] }, null];
 
 class ConformanceSpout extends Spout {
@@ -126,9 +141,11 @@ class ConformanceSpout extends Spout {
   fail(id) { this.emit(['failed', id]); }
 }
 
-const classes = { bolt: ConformanceBolt, basic: ConformanceBasicBolt, spout: ConformanceSpout };
-if (!classes[MODE]) {
-  console.error(`usage: conformance_component.js [bolt|basic|spout] (got ${JSON.stringify(MODE)})`);
+const classes = {
+  bolt: ConformanceBolt, basic: ConformanceBasicBolt, spout: ConformanceSpout, stateful: ConformanceStatefulBolt,
+};
+if (!Object.prototype.hasOwnProperty.call(classes, MODE)) {
+  console.error(`usage: conformance_component.js [bolt|basic|spout|stateful] (got ${JSON.stringify(MODE)})`);
   process.exit(2);
 }
 new classes[MODE]().run();

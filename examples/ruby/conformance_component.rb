@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 #
-# conformance_component.rb [bolt|basic|spout] - the scripted conformance
+# conformance_component.rb [bolt|basic|spout|stateful] - the scripted conformance
 # component of spec/CONFORMANCE.md, built on multilang.rb. Its actions are
 # keyed on the values of the tuples it receives; `multilang conform` drives it.
 
@@ -98,6 +98,23 @@ module Conformance
     end
   end
 
+  # Mode `stateful`: a StatefulBolt (spec §9.7) whose tuples edit its state.
+  class StateBolt < Multilang::StatefulBolt
+    def prepare(_conf, _context)
+      log(Conformance.ready_line('stateful'))
+    end
+
+    def process(tup)
+      values = tup.values
+      case values[0]
+      when 'put' then state.put(values[1], values[2])
+      when 'delete' then state.delete(values[1])
+      when 'get' then emit([values[1], state.get(values[1])], anchors: tup, need_task_ids: false)
+      else fail(tup)
+      end
+    end
+  end
+
   # Mode `spout`.
   class ScriptedSpout < Multilang::Spout
     IDS = [0, '1', -2, '-3', 4.5, { 'k' => [5] }, nil].freeze
@@ -140,7 +157,8 @@ case mode
 when 'bolt' then Conformance::PlainBolt.run
 when 'basic' then Conformance::AutoBolt.run
 when 'spout' then Conformance::ScriptedSpout.run
+when 'stateful' then Conformance::StateBolt.run
 else
-  warn "usage: ruby conformance_component.rb [bolt|basic|spout] (got #{mode.inspect})"
+  warn "usage: ruby conformance_component.rb [bolt|basic|spout|stateful] (got #{mode.inspect})"
   exit 2
 end
