@@ -11,6 +11,9 @@ The component library (write bolts and spouts in Python)::
 
     Split().run()
 
+A :class:`StatefulBolt` also keeps ``self.state``, a :class:`KeyValueState`
+that a host with extension ``state`` checkpoints (spec/PROTOCOL.md §9.7).
+
 The sans-IO protocol core lives in :mod:`multilang.connection`,
 :mod:`multilang.framing`, :mod:`multilang.codec` and :mod:`multilang.messages`;
 the host runtime in :mod:`multilang.shellbolt`; engines in :mod:`multilang.adapters`.
