@@ -80,6 +80,7 @@ class Checkpointer:
         self.view: dict[Any, tuple[dict[str, Any], frozenset[int]]] = {}
         self.committed = 0
         self.rollbacks = 0
+        self.keys_written = 0  # keys put or deleted by the checkpoints of this run (bench/stateful_wordcount.py)
         self._skip_spouts: dict[str, bool] = {}
         self.resuming = False  # the store holds a checkpoint of an earlier run
         if self.provider != "sqlite" or self.provider_config.get("dir"):
@@ -244,6 +245,7 @@ class Checkpointer:
         parallelism = {self.tasks[t].name: len(self.tasks[t].comp.tasks) for t in self._answers}
         store.commit(cp, parallelism)
         self.committed += 1
+        self.keys_written += sum(len(put) + len(delete) for put, delete in cp.changes.values())
         for task_id in self._answers:
             self.tasks[task_id].send_state(StateCommit(txid=txid))
         rt.commit_view({k: r for k, (r, _) in self.view.items()})

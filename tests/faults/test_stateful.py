@@ -1,0 +1,190 @@
+"""Stateful bolts (spec/PROTOCOL.md §9.7, docs/STATE.md): the word count of
+the README with its count bolt in Python, Ruby or Node (and a count bolt
+written against the wire, no library), checked against a plain count of the
+corpus after
+
+* a count process is SIGKILLed mid-run (the run goes on: its state comes back
+  from the last checkpoint, the trees since are replayed), and
+* the ``multilang run`` host itself is SIGKILLed mid-run and the same command
+  is run again with the same ``--state-dir`` (it resumes from the last
+  checkpoint and skips the sentences that checkpoint reflects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from faults_support import EXAMPLES, ML, needs_node, needs_ruby
+from multilang.shellbolt.testing import current_pid, run_topology
+from multilang.shellbolt.topology import load_topology
+from multilang.testing import wait_until
+
+HERE = Path(__file__).resolve().parent
+PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+COPIES = 3  # 3,240 sentences, ~76,000 words: a few seconds per run
+
+COUNT_BOLTS = {
+    "python": pytest.param(["python", str(EXAMPLES / "python" / "count_bolt.py")], id="python"),
+    "ruby": pytest.param(["ruby", str(EXAMPLES / "ruby" / "count_bolt.rb")], id="ruby", marks=needs_ruby),
+    "node": pytest.param(["node", str(EXAMPLES / "node" / "count_bolt.js")], id="node", marks=needs_node),
+    "wire": pytest.param(["python", str(HERE / "components" / "wire_stateful_count.py")], id="wire"),
+}
+
+
+def plain_count(text: str) -> dict[str, int]:
+    """The split bolt's rules: ASCII whitespace, edge punctuation stripped, A-Z lowered."""
+    words: Counter[str] = Counter()
+    for line in text.split("\n"):
+        for token in line.split():
+            word = token.strip(PUNCT)
+            word = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in word)
+            if word:
+                words[word] += 1
+    return dict(words)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    text = (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8")
+    path = tmp_path_factory.mktemp("corpus") / f"alice{COPIES}.txt"
+    path.write_text(text * COPIES, encoding="utf-8")
+    return path, plain_count(text * COPIES)
+
+
+def wordcount_toml(tmp_path: Path, corpus: Path, count_cmd: list[str], interval_ms: int = 200) -> Path:
+    """The README's topology (examples/wordcount.toml) over ``corpus`` with
+    ``count_cmd`` as its count bolt; checkpoints every ``interval_ms``."""
+    text = (EXAMPLES / "wordcount.toml").read_text()
+    text = text.replace('"python/sentence_spout.py", "data/alice.txt"',
+                        f'"{EXAMPLES / "python" / "sentence_spout.py"}", "{corpus}"')
+    text = text.replace('"ruby/split_bolt.rb"', f'"{EXAMPLES / "ruby" / "split_bolt.rb"}"')
+    text = text.replace('command = ["node", "node/count_bolt.js"]', f"command = {json.dumps(count_cmd)}")
+    text = text.replace('"topology.message.timeout.secs" = 30',
+                        f'"topology.message.timeout.secs" = 30\n"topology.state.checkpoint.interval.ms" = {interval_ms}')
+    assert str(corpus) in text and json.dumps(count_cmd) in text
+    path = tmp_path / "wordcount.toml"
+    path.write_text(text)
+    return path
+
+
+def counts_of(records) -> dict[str, int]:
+    return {r["word"]: r["count"] for r in records}
+
+
+@pytest.mark.parametrize("count_cmd", list(COUNT_BOLTS.values()))
+def test_a_killed_count_process_gets_its_state_back_and_the_counts_are_exact(tmp_path, corpus, count_cmd):
+    path, expected = corpus
+    topo = load_topology(wordcount_toml(tmp_path, path, count_cmd))
+    count_tasks = topo.components["count"].tasks
+    killed: list[int] = []
+
+    async def killer(rt):
+        # mid-run: a third of the words counted, at least one checkpoint committed
+        await wait_until(lambda: rt.stats["count"].acked > 25_000 and rt.checkpoints.committed > 0, timeout=60)
+        pid = current_pid(rt, count_tasks[0])
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    run = run_topology(topo, during=killer, limit=120)
+    res = run.result
+    assert killed, "the count process was not killed mid-run"
+    assert res.ok and res.stats["count"].restarts == 1, res
+    assert res.rollbacks >= 1 and res.checkpoints >= 2 and res.stateful == ["count"]
+    assert counts_of(res.outputs) == expected
+    assert res.completed == len([ln for ln in path.read_text().split("\n") if ln.strip(" \t\r\f\v")])
+
+
+def _run_cli(toml: Path, state_dir: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([*ML, "run", str(toml), "--state-dir", str(state_dir), "--no-progress", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _committed_txid(db: Path) -> int:
+    """The last committed checkpoint, read from the WAL-mode file while the
+    run holds it: a copy of the file and its WAL, opened read-only."""
+    try:
+        data, wal = db.read_bytes(), db.with_name(db.name + "-wal").read_bytes()
+    except FileNotFoundError:
+        return 0
+    probe = db.with_name("probe.sqlite")
+    probe.write_bytes(data)
+    probe.with_name("probe.sqlite-wal").write_bytes(wal)
+    try:
+        con = sqlite3.connect(probe)
+        row = con.execute("SELECT value FROM meta WHERE key = 'txid'").fetchone()
+        con.close()
+    except sqlite3.DatabaseError:
+        return 0
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("count_cmd", list(COUNT_BOLTS.values()))
+def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, corpus, count_cmd):
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, count_cmd)
+    state = tmp_path / "state"
+    first = _run_cli(toml, state)
+    db = state / "wordcount.sqlite"
+    deadline = time.monotonic() + 60
+    while _committed_txid(db) < 3:  # a few checkpoints in: mid-run
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "no checkpoint committed within 60 s"
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # the host and every component process
+    first.communicate()
+    assert first.returncode == -signal.SIGKILL
+
+    second = _run_cli(toml, state)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
+    sentences = next(ln for ln in err.splitlines() if ln.startswith("[summary]   sentences:"))
+    skipped = int(sentences.rsplit("skipped (committed by an earlier run) ", 1)[1])
+    assert 0 < skipped < len(expected) * 10, sentences
+    assert "state of count: checkpoint" in err and str(db) in err
+
+
+def test_a_state_dir_of_another_parallelism_is_refused(tmp_path, corpus):
+    path, _ = corpus
+    toml = wordcount_toml(tmp_path, path, ["python", str(EXAMPLES / "python" / "count_bolt.py")])
+    state = tmp_path / "state"
+    r = subprocess.run([*ML, "run", str(toml), "--state-dir", str(state), "--max-tuples", "50", "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "state of count: checkpoint" in r.stderr, r.stderr
+    toml.write_text(toml.read_text().replace('fields = ["word", "count"]\nparallelism = 2',
+                                             'fields = ["word", "count"]\nparallelism = 3'))
+    r = subprocess.run([*ML, "run", str(toml), "--state-dir", str(state), "--no-progress"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "component 'count' has state for 2 task(s), but this topology runs 3" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_two_runs_cannot_share_a_state_dir(tmp_path, corpus):
+    path, _ = corpus
+    toml = wordcount_toml(tmp_path, path, ["python", str(EXAMPLES / "python" / "count_bolt.py")])
+    state = tmp_path / "state"
+    first = _run_cli(toml, state, "--duration", "100")  # holds the store until killed
+    try:
+        deadline = time.monotonic() + 60
+        while _committed_txid(state / "wordcount.sqlite") < 1:
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        r = subprocess.run([*ML, "run", str(toml), "--state-dir", str(state), "--no-progress"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert f"state store {state / 'wordcount.sqlite'}: another run is using it" in r.stderr
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+
