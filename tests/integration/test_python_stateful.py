@@ -460,3 +460,18 @@ def test_a_tuple_before_the_init_is_a_protocol_error(start):
     c.read_eof()
     assert c.wait() != 0
     assert "before the whole state init" in c.stderr_text()
+
+
+def test_prepared_chunks_stay_far_below_the_frame_limit_of_the_conf(tmp_path):
+    with ComponentProcess(STATEFUL, cwd=ROOT, pid_dir=tmp_path / "pids",
+                          conf={"multilang.max.frame.bytes": 4000}) as c:
+        c.handshake(offer=["state"], accept=["state"])
+        assert c.read() == READY
+        c.send(init({}))
+        c.write(b"".join(encode_frame(tup(str(i), "put", f"k{i}", "v" * 100)) for i in range(40)))
+        assert c.read_n(40) == [ack(str(i)) for i in range(40)]
+        c.send(prepare(1))
+        chunks = [c.read_raw()]
+        while b'"more":true' in chunks[-1]:
+            chunks.append(c.read_raw())
+        assert len(chunks) >= 4 and all(len(f) < 4000 // 4 + 200 for f in chunks), [len(f) for f in chunks]
