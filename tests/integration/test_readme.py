@@ -314,6 +314,7 @@ def test_main_job_prints_the_line_the_readme_quotes():
 BOLT_OUTPUTS = {
     "class Split(": ("the quick brown fox\n", [["the"], ["quick"], ["brown"], ["fox"]]),
     "class Upper(": ("the quick brown fox\njumps over\n", [["THE QUICK BROWN FOX"], ["JUMPS OVER"]]),
+    "class Count(": ("alice\nrabbit\nalice\n", [["alice", 1], ["rabbit", 1], ["alice", 2]]),
 }
 
 
