@@ -118,6 +118,9 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     for name, msg_id, times, cause in result.repeated_failures:
         click.echo(f"[summary] spout {name!r} saw message id {_clip(repr(msg_id))} fail {times} times"
                    + (f"; last cause: {cause}" if cause else ""), err=True)
+    if getattr(result, "state_path", None) and not result.stateful:
+        click.echo(f"[summary] state: no bolt of this topology accepted the state extension (§9.7), so "
+                   f"{result.state_path} holds nothing from this run", err=True)
     if getattr(result, "stateful", None):
         where = (f"kept in {result.state_path}" if result.state_path else
                  "kept for this run only (resume a run with --state-dir DIR)")
@@ -331,8 +334,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
 
     _setup_logging(log_level)
     overrides = _parse_conf(conf)
-    if state_dir is not None:
-        overrides["topology.state.provider.config"] = {"dir": state_dir}
+    if state_dir is not None and not state_dir.strip():
+        raise click.BadParameter("an empty path (an unset shell variable?)", param_hint="--state-dir")
     try:
         if topology_file.endswith((".yaml", ".yml")):
             from .shellbolt.flux import load_flux
@@ -342,8 +345,17 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
         else:
             topology = load_topology(topology_file, overrides)
-        if engine == "spark" and state_dir is not None:
-            raise TopologyError("--state-dir applies to the embedded engine (--engine local) only")
+        if engine == "spark":
+            kept = (["--state-dir"] if state_dir is not None else []) + [
+                k for k in ("topology.state.provider", "topology.state.provider.config")
+                if topology.conf.get(k) not in (None, "sqlite")]
+            if kept:
+                raise TopologyError(f"{' and '.join(kept)}: the state of stateful bolts is kept by the embedded "
+                                    "engine (--engine local) only; --engine spark does not checkpoint it yet")
+        if state_dir is not None:  # over the topology's own provider settings, not instead of them
+            pconf = topology.conf.get("topology.state.provider.config") or {}
+            pconf = json.loads(pconf) if isinstance(pconf, str) else pconf
+            topology.conf["topology.state.provider.config"] = {**(pconf or {}), "dir": state_dir}
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
@@ -423,8 +435,15 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
     # Without --output-fields the bolt may emit tuples of any length ("*").
     out_fields = output_fields.split(",") if output_fields else ["*"]
     builder.set_bolt("bolt", ShellBolt(list(command), fields=out_fields)).shuffle_grouping("stdin")
+    overrides = _parse_conf(conf)
+    kept = [k for k in ("topology.state.provider", "topology.state.provider.config") if k in overrides]
+    if kept:
+        # stdin cannot be read again: a resumed pipe would skip the next input's first lines as "done"
+        raise click.UsageError(f"{', '.join(kept)}: multilang pipe keeps no state between runs (its input is "
+                               "stdin); a stateful bolt's state lives for one run. Use multilang run --state-dir "
+                               "with a topology whose spout can replay its input.")
     try:
-        topology = builder.create_topology(_parse_conf(conf), name="pipe")
+        topology = builder.create_topology(overrides, name="pipe")
         feed.max_line = int(topology.conf.get("multilang.max.frame.bytes") or feed.max_line)
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -24,12 +24,14 @@ A restarted process gets the committed state in its ``init``.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import trio
 
+from multilang.errors import ComponentError
 from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
 
 from .acker import TupleEdges
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from .bolts import ShellBoltTask
     from .runtime import Runtime
 
-__all__ = ["Checkpointer", "StatefulSink", "init_frames"]
+__all__ = ["Checkpointer", "StatefulSink", "StateStoreFailed", "init_frames"]
 
 #: when every tree waits only for held acks and no spout emitted for this
 #: long, the checkpoint is taken at once (the end of the input, or spouts
@@ -61,7 +63,7 @@ class Checkpointer:
         self.interval = float(conf.get("topology.state.checkpoint.interval.ms") or 1000) / 1000
         self.provider = str(conf.get("topology.state.provider") or "sqlite")
         pconf = conf.get("topology.state.provider.config") or {}
-        self.provider_config: dict[str, Any] = orjson.loads(pconf) if isinstance(pconf, str) else dict(pconf)
+        self.provider_config: dict[str, Any] = dict((orjson.loads(pconf) if isinstance(pconf, str) else pconf) or {})
         self.store: StateStore | None = None
         self._tmpdir: str | None = None
         self.tasks: dict[int, "ShellBoltTask"] = {}  # every stateful task seen
@@ -95,7 +97,11 @@ class Checkpointer:
             if self.provider == "sqlite" and not self.provider_config.get("dir"):
                 default_dir = self._tmpdir = tempfile.mkdtemp(prefix="multilang-state-")
             store = open_store(self.provider, self.provider_config, topo.name or "topology", default_dir)
-            store.check({c.name: len(c.tasks) for c in topo.components.values()})
+            try:
+                store.check(topo.name or "topology", {c.name: len(c.tasks) for c in topo.components.values()})
+            except BaseException:
+                store.close()
+                raise
             self.store = store
             self.resuming = store.txid is not None
             if store.txid is not None:
@@ -195,6 +201,12 @@ class Checkpointer:
             if self.ready and (self.activity or self.held or self.view):
                 await self.checkpoint()
 
+    async def final(self) -> None:
+        """At the end of a run: commit what the last interval changed (also
+        what no tree waits for: unanchored tuples, ticks, acking off)."""
+        if self.ready and (self.activity or self.held or self.view):
+            await self.checkpoint()
+
     async def checkpoint(self) -> bool:
         """Take one checkpoint (steps 1-4 above); False if a rollback or a
         lost process abandoned it."""
@@ -243,7 +255,16 @@ class Checkpointer:
         for record, _roots in self.view.values():
             cp.outputs[orjson.dumps([record.get(k) for k in key_fields]).decode()] = record
         parallelism = {self.tasks[t].name: len(self.tasks[t].comp.tasks) for t in self._answers}
-        store.commit(cp, parallelism)
+        try:
+            store.commit(cp, parallelism)
+        except (sqlite3.Error, OSError, TypeError, ValueError) as exc:
+            # Nothing was committed: every stateful task goes back to the last
+            # checkpoint, and the run stops (a store that cannot be written
+            # would roll back for ever); a rerun resumes from that checkpoint.
+            self.rollback(f"the state store could not write checkpoint {txid}: {exc}")
+            rt.give_up(StateStoreFailed(f"the state store could not write checkpoint {txid}: {exc}; the run stops "
+                                        f"at checkpoint {store.txid} (run again to resume from it)"))
+            return
         self.committed += 1
         self.keys_written += sum(len(put) + len(delete) for put, delete in cp.changes.values())
         for task_id in self._answers:
@@ -303,6 +324,17 @@ def init_frames(conn: Any, txid: int | None, state: dict[str, Any], max_frame: i
             continue
         frames.append(conn.send(StateInit(txid=txid, state=dict(part), more=bool(todo))))
     return frames
+
+
+class StateStoreFailed(ComponentError):
+    """The state store could not write a checkpoint: the run stops (it gives up)."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.args = (msg,)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class StatefulSink(AckerSink):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import trio
 
-from multilang.errors import ComponentError, ComponentReportedError
+from multilang.errors import ComponentError, ComponentReportedError, TopologyError
 from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
 
 from .acker import Acker, TupleEdges
@@ -99,7 +99,11 @@ class Runtime:
         self._dead_letter_sample: list[DeadLetter] = []
         self._build()
         #: stateful bolts' checkpoints (§9.7); opens a named state store now
-        self.checkpoints = Checkpointer(self) if checkpointing else None
+        try:
+            self.checkpoints = Checkpointer(self) if checkpointing else None
+        except TopologyError as exc:  # named with the file it came from, as every topology error is
+            source = topology.source
+            raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None
         #: a resumed run: (spout, msg id) -> whether an earlier run committed it
         self._skip = self.checkpoints.skip if self.checkpoints is not None and self.checkpoints.resuming else None
         if self.checkpoints is not None and self._key_index is not None:
@@ -541,6 +545,8 @@ class Runtime:
         with trio.move_on_after(grace):
             while self.acker.pending and not self.gave_up:
                 await self.wait_for_change()
+            if self.checkpoints is not None and not self.gave_up:
+                await self.checkpoints.final()
         # The acks and fails owed to spouts, also after the grace ran out: a
         # spout told "ack" commits its position; one left untold replays.
         self.settle()

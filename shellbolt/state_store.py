@@ -23,6 +23,8 @@ import orjson
 
 from multilang.errors import TopologyError
 
+from .conf import unknown_key_message
+
 __all__ = ["StateStore", "Checkpoint", "SqliteStore", "MemoryStore", "open_store", "msg_key", "PROVIDERS"]
 
 
@@ -53,12 +55,14 @@ def msg_key(msg_id: Any) -> str | None:
 class StateStore:
     """The provider interface. ``parallelism`` (component -> tasks) is the
     running topology's, for the stateful components: a store whose state was
-    written with another parallelism refuses it (a key's task depends on it)."""
+    written with another parallelism, or by another topology, refuses it (a
+    key's task depends on the parallelism)."""
 
     #: the txid of the last committed checkpoint, None if there is none
     txid: int | None = None
 
-    def check(self, parallelism: Mapping[str, int]) -> None:
+    def check(self, topology: str, parallelism: Mapping[str, int]) -> None:
+        """Refuse (:class:`TopologyError`) state written by another topology or shape."""
         raise NotImplementedError
 
     def load(self, component: str, index: int) -> dict[str, Any]:
@@ -87,6 +91,10 @@ class StateStore:
 
 def _check_parallelism(stored: Mapping[str, int], running: Mapping[str, int], where: str) -> None:
     for comp, n in sorted(stored.items()):
+        if comp not in running:
+            raise TopologyError(f"{where}: it holds the state of component {comp!r}, which this topology does not "
+                                f"have (components: {sorted(running)}); a renamed component would start empty, so "
+                                "the state is not reused: keep the name, or use another --state-dir")
         if comp in running and running[comp] != n:
             raise TopologyError(f"{where}: component {comp!r} has state for {n} task(s), but this topology runs "
                                 f"{running[comp]}; a key's task depends on the parallelism, so the state cannot be "
@@ -94,25 +102,29 @@ def _check_parallelism(stored: Mapping[str, int], running: Mapping[str, int], wh
 
 
 class MemoryStore(StateStore):
-    """Storm's default provider: committed state lives as long as the run."""
+    """Storm's default provider: committed state lives as long as the run.
+    (``config`` and ``topology`` as any ``module:Class`` provider gets them.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Mapping[str, Any] | None = None, topology: str = "") -> None:
         self.txid = None
         self._kv: dict[tuple[str, int], dict[str, Any]] = {}
         self._done: dict[str, set[tuple[int, str]]] = {}
         self._outputs: dict[str, Any] = {}
         self._parallelism: dict[str, int] = {}
 
-    def check(self, parallelism: Mapping[str, int]) -> None:
+    def check(self, topology: str, parallelism: Mapping[str, int]) -> None:
         _check_parallelism(self._parallelism, parallelism, "state in memory")
 
     def load(self, component: str, index: int) -> dict[str, Any]:
         return {k: orjson.loads(v) for k, v in self._kv.get((component, index), {}).items()}
 
     def commit(self, cp: Checkpoint, parallelism: Mapping[str, int]) -> None:
-        for (comp, index), (put, delete) in cp.changes.items():
+        # encoded before anything changes: all or nothing
+        encoded = [(key, {k: orjson.dumps(v) for k, v in put.items()}, delete)
+                   for key, (put, delete) in cp.changes.items()]
+        for (comp, index), put_json, delete in encoded:
             kv = self._kv.setdefault((comp, index), {})
-            kv.update((k, orjson.dumps(v)) for k, v in put.items())
+            kv.update(put_json)
             for k in delete:
                 kv.pop(k, None)
             self._parallelism[comp] = parallelism[comp]
@@ -131,6 +143,9 @@ class MemoryStore(StateStore):
         return dict(self._outputs)
 
 
+#: ``PRAGMA application_id`` of our state files ("MLST")
+_APPLICATION_ID = 0x4D4C5354
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kv (component TEXT NOT NULL, task INTEGER NOT NULL, key TEXT NOT NULL,
@@ -143,18 +158,27 @@ CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, record TEXT NOT NULL) 
 
 class SqliteStore(StateStore):
     """One SQLite file per topology (``DIR/<topology name>.sqlite``), WAL,
-    one transaction per checkpoint, held exclusively by one run."""
+    one transaction per checkpoint, held exclusively by one run, marked as
+    ours (``PRAGMA application_id``) so that another program's file is
+    refused, not altered."""
 
     def __init__(self, directory: str, topology: str) -> None:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology) or "topology"
         self.path = os.path.join(directory, f"{safe}.sqlite")
+        self.topology = topology
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            app = db.execute("PRAGMA application_id").fetchone()[0]
+            if app != _APPLICATION_ID and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                db.close()
+                raise TopologyError(f"state store {self.path} is an SQLite file of another program (it has tables "
+                                    "but is not a multilang-bridge state store); use another --state-dir")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")
             db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second run fails here, not later
             db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
@@ -165,18 +189,31 @@ class SqliteStore(StateStore):
         except sqlite3.DatabaseError as exc:
             raise TopologyError(f"state store {self.path} is not a usable SQLite file: {exc}") from None
         self._db = db
-        row = db.execute("SELECT value FROM meta WHERE key = 'txid'").fetchone()
-        self.txid = int(row[0]) if row else None
-        self._parallelism = {k[len("tasks:"):]: int(v) for k, v in
-                             db.execute("SELECT key, value FROM meta WHERE key LIKE 'tasks:%'")}
-        self._with_completed = {r[0] for r in db.execute("SELECT DISTINCT spout FROM completed")}
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta"))
+            self.txid = int(meta["txid"]) if "txid" in meta else None
+            self._stored_topology = meta.get("topology")
+            self._parallelism = {k[len("tasks:"):]: int(v) for k, v in meta.items() if k.startswith("tasks:")}
+            self._with_completed = {r[0] for r in db.execute("SELECT DISTINCT spout FROM completed")}
+        except (sqlite3.Error, ValueError) as exc:
+            db.close()
+            raise TopologyError(f"state store {self.path} is damaged ({exc}); use another --state-dir") from None
 
-    def check(self, parallelism: Mapping[str, int]) -> None:
+    def check(self, topology: str, parallelism: Mapping[str, int]) -> None:
+        if self._stored_topology is not None and self._stored_topology != topology:
+            raise TopologyError(f"state store {self.path} holds the state of topology {self._stored_topology!r}, "
+                                f"not {topology!r}; use another --state-dir")
         _check_parallelism(self._parallelism, parallelism, f"state store {self.path}")
 
     def load(self, component: str, index: int) -> dict[str, Any]:
         rows = self._db.execute("SELECT key, value FROM kv WHERE component = ? AND task = ?", (component, index))
-        return {k: orjson.loads(v) for k, v in rows}
+        return self._decoded(rows)
+
+    def _decoded(self, rows: Any) -> dict[str, Any]:
+        try:
+            return {k: orjson.loads(v) for k, v in rows}
+        except (orjson.JSONDecodeError, sqlite3.Error) as exc:
+            raise TopologyError(f"state store {self.path} is damaged ({exc}); use another --state-dir") from None
 
     def commit(self, cp: Checkpoint, parallelism: Mapping[str, int]) -> None:
         db = self._db
@@ -196,6 +233,7 @@ class SqliteStore(StateStore):
                 db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?)",
                                [(k, orjson.dumps(r).decode()) for k, r in cp.outputs.items()])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('txid', ?)", (str(cp.txid),))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('topology', ?)", (self.topology,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -211,7 +249,7 @@ class SqliteStore(StateStore):
         return spout in self._with_completed
 
     def outputs(self) -> dict[str, Any]:
-        return {k: orjson.loads(r) for k, r in self._db.execute("SELECT key, record FROM outputs")}
+        return self._decoded(self._db.execute("SELECT key, record FROM outputs"))
 
     def close(self) -> None:
         self._db.close()
@@ -225,8 +263,19 @@ def open_store(provider: str, config: Mapping[str, Any], topology: str, default_
     """The store ``topology.state.provider`` names, with its
     ``topology.state.provider.config`` (``dir`` for sqlite; default
     ``default_dir``). ``module:Class`` is called with (config, topology)."""
+    if provider in _CONFIG_KEYS:
+        unknown = sorted(set(config) - _CONFIG_KEYS[provider])
+        if provider == "memory" and unknown == ["dir"]:
+            raise TopologyError("a state dir (--state-dir, or dir in topology.state.provider.config) needs "
+                                "topology.state.provider = 'sqlite'; the memory provider keeps nothing after the run")
+        if unknown:
+            raise TopologyError(f"topology.state.provider.config: {unknown_key_message(unknown, _CONFIG_KEYS[provider])} "
+                                f"for provider {provider!r}")
     if provider == "sqlite":
-        return SqliteStore(str(config.get("dir") or default_dir), topology)
+        d = config.get("dir")
+        if d is not None and (not isinstance(d, str) or not d):
+            raise TopologyError(f"topology.state.provider.config: dir must be a non-empty string (a directory), got {d!r}")
+        return SqliteStore(d or default_dir, topology)
     if provider == "memory":
         return MemoryStore()
     module, _, name = provider.partition(":")
@@ -234,8 +283,19 @@ def open_store(provider: str, config: Mapping[str, Any], topology: str, default_
         raise TopologyError(f"topology.state.provider {provider!r}: use one of {list(PROVIDERS)} or a Python "
                             "'module:Class' (Storm's Java providers do not run here)")
     try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise TopologyError(f"topology.state.provider {provider!r}: {exc}") from None
-    return cls(dict(config), topology)
+        store = getattr(importlib.import_module(module), name)(dict(config), topology)
+    except TopologyError:
+        raise
+    except Exception as exc:  # the user's code: any failure is theirs to read, without our traceback
+        raise TopologyError(f"topology.state.provider {provider!r}: {type(exc).__name__}: {exc}") from None
+    missing = [m for m in _INTERFACE if not callable(getattr(store, m, None))]
+    if missing:
+        raise TopologyError(f"topology.state.provider {provider!r}: {type(store).__name__} lacks {missing} "
+                            "(see multilang.shellbolt.state_store.StateStore)")
+    return store
+
+
+#: the settings each built-in provider reads from topology.state.provider.config
+_CONFIG_KEYS = {"sqlite": {"dir"}, "memory": set()}
+_INTERFACE = ("check", "load", "commit", "completed", "has_completed", "outputs", "close")
 

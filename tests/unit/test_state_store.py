@@ -1,0 +1,116 @@
+"""The state stores of stateful bolts (shellbolt/state_store.py, docs/STATE.md):
+what one checkpoint writes is there after a reopen, all or nothing, also when
+the writing process is SIGKILLed mid-commit; a store refuses a topology of
+another parallelism, a second run, and a file that is not one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from multilang.errors import TopologyError
+from multilang.shellbolt.state_store import Checkpoint, MemoryStore, SqliteStore, msg_key, open_store
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request, tmp_path):
+    s = SqliteStore(str(tmp_path), "wc") if request.param == "sqlite" else MemoryStore()
+    yield s
+    s.close()
+
+
+def test_a_checkpoint_is_loaded_back(store):
+    assert store.txid is None and store.load("count", 0) == {} and not store.has_completed("spout")
+    cp = Checkpoint(1, changes={("count", 0): ({"alice": 3, "deep": {"x": [1, None]}}, []),
+                                ("count", 1): ({"rabbit": 1}, [])},
+                    completed=[("spout", 0, msg_key(7)), ("spout", 0, msg_key("line-8"))],
+                    outputs={'["alice"]': {"word": "alice", "count": 3}})
+    store.commit(cp, {"count": 2})
+    store.commit(Checkpoint(2, changes={("count", 0): ({"alice": 4}, ["deep"])}), {"count": 2})
+    assert store.txid == 2
+    assert store.load("count", 0) == {"alice": 4} and store.load("count", 1) == {"rabbit": 1}
+    assert store.has_completed("spout") and not store.has_completed("other")
+    assert store.completed("spout", 0, msg_key(7)) and store.completed("spout", 0, msg_key("line-8"))
+    assert not store.completed("spout", 1, msg_key(7)) and not store.completed("spout", 0, msg_key("7"))
+    assert store.outputs() == {'["alice"]': {"word": "alice", "count": 3}}
+
+
+def test_sqlite_keeps_everything_across_a_reopen(tmp_path):
+    s = SqliteStore(str(tmp_path), "wc")
+    s.commit(Checkpoint(5, changes={("count", 1): ({"k": "v"}, [])}, completed=[("s", 0, "1")]), {"count": 2})
+    s.close()
+    s = SqliteStore(str(tmp_path), "wc")
+    assert s.txid == 5 and s.load("count", 1) == {"k": "v"} and s.has_completed("s") and s.completed("s", 0, "1")
+    with pytest.raises(TopologyError, match=r"component 'count' has state for 2 task\(s\), but this topology runs 3"):
+        s.check("wc", {"count": 3, "split": 7})
+    s.check("wc", {"count": 2, "split": 7})
+    s.close()
+
+
+def test_a_commit_that_fails_writes_nothing(store):
+    store.commit(Checkpoint(1, changes={("c", 0): ({"a": 1}, [])}), {"c": 1})
+    with pytest.raises(TypeError):
+        store.commit(Checkpoint(2, changes={("c", 0): ({"a": 2, "b": {1, 2}}, [])}), {"c": 1})
+    assert store.txid == 1 and store.load("c", 0) == {"a": 1}
+
+
+def test_a_second_run_and_a_damaged_file_are_refused(tmp_path):
+    s = SqliteStore(str(tmp_path), "wc")
+    with pytest.raises(TopologyError, match=r"wc\.sqlite: another run is using it"):
+        SqliteStore(str(tmp_path), "wc")
+    s.close()
+    (tmp_path / "bad.sqlite").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(TopologyError, match=r"bad\.sqlite"):
+        SqliteStore(str(tmp_path), "bad")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TopologyError, match=r"state directory .*file"):
+        SqliteStore(str(tmp_path / "file"), "wc")
+
+
+def test_providers_by_name(tmp_path):
+    assert isinstance(open_store("sqlite", {"dir": str(tmp_path)}, "t", ""), SqliteStore)
+    assert isinstance(open_store("memory", {}, "t", ""), MemoryStore)
+    assert isinstance(open_store("multilang.shellbolt.state_store:MemoryStore", {}, "t", ""), MemoryStore)
+    for bad, why in [("redis", "use one of"), ("no_such_module_x:Store", "No module named"),
+                     ("multilang.shellbolt.state_store:Nope", "Nope")]:
+        with pytest.raises(TopologyError, match=why):
+            open_store(bad, {}, "t", "")
+
+
+def test_message_ids_are_kept_as_canonical_json():
+    assert msg_key({"b": 1, "a": [1, "x"]}) == msg_key({"a": [1, "x"], "b": 1}) == '{"a":[1,"x"],"b":1}'
+    assert msg_key(7) != msg_key("7") and msg_key(object()) is None
+
+
+def test_a_writer_killed_mid_commit_leaves_the_last_whole_checkpoint(tmp_path):
+    """SIGKILL a process that commits checkpoints in a loop (each writes
+    n = txid under two tasks): after a reopen, txid and state agree."""
+    code = textwrap.dedent(f"""
+        import sys
+        from multilang.shellbolt.state_store import Checkpoint, SqliteStore
+        s = SqliteStore({str(tmp_path)!r}, "wc")
+        txid = first = s.txid or 0
+        while True:
+            txid += 1
+            big = {{f"k{{i}}": txid for i in range(200)}}
+            s.commit(Checkpoint(txid, changes={{("c", 0): ({{"n": txid, **big}}, []), ("c", 1): ({{"n": txid}}, [])}},
+                                completed=[("s", 0, str(txid))]), {{"c": 2}})
+            if txid == first + 3:
+                print("ready", flush=True)
+    """)
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "ready\n"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        s = SqliteStore(str(tmp_path), "wc")
+        txid = s.txid
+        assert txid is not None and txid >= 3
+        assert s.load("c", 0)["n"] == txid == s.load("c", 1)["n"] and s.load("c", 0)["k199"] == txid
+        assert s.completed("s", 0, str(txid)) and not s.completed("s", 0, str(txid + 1))
+        s.close()
