@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from multilang.connection import Role
-from multilang.errors import ProtocolError
+from multilang.connection import Role, State
 from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, StatePrepared, TaskIds, Tick, Tuple
 
 from .process import ShellProcess
@@ -62,7 +61,7 @@ class ShellBoltTask(ShellTask):
         if cp is not None and "state" in proc.conn.extensions:  # §9.7: the committed state first
             txid, state = cp.attach(self)
             await proc.write(b"".join(init_frames(proc.conn, txid, state, self.max_frame)))
-            cp.ready.add(self.task_id)
+            cp.started(self)
         nursery.start_soon(self._writer, proc)
         nursery.start_soon(self._heartbeats, proc)
         nursery.start_soon(self._watchdog, proc, lambda: proc.last_inbound)
@@ -123,12 +122,9 @@ class ShellBoltTask(ShellTask):
         written (as task ids and heartbeats, §5.3): a rollback precedes
         every tuple queued after it."""
         proc = self.proc
-        if proc is None:
-            return
-        try:
-            self._urgent.append(proc.conn.send(msg))
-        except ProtocolError:  # the connection just ended: the session is being lost
-            return
+        if proc is None or proc.conn.state in (State.CLOSED, State.ERROR):
+            return  # the session is being lost: its successor gets an init
+        self._urgent.append(proc.conn.send(msg))  # refused: a bug of ours, not to be swallowed
         self.kick()
 
     def session_lost(self, cause: str) -> None:

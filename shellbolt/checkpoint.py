@@ -77,7 +77,12 @@ class Checkpointer:
         self.paused = False  # spouts get no `next` while a checkpoint waits for its cut
         self._answers: dict[int, tuple[dict[str, Any], list[str]]] = {}
         self._waiting: set[int] = set()
-        self._txid_asked = 0
+        #: tasks whose process owes the answer to a prepare (also one a
+        #: rollback abandoned: §9.7, it is answered all the same); no new
+        #: prepare goes to them until it arrives
+        self._owed: set[int] = set()
+        self._first_ready: trio.Event | None = None  # run() waits on it while no stateful process runs
+        self._txid_asked = 0  # txids are never reused in a run: a late answer names an old one
         #: the topology output's changes since the last commit: key -> (record, roots)
         self.view: dict[Any, tuple[dict[str, Any], frozenset[int]]] = {}
         self.committed = 0
@@ -150,10 +155,17 @@ class Checkpointer:
         store = self._open()
         return store.txid, store.load(task.name, task.comp.tasks.index(task.task_id))
 
+    def started(self, task: "ShellBoltTask") -> None:
+        """The task's process has its init: it takes part in checkpoints."""
+        self.ready.add(task.task_id)
+        if self._first_ready is not None:
+            self._first_ready.set()
+
     def detach(self, task: "ShellBoltTask") -> None:
         """The task's process died or hung: it gets no more state frames."""
         self.ready.discard(task.task_id)
         self._waiting.discard(task.task_id)
+        self._owed.discard(task.task_id)
 
     def hold(self, edges: list[TupleEdges]) -> None:
         held, hx = self.held, self._held_xor
@@ -166,6 +178,9 @@ class Checkpointer:
                 hx[r] = hx.get(r, 0) ^ tid ^ e.ack_val
 
     def prepared(self, task: "ShellBoltTask", msg: StatePrepared) -> None:
+        if not msg.more:
+            self._owed.discard(task.task_id)
+            self.rt.nudge()
         if msg.txid != self._txid_asked or task.task_id not in self._waiting:
             return  # the answer to a prepare of a checkpoint abandoned by a rollback
         put, delete = self._answers.setdefault(task.task_id, ({}, []))
@@ -190,6 +205,11 @@ class Checkpointer:
         while True:
             deadline = trio.current_time() + self.interval
             while trio.current_time() < deadline:
+                if not self.ready:  # no stateful process (yet): nothing to watch until one starts
+                    self._first_ready = trio.Event()
+                    with trio.move_on_at(deadline):
+                        await self._first_ready.wait()
+                    continue
                 if self.held and self.quiescent():
                     seen = rt.emitted_by_spouts
                     await trio.sleep(_QUIET)
@@ -214,23 +234,36 @@ class Checkpointer:
         epoch = self.epoch
         self.paused = True
         try:
-            while not self.quiescent():
+            # Late answers to a prepare a rollback abandoned come first (§9.7:
+            # one prepare unanswered at a time), then the cut.
+            while self._owed & self.ready or not self.quiescent():
                 if self.epoch != epoch:
                     return False
                 await rt.wait_for_change()
+            # The cut: every tree pending now waits only for held acks, and the
+            # prepares go out in this same step, ahead of any tuple not yet
+            # written (send_state): so each stateful task answers with the
+            # changes of exactly these trees. A tree a spout emits after the
+            # cut (a `next` that was outstanding) is processed after the
+            # prepare: its changes and its held acks wait for the next checkpoint.
+            covered = set(rt.acker.roots)
+            n_held = len(self.held)
             store = self._open()
-            txid = self._txid_asked = (store.txid or 0) + 1
+            txid = self._txid_asked = max(store.txid or 0, self._txid_asked) + 1
             self._answers = {}
             self._waiting = set(self.ready)
+            self._owed |= self._waiting
             for task_id in self._waiting:
                 self.tasks[task_id].send_state(StatePrepare(txid=txid))
             while self._waiting:
                 if self.epoch != epoch:
                     return False
                 await rt.wait_for_change()
-            if self.epoch != epoch or not self.quiescent():
+            if self.epoch != epoch:
                 return False
-            self._commit(store, txid)
+            # Answered: commit them now, whatever began since (the components
+            # have handed over these changes; dropping them would lose them).
+            self._commit(store, txid, covered, n_held)
             return True
         finally:
             self.paused = False
@@ -239,20 +272,27 @@ class Checkpointer:
                 if isinstance(t, SpoutTask):
                     t.kick()
 
-    def _commit(self, store: StateStore, txid: int) -> None:
-        """Steps 3 and 4, without a pause: nothing can fail a tree in between."""
+    def _commit(self, store: StateStore, txid: int, covered: set[int], n_held: int) -> None:
+        """Steps 3 and 4 for the trees of the cut (``covered``, whose acks are
+        the first ``n_held`` held), without a pause: no tree can fail between
+        the write and the release."""
         rt = self.rt
         cp = Checkpoint(txid)
         for task_id, answer in self._answers.items():
             t = self.tasks[task_id]
             cp.changes[(t.name, t.comp.tasks.index(task_id))] = answer
-        for root in rt.acker.roots.values():
+        roots = rt.acker.roots
+        for r in covered:
+            root = roots.get(r)
+            if root is None:  # cannot be: a failure of a covered tree rolls back (epoch) first
+                continue
             key = msg_key(root.msg_id)
             spout = rt.tasks[root.spout_task]
             if key is not None:
                 cp.completed.append((spout.name, spout.comp.tasks.index(root.spout_task), key))
         key_fields = rt.topology.output.key or []
-        for record, _roots in self.view.values():
+        view = {k: v for k, v in self.view.items() if v[1] <= covered}  # outputs of the cut's trees (or of none)
+        for record, _roots in view.values():
             cp.outputs[orjson.dumps([record.get(k) for k in key_fields]).decode()] = record
         parallelism = {self.tasks[t].name: len(self.tasks[t].comp.tasks) for t in self._answers}
         try:
@@ -269,12 +309,16 @@ class Checkpointer:
         self.keys_written += sum(len(put) + len(delete) for put, delete in cp.changes.values())
         for task_id in self._answers:
             self.tasks[task_id].send_state(StateCommit(txid=txid))
-        rt.commit_view({k: r for k, (r, _) in self.view.items()})
-        self.view = {}
-        held, self.held, self._held_xor = self.held, [], {}
-        self.touched.clear()
-        self.activity = False
-        rt.acker.ack_many(held)
+        rt.commit_view({k: r for k, (r, _) in view.items()})
+        for k in view:
+            del self.view[k]
+        held = self.held
+        released = held[:n_held]
+        self.held, self._held_xor = [], {}
+        self.hold(held[n_held:])  # acks of trees begun after the cut: the next checkpoint's
+        self.touched.difference_update(covered)
+        self.activity = bool(self.held or self.touched)
+        rt.acker.ack_many(released)
         rt.settle()
 
     def rollback(self, cause: str) -> None:
