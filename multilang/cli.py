@@ -353,9 +353,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
                 raise TopologyError(f"{' and '.join(kept)}: the state of stateful bolts is kept by the embedded "
                                     "engine (--engine local) only; --engine spark does not checkpoint it yet")
         if state_dir is not None:  # over the topology's own provider settings, not instead of them
-            pconf = topology.conf.get("topology.state.provider.config") or {}
-            pconf = json.loads(pconf) if isinstance(pconf, str) else pconf
-            topology.conf["topology.state.provider.config"] = {**(pconf or {}), "dir": state_dir}
+            from .shellbolt.state_store import provider_config
+
+            topology.conf["topology.state.provider.config"] = {**provider_config(topology.conf), "dir": state_dir}
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None

@@ -37,7 +37,7 @@ from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepar
 from .acker import TupleEdges
 from .results import Cause
 from .sinks import AckerSink
-from .state_store import Checkpoint, StateStore, msg_key, open_store
+from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_config
 from .tasks import SpoutTask, Task, log
 
 if TYPE_CHECKING:
@@ -62,8 +62,7 @@ class Checkpointer:
         conf = runtime.topology.conf
         self.interval = float(conf.get("topology.state.checkpoint.interval.ms") or 1000) / 1000
         self.provider = str(conf.get("topology.state.provider") or "sqlite")
-        pconf = conf.get("topology.state.provider.config") or {}
-        self.provider_config: dict[str, Any] = dict((orjson.loads(pconf) if isinstance(pconf, str) else pconf) or {})
+        self.provider_config = provider_config(conf)
         self.store: StateStore | None = None
         self._tmpdir: str | None = None
         self.tasks: dict[int, "ShellBoltTask"] = {}  # every stateful task seen
@@ -128,7 +127,7 @@ class Checkpointer:
         if not has:
             return False
         key = msg_key(msg_id)
-        return key is not None and store.completed(spout.name, spout.comp.tasks.index(spout.task_id), key)
+        return key is not None and store.completed(spout.name, spout.index, key)
 
     def summary(self) -> dict[str, Any]:
         """The :class:`~multilang.shellbolt.results.RunResult` fields of the state."""
@@ -153,7 +152,7 @@ class Checkpointer:
             if type(task.sink) is AckerSink:
                 task.sink = StatefulSink(self.rt, self, hold=task.sink.hold)
         store = self._open()
-        return store.txid, store.load(task.name, task.comp.tasks.index(task.task_id))
+        return store.txid, store.load(task.name, task.index)
 
     def started(self, task: "ShellBoltTask") -> None:
         """The task's process has its init: it takes part in checkpoints."""
@@ -187,8 +186,7 @@ class Checkpointer:
         put.update(msg.put)
         delete.extend(msg.delete)
         if not msg.more:
-            self._waiting.discard(task.task_id)
-            self.rt.nudge()
+            self._waiting.discard(task.task_id)  # (the nudge above wakes the checkpoint)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -218,14 +216,17 @@ class Checkpointer:
                     continue
                 with trio.move_on_at(deadline):
                     await rt.wait_for_change()
-            if self.ready and (self.activity or self.held or self.view):
+            if self._something_to_commit():
                 await self.checkpoint()
 
     async def final(self) -> None:
         """At the end of a run: commit what the last interval changed (also
         what no tree waits for: unanchored tuples, ticks, acking off)."""
-        if self.ready and (self.activity or self.held or self.view):
+        if self._something_to_commit():
             await self.checkpoint()
+
+    def _something_to_commit(self) -> bool:
+        return bool(self.ready) and bool(self.activity or self.held or self.view)
 
     async def checkpoint(self) -> bool:
         """Take one checkpoint (steps 1-4 above); False if a rollback or a
@@ -280,7 +281,7 @@ class Checkpointer:
         cp = Checkpoint(txid)
         for task_id, answer in self._answers.items():
             t = self.tasks[task_id]
-            cp.changes[(t.name, t.comp.tasks.index(task_id))] = answer
+            cp.changes[(t.name, t.index)] = answer
         roots = rt.acker.roots
         for r in covered:
             root = roots.get(r)
@@ -289,7 +290,7 @@ class Checkpointer:
             key = msg_key(root.msg_id)
             spout = rt.tasks[root.spout_task]
             if key is not None:
-                cp.completed.append((spout.name, spout.comp.tasks.index(root.spout_task), key))
+                cp.completed.append((spout.name, spout.index, key))
         key_fields = rt.topology.output.key or []
         view = {k: v for k, v in self.view.items() if v[1] <= covered}  # outputs of the cut's trees (or of none)
         for record, _roots in view.values():

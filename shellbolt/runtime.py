@@ -271,7 +271,7 @@ class Runtime:
                  anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
         """A valid emit to ``targets``: acker bookkeeping, then one Delivery
         per task, or the topology's output if nobody subscribes."""
-        if anchors is None and msg_id is not None and self._skip is not None and self._skip(src, msg_id):
+        if self._skip is not None and anchors is None and msg_id is not None and self._skip(src, msg_id):
             src.stats.skipped += 1
             src.notify("ack", msg_id)  # type: ignore[attr-defined]  (§9.7: committed by an earlier run)
             return

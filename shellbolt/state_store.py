@@ -25,7 +25,8 @@ from multilang.errors import TopologyError
 
 from .conf import unknown_key_message
 
-__all__ = ["StateStore", "Checkpoint", "SqliteStore", "MemoryStore", "open_store", "msg_key", "PROVIDERS"]
+__all__ = ["StateStore", "Checkpoint", "SqliteStore", "MemoryStore", "open_store", "provider_config", "msg_key",
+           "PROVIDERS"]
 
 
 @dataclass(slots=True)
@@ -257,6 +258,13 @@ class SqliteStore(StateStore):
 
 #: ``topology.state.provider`` values built in
 PROVIDERS = ("sqlite", "memory")
+
+
+def provider_config(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``topology.state.provider.config`` of a conf as a dict: a table, or
+    its JSON text as Storm writes it (the conf check has vetted either)."""
+    value = conf.get("topology.state.provider.config")
+    return dict((orjson.loads(value) if isinstance(value, str) else value) or {})
 
 
 def open_store(provider: str, config: Mapping[str, Any], topology: str, default_dir: str) -> StateStore:

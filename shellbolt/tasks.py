@@ -94,6 +94,8 @@ class Task:
         self.comp = comp
         self.name = comp.name
         self.task_id = task_id
+        #: the task's position among its component's tasks, from 0 (Storm's task index)
+        self.index = comp.tasks.index(task_id)
         self.conf = runtime.topology.conf_for(comp.name)
         self.stats = runtime.stats[comp.name]
         self.inbox: deque[Delivery] = deque()
