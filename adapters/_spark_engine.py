@@ -241,7 +241,10 @@ class _Engine:
         self.spec = spec
         self.pool = pool
         topo = spec.topology(on_worker=True)
-        self.runtime = rt = Runtime(topo, on_tracked_output=self._on_output, checkpointing=False)
+        #: a stateful stage of the streaming topology engine names its state
+        #: store (adapters/_spark_state.py): the runtime checkpoints to it (§9.7)
+        self.stateful = "topology.state.provider" in spec.conf
+        self.runtime = rt = Runtime(topo, on_tracked_output=self._on_output, checkpointing=self.stateful)
         self.feeders: dict[str, _Feeder] = {}
         for name in spec.sources:
             comp = topo.components[name]
@@ -254,7 +257,7 @@ class _Engine:
         self.all_outputs = self.outputs == set(_select_outputs(topo, None))
         #: the direct lane (_LeaseSink): the bolt's grouping over its tasks, or None
         self.direct: Any = None
-        comp = self._direct_shape(rt, spec)
+        comp = None if self.stateful else self._direct_shape(rt, spec)  # held acks need the acker
         if comp is not None:
             for t in comp.tasks:
                 rt.tasks[t] = ShellBoltTask(rt, comp, t, sink=_LeaseSink(self, comp))
