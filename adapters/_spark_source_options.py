@@ -9,14 +9,22 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.types import StringType, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from multilang.codec import dumps
+
+from ._spark_spout_host import CONSUMER_COMPONENT
 
 #: The format name: ``spark.readStream.format(FORMAT)``.
 FORMAT = "multilang"
 #: The optional column holding the message id as JSON text.
 MSG_ID_COLUMN = "_msg_id"
+#: With ``valuesFormat=json``: the column holding a tuple's values as one JSON array text.
+VALUES_COLUMN = "_values"
+#: ``valuesFormat``: one string column per declared field, or one JSON array column.
+VALUES_FORMATS = ("columns", "json")
+#: The most tasks one spout component may have (as the embedded engine allows).
+MAX_PARALLELISM = 4096
 
 
 class _OptionError(ValueError):
@@ -77,6 +85,29 @@ class _Options:
     stream: str
     component: str
     available_now_idle: float
+    task_index: int = 0
+    parallelism: int = 1
+    values_format: str = "columns"
+
+    # Task ids, as the embedded engine numbers a component with ``parallelism``
+    # tasks (shellbolt/topology.py): consecutive ids from the component's first,
+    # task index i being the (i+1)-th. The source's topology is this spout
+    # (ids 1..parallelism) and its consumer "spark" (the next id).
+
+    @property
+    def task_ids(self) -> list[int]:
+        """The ids of the spout component's tasks, by task index."""
+        return list(range(1, self.parallelism + 1))
+
+    @property
+    def task_id(self) -> int:
+        """This spout process's task id (its context's ``taskid``)."""
+        return self.task_index + 1
+
+    @property
+    def consumer_task(self) -> int:
+        """The task id of the consumer, the answer to ``need_task_ids`` emits."""
+        return self.parallelism + 1
 
     @classmethod
     def parse(cls, options: Any) -> "_Options":
@@ -93,6 +124,29 @@ class _Options:
         dedupe = (options.get("dedupe") or "inflight").strip().lower()
         if dedupe not in ("inflight", "all", "none"):
             raise _OptionError(f'option "dedupe" must be inflight, all or none; got {options.get("dedupe")!r}')
+        component = options.get("component") or "spout"
+        if component == CONSUMER_COMPONENT:
+            raise _OptionError(
+                f'option "component" must not be {CONSUMER_COMPONENT!r}: the spout\'s context names the Spark '
+                f"query (its consumer) {CONSUMER_COMPONENT!r}; choose another component id"
+            )
+        parallelism = _int_option(options, "parallelism", 1) or 1
+        if parallelism > MAX_PARALLELISM:
+            raise _OptionError(f'option "parallelism" must be at most {MAX_PARALLELISM}, got {parallelism}')
+        task_index = _int_option(options, "taskIndex", 0, minimum=0) or 0
+        if task_index >= parallelism:
+            raise _OptionError(
+                f'option "taskIndex" must be below option "parallelism" ({parallelism}): task indexes '
+                f"run 0..{parallelism - 1}; got {task_index}"
+            )
+        values_format = (options.get("valuesFormat") or "columns").strip().lower()
+        if values_format not in VALUES_FORMATS:
+            raise _OptionError(f'option "valuesFormat" must be columns or json; got {options.get("valuesFormat")!r}')
+        if values_format == "json" and fields is None:
+            raise _OptionError(
+                'option "fields" is required with valuesFormat=json: the spout stream\'s declared field '
+                "names, comma-separated (they fix the tuples' arity)"
+            )
         return cls(
             argv=argv,
             fields=fields,
@@ -106,9 +160,19 @@ class _Options:
             dedupe=dedupe,
             include_msg_id=_bool_option(options, "includeMsgId", False),
             stream=options.get("stream") or "default",
-            component=options.get("component") or "spout",
+            component=component,
             available_now_idle=(_int_option(options, "availableNowIdleMs", 200, minimum=0) or 0) / 1000.0,
+            task_index=task_index,
+            parallelism=parallelism,
+            values_format=values_format,
         )
+
+    def json_schema(self) -> StructType:
+        """The schema with ``valuesFormat=json``: the values as one JSON array text, and the message id if asked."""
+        cols = [StructField(VALUES_COLUMN, StringType(), True)]
+        if self.include_msg_id:
+            cols.append(StructField(MSG_ID_COLUMN, StringType(), True))
+        return StructType(cols)
 
 
 def _json_text(value: Any) -> str:
@@ -120,7 +184,15 @@ class _RowConverter:
     driver when a tuple arrives, so a bad tuple is failed to the spout instead
     of poisoning a logged batch."""
 
-    def __init__(self, schema: StructType, fields: list[str]) -> None:
+    def __init__(self, schema: StructType, fields: list[str], values_format: str = "columns",
+                 include_msg_id: bool = False) -> None:
+        self.arity = len(fields)
+        self._json = values_format == "json"
+        self._verify = None
+        if self._json:
+            self._check_json_schema(schema, include_msg_id)
+            self._with_id = include_msg_id
+            return
         index = {f: i for i, f in enumerate(fields)}
         self._plan: list[tuple[int, bool]] = []  # (-1 = msg id | field index, as string?)
         for col in schema.fields:
@@ -134,15 +206,32 @@ class _RowConverter:
                 raise _OptionError(
                     f"schema column {col.name!r} is neither a declared field {fields} nor {MSG_ID_COLUMN!r}"
                 )
-        self.arity = len(fields)
         try:  # a private helper of pyspark; without it, bad values surface in Spark instead
             from pyspark.sql.types import _make_type_verifier
 
             self._verify = _make_type_verifier(schema)
         except Exception:  # pragma: no cover
-            self._verify = None
+            pass
+
+    @staticmethod
+    def _check_json_schema(schema: StructType, include_msg_id: bool) -> None:
+        want = [VALUES_COLUMN] + ([MSG_ID_COLUMN] if include_msg_id else [])
+        got = [(c.name, c.dataType.simpleString()) for c in schema.fields]
+        if got != [(name, "string") for name in want]:
+            shape = ", ".join(f"{name} string" for name in want)
+            raise _OptionError(
+                f"with valuesFormat=json the schema must be exactly ({shape})"
+                f"{' (includeMsgId=true adds ' + MSG_ID_COLUMN + ')' if not include_msg_id else ''}; "
+                f"got ({', '.join(f'{n} {t}' for n, t in got)}). Leave out .schema(...) to get it, "
+                "or use valuesFormat=columns for a column per field"
+            )
 
     def row(self, msg_id: Any, values: list[Any]) -> tuple:
+        if self._json:
+            text = _json_text(values)
+            if self._with_id:
+                return (text, None if msg_id is None else _json_text(msg_id))
+            return (text,)
         out = []
         for i, as_string in self._plan:
             if i < 0:

@@ -16,7 +16,7 @@ from multilang.messages import Ack, Emit, Error, Fail, Log, Message, Metrics, Ne
 
 from ._spark_replay_log import _id_key, _ReplayLog
 from ._spark_source_options import _json_text, _Options, _RowConverter
-from ._spark_spout_host import _CONSUMER_TASK, _SPOUT_TASK, _live_states, _SupervisedSpout
+from ._spark_spout_host import _live_states, _SupervisedSpout
 
 log = logging.getLogger("multilang.spark.source")
 
@@ -79,7 +79,7 @@ class _SourceState:
                 log.log(_PY_LEVEL.get(ev.level, logging.INFO), "[%s pid %s] %s", opts.component, self.spout.pid, ev.msg)
             elif t is Error:
                 log.error("component %r task %d (pid %s) reported an error: %s",
-                          opts.component, _SPOUT_TASK, self.spout.pid, ev.msg)
+                          opts.component, opts.task_id, self.spout.pid, ev.msg)
             elif t is Metrics:
                 pass
 
@@ -87,7 +87,7 @@ class _SourceState:
         msg_id = ev.id
         why = None
         if ev.task is not None:
-            why = f"direct emit to task {ev.task}; the Spark consumer (task {_CONSUMER_TASK}) does not read directly"
+            why = f"direct emit to task {ev.task}; the Spark consumer (task {self.opts.consumer_task}) does not read directly"
         elif ev.stream != self.opts.stream:
             why = f"emit on stream {ev.stream!r}; this source reads stream {self.opts.stream!r}"
         else:
@@ -95,7 +95,7 @@ class _SourceState:
         if why is not None:
             self.rejected += 1
             log.error("component %r task %d (pid %s): tuple rejected and %s: %s (tuple %s)",
-                      self.opts.component, _SPOUT_TASK, self.spout.pid,
+                      self.opts.component, self.opts.task_id, self.spout.pid,
                       "failed" if msg_id is not None else "dropped", why, _json_text(ev.values)[:200])
             if msg_id is not None:
                 self.notices.append(Fail(id=msg_id))  # after this command's sync (§4.7 style)

@@ -45,9 +45,9 @@ __all__ = ["SpoutHost", "spout_conf"]
 
 log = logging.getLogger("multilang.spark.source")
 
-_SPOUT_TASK = 1
-_CONSUMER = "spark"
-_CONSUMER_TASK = 2
+#: The component name the spout's context gives its consumer, the Spark query.
+CONSUMER_COMPONENT = "spark"
+
 
 #: The keys whose defaults the spout sees in its handshake conf (values from the schema).
 _HANDSHAKE_DEFAULTS = (
@@ -122,19 +122,24 @@ class SpoutHost:
         return self.proc.pid if self.proc is not None else None
 
     def _context(self) -> dict[str, Any]:
+        """§2.2: this process is task ``taskIndex`` of the component's
+        ``parallelism`` tasks; the Spark query is the consumer ``spark``."""
+        opts = self.opts
+        tasks = {t: opts.component for t in opts.task_ids}
+        tasks[opts.consumer_task] = CONSUMER_COMPONENT
         return TopologyContext(
-            task_id=_SPOUT_TASK,
-            component_id=self.opts.component,
-            task_to_component={_SPOUT_TASK: self.opts.component, _CONSUMER_TASK: _CONSUMER},
-            streams=[self.opts.stream],
-            stream_to_output_fields={self.opts.stream: list(self.fields)},
-            stream_to_target_to_grouping={self.opts.stream: {_CONSUMER: {"type": "SHUFFLE"}}},
+            task_id=opts.task_id,
+            component_id=opts.component,
+            task_to_component=tasks,
+            streams=[opts.stream],
+            stream_to_output_fields={opts.stream: list(self.fields)},
+            stream_to_target_to_grouping={opts.stream: {CONSUMER_COMPONENT: {"type": "SHUFFLE"}}},
         ).to_json()
 
     async def ensure_started(self) -> None:
         while self.proc is None:
             proc = ShellProcess(
-                component=self.opts.component, task=_SPOUT_TASK, role=Role.SPOUT, argv=self.argv,
+                component=self.opts.component, task=self.opts.task_id, role=Role.SPOUT, argv=self.argv,
                 cwd=self.opts.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
                 conf=self.pconf, spawn=self.spawn,
             )
@@ -207,7 +212,7 @@ class SpoutHost:
 
     async def _answer(self, proc: ShellProcess, events: list[Message]) -> None:
         """Emits that want task ids are answered at once (§4.3)."""
-        replies = [proc.conn.send(TaskIds(task_ids=[_CONSUMER_TASK])) for ev in events
+        replies = [proc.conn.send(TaskIds(task_ids=[self.opts.consumer_task])) for ev in events
                    if type(ev) is Emit and ev.wants_task_ids]
         if replies and proc.open:
             await proc.write(b"".join(replies))

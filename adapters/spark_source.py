@@ -36,10 +36,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
-from ._spark_source_options import FORMAT, MSG_ID_COLUMN, _OptionError, _Options, _RowConverter
+from ._spark_source_options import FORMAT, MSG_ID_COLUMN, VALUES_COLUMN, _OptionError, _Options, _RowConverter
 from ._spark_source_state import _SourceState
 
-__all__ = ["MultilangDataSource", "MultilangStreamReader", "register", "FORMAT", "MSG_ID_COLUMN"]
+__all__ = ["MultilangDataSource", "MultilangStreamReader", "register", "FORMAT", "MSG_ID_COLUMN", "VALUES_COLUMN"]
 
 
 def register(spark: Any) -> str:
@@ -53,12 +53,19 @@ class MultilangDataSource(DataSource):
 
     See docs/SPARK.md for options and guarantees."""
 
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # Parsed here, so a bad option fails at .load(), with a user schema too.
+        self._opts = _Options.parse(options)
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def schema(self) -> StructType:
-        opts = _Options.parse(self.options)
+        opts = self._opts
+        if opts.values_format == "json":
+            return opts.json_schema()
         if opts.fields is None:
             raise _OptionError('option "fields" is required (comma-separated field names) unless you give a schema')
         cols = [StructField(f, StringType(), True) for f in opts.fields]
@@ -69,7 +76,7 @@ class MultilangDataSource(DataSource):
         return StructType(cols)
 
     def streamReader(self, schema: StructType) -> "MultilangStreamReader":
-        return MultilangStreamReader(_Options.parse(self.options), schema)
+        return MultilangStreamReader(self._opts, schema)
 
 
 class _Batch(InputPartition):
@@ -89,7 +96,7 @@ class MultilangStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._opts = opts
         self._schema = schema
         self._fields = opts.fields if opts.fields is not None else [f.name for f in schema.fields if f.name != MSG_ID_COLUMN]
-        self._convert = _RowConverter(schema, self._fields)
+        self._convert = _RowConverter(schema, self._fields, opts.values_format, opts.include_msg_id)
         self._state: _SourceState | None = None
 
     # -- driver side --------------------------------------------------------------

@@ -21,6 +21,9 @@ pytest.importorskip("pyspark")
 from pyspark.sql.datasource import CaseInsensitiveDict  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
 
+from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
+
+from multilang.adapters._spark_source_options import _OptionError  # noqa: E402
 from multilang.adapters.spark_source import MultilangDataSource, register  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -28,7 +31,10 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 PY_SENTENCES = ROOT / "examples" / "python" / "sentence_spout.py"
 NODE_SENTENCES = ROOT / "examples" / "node" / "sentence_spout.js"
-ACK_SPOUT = Path(__file__).resolve().parent / "components" / "ack_spout.py"
+COMPONENTS = Path(__file__).resolve().parent / "components"
+ACK_SPOUT = COMPONENTS / "ack_spout.py"
+CONTEXT_SPOUT = COMPONENTS / "source_context_spout.py"
+VALUES_SPOUT = COMPONENTS / "source_values_spout.py"
 WAIT = 120  # seconds; a healthy query here takes a few
 
 
@@ -258,3 +264,130 @@ def test_reader_supervises_the_spout_fails_rejected_tuples_and_replays_identical
     reader2.stop()
     acked = [json.dumps(e["id"]) for e in read_events(events) if e["ev"] == "ack"]
     assert {mid for _, mid in rows} <= set(acked)
+
+
+def reader_for(**options):
+    """The stream reader Spark's driver would make for these options (no Spark)."""
+    source = MultilangDataSource(CaseInsensitiveDict({k: str(v) for k, v in options.items()}))
+    return source.streamReader(source.schema())
+
+
+def plan_rows(reader, want: int, max_rows: int = 100) -> list[tuple]:
+    """Plan batches as Spark's driver does until ``want`` rows came (or fail)."""
+    rows: list[tuple] = []
+    start = reader.initialOffset()
+    for _ in range(1000):
+        end = reader.latestOffset(start, ReadMaxRows(max_rows))
+        if end != start:
+            rows += [row for p in reader.partitions(start, end) for row in reader.read(p)]
+            start = end
+            if len(rows) >= want:
+                reader.commit(end)
+                return rows
+    pytest.fail(f"only {len(rows)} of {want} rows arrived: {rows}")
+
+
+@pytest.mark.parametrize("task_index, parallelism", [(None, None), (0, 1), (2, 3)])
+def test_spout_context_says_which_task_of_the_component_it_is(tmp_path, task_index, parallelism):
+    options = {"command": json.dumps(["python", str(CONTEXT_SPOUT)]), "fields": "taskid,component,tasks,map,consumers",
+               "component": "sentences", "valuesFormat": "json", "replayLog": tmp_path / "replay"}
+    if task_index is not None:
+        options.update(taskIndex=task_index, parallelism=parallelism)
+    reader = reader_for(**options)
+    try:
+        rows = plan_rows(reader, 2)
+    finally:
+        reader.stop()
+    assert len(rows) == 2 and rows[0][0].startswith('[0,"probe"')
+    taskid, component, tasks, mapping, consumers = json.loads(rows[1][0])
+    i, n = task_index or 0, parallelism or 1
+    # As the embedded engine numbers a component's tasks: consecutive ids, task
+    # index i the (i+1)-th; the consumer "spark" gets an id of its own.
+    assert component == "sentences"
+    assert tasks == list(range(1, n + 1)) and taskid == tasks[i]
+    assert mapping == {**{str(t): "sentences" for t in tasks}, str(n + 1): "spark"}
+    assert consumers == [n + 1]  # the answer to need_task_ids
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"taskIndex": "3", "parallelism": "3"}, 'option "taskIndex" must be below option "parallelism" \\(3\\)'),
+    ({"taskIndex": "1"}, 'option "taskIndex" must be below option "parallelism" \\(1\\)'),
+    ({"taskIndex": "-1", "parallelism": "2"}, 'option \'taskIndex\' must be >= 0, got -1'),
+    ({"taskIndex": "first"}, "option 'taskIndex' must be an integer, got 'first'"),
+    ({"parallelism": "0"}, "option 'parallelism' must be >= 1, got 0"),
+    ({"parallelism": "5000"}, 'option "parallelism" must be at most 4096'),
+    ({"component": "spark"}, 'option "component" must not be \'spark\''),
+    ({"valuesFormat": "avro"}, 'option "valuesFormat" must be columns or json; got \'avro\''),
+    ({"valuesFormat": "json", "fields": None}, 'option "fields" is required with valuesFormat=json'),
+])
+def test_bad_task_and_format_options_are_refused_naming_the_option(options, message):
+    opts = {"command": json.dumps(["python", "spout.py"]), "fields": "a,b", **options}
+    with pytest.raises(_OptionError, match=message):
+        MultilangDataSource(CaseInsensitiveDict({k: v for k, v in opts.items() if v is not None}))
+
+
+def test_json_values_format_has_one_values_column_and_refuses_another_schema():
+    def source(**extra):
+        return MultilangDataSource(CaseInsensitiveDict({
+            "command": json.dumps(["python", "spout.py"]), "fields": "a,b", "valuesFormat": "JSON", **extra}))
+
+    assert [(f.name, f.dataType) for f in source().schema().fields] == [("_values", StringType())]
+    with_id = source(includeMsgId="true")
+    assert with_id.schema().fieldNames() == ["_values", "_msg_id"]
+    with_id.streamReader(StructType([StructField("_values", StringType()), StructField("_msg_id", StringType())]))
+    wrong_shapes = [
+        [("a", StringType()), ("b", StringType())],  # the columns format's shape
+        [("_values", StringType()), ("_msg_id", StringType())],  # _msg_id without includeMsgId
+        [("_values", LongType())],
+        [("_values", StringType()), ("extra", StringType())],
+    ]
+    for shape in wrong_shapes:
+        with pytest.raises(_OptionError, match=r"with valuesFormat=json the schema must be exactly \(_values string\)"):
+            source().streamReader(StructType([StructField(n, t) for n, t in shape]))
+    swapped = StructType([StructField("_msg_id", StringType()), StructField("_values", StringType())])
+    with pytest.raises(_OptionError, match=r"exactly \(_values string, _msg_id string\)"):
+        with_id.streamReader(swapped)
+
+
+# Values whose JSON types must survive: ints (64-bit bounds), floats (1.0 stays
+# a float, -0.0 keeps its sign), nested lists and objects, null, booleans,
+# unicode beyond ASCII and the line separators JSON allows raw.
+TRICKY_TUPLES = [
+    [0, 1.0],
+    [-(2**63), 2**64 - 1],
+    [0.1, -0.0],
+    [1e300, -2.5e-300],
+    [[1, [2.0, [[]]], {"k": [None, True, False]}], {}],
+    ["h\u00e9llo \u65e5\u672c\u8a9e \U0001F600", "\u2028\u2029 \\ \" \n\t"],
+    [None, ""],
+    ["1", 1],
+]
+
+
+def strictly_equal(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(strictly_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(strictly_equal(a[k], b[k]) for k in a)
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return a == b
+
+
+def test_json_values_format_round_trips_the_values_exactly(spark, tmp_path):
+    tuples_file = tmp_path / "tuples.json"
+    tuples_file.write_text(json.dumps(TRICKY_TUPLES, ensure_ascii=False), encoding="utf-8")
+    df = multilang_stream(
+        spark, ["python", VALUES_SPOUT, tuples_file],
+        fields="a,b", valuesFormat="json", includeMsgId="true", maxBatchSize=3, replayLog=tmp_path / "replay",
+    )
+    assert [(f.name, f.dataType) for f in df.schema.fields] == [("_values", StringType()), ("_msg_id", StringType())]
+    query = (df.writeStream.format("memory").queryName("ml_json_values")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    finish(query)
+    rows = {int(r["_msg_id"]): r["_values"] for r in spark.sql("select * from ml_json_values").collect()}
+    assert sorted(rows) == list(range(len(TRICKY_TUPLES)))
+    for i, values in enumerate(TRICKY_TUPLES):
+        assert strictly_equal(json.loads(rows[i]), values), (i, rows[i], values)
