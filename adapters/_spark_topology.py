@@ -1,42 +1,69 @@
-"""The topology compiler: ``run_topology`` runs a whole topology file on
-Spark, spouts on the driver, each bolt one ``mapPartitions`` stage, groupings
-as repartitioning, and gathers the output records.
+"""The topology engine: ``multilang run --engine spark`` as one Structured
+Streaming query (no RDD API, so it also runs under Spark Connect).
+
+* Each spout task is a ``format("multilang")`` source (a spout with
+  parallelism N is N sources, N processes, each told its task index), its
+  replay log under the run's checkpoint directory; the sources are unioned.
+* Each micro-batch goes through ``foreachBatch``: a routing stage, then one
+  ``mapInArrow`` stage per bolt in topological order (``_spark_stages``),
+  fields / global / all groupings as a repartitioning on the task index
+  computed with the embedded engine's key -> task mapping; then the rows of
+  the output view, the stages' counters and the dead letters are written to
+  ``<checkpoint>/batches/<batch id>`` (overwritten when Spark re-runs the
+  batch: idempotent).
+* Stateful bolts (§9.7) keep their state in a store versioned by batch id
+  (``_spark_state``), so a re-run batch starts from the state before it.
+* The driver follows the query's progress: one line per micro-batch, the
+  stop at ``--duration`` / ``--max-tuples``, and at the end the output view
+  over every batch Spark committed (an earlier, crashed run's included).
+
+The model and its guarantees are written down in docs/SPARK.md, "Topologies
+on Spark".
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
-from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any, Callable, Iterable, Iterator
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-import trio
+import orjson
 
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 from multilang.shellbolt.results import hashable, sort_key
-from multilang.shellbolt.runtime import Runtime
-from multilang.shellbolt.grouping import fields_task_index
-from multilang.shellbolt.topology import ANY_FIELDS, ComponentDef, Input, OutputSpec, Topology
+from multilang.shellbolt.topology import ANY_FIELDS, PythonBolt, ShellBolt, Topology
 
-from ._spark_counters import BoltCounters
-from ._spark_rdd import _PartitionFn, _task_partition, _values_of
-from ._spark_spec import _Options, _partition_conf, _Spec, _spec_key
+from ._spark_stages import DEAD, KEPT, OUT, ROW_SCHEMA, STATS, Plan, RouteFn, StageFn, stage_spec
+
+__all__ = ["SparkRunResult", "run_topology"]
+
+#: rows of a micro-batch a spout task reads at most (the source's maxBatchSize)
+_BATCH_KEY = "multilang.spark.max.tuples.per.trigger"  # shellbolt/conf.py
+_KEYED = ("fields", "global", "all")
 
 
 @dataclass
 class SparkRunResult:
-    """What :func:`run_topology` did: output records (as the local engine
-    prints them) and the counters of each bolt stage."""
+    """What :func:`run_topology` did: the output records (as the embedded
+    engine prints them), counters per component summed over the batches, the
+    spout tuples read, the micro-batches run and the inputs given up on."""
 
     outputs: list[dict[str, Any]]
     counters: dict[str, dict[str, Any]]
     spout_tuples: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by: str = "done"
 
     @property
     def ok(self) -> bool:
-        return all(not c.get("dead_letter") for c in self.counters.values())
+        return not self.dead_letters
 
 
 def _bolt_order(topo: Topology) -> list[str]:
@@ -61,151 +88,68 @@ def _bolt_order(topo: Topology) -> list[str]:
     return order
 
 
-def _collect_spouts(topo: Topology) -> dict[tuple[str, str], list[list[Any]]]:
-    """Run the spouts on the driver until they are exhausted; return their tuples.
-
-    Each reliable emit's tree completes when the tuple is read here (it has no
-    subscriber in this runtime), so the spout is acked once its tuple is in
-    the driver's hands; replay after a failed Spark job is a rerun."""
-    from multilang.shellbolt.topology import Topology as _Topology
-
-    comps = {n: replace(c, inputs=[], tasks=[]) for n, c in topo.components.items() if c.kind == "spout"}
-    sub = _Topology(topo.name, comps, dict(topo.conf), OutputSpec(), topo.resource_dir)
-    sub.validate()
-    got: dict[tuple[str, str], list[list[Any]]] = {}
-
-    def collect(component: str, stream: str, values: list[Any], roots: list[int]) -> None:
-        got.setdefault((component, stream), []).append(values)
-
-    rt = Runtime(sub, on_tracked_output=collect, checkpointing=False)
-    res = trio.run(lambda: rt.run(until_done=True))
-    if res.gave_up:
-        raise res.gave_up[0]
-    return got
+def _check(topo: Topology) -> list[str]:
+    """Refuse what the Spark engine cannot run, naming the component; returns the bolt order."""
+    order = _bolt_order(topo)
+    for c in topo.components.values():
+        if c.kind == "spout":
+            if not isinstance(c.impl, ShellBolt):
+                raise TopologyError(f"spout {c.name!r}: the Spark engine runs shell spouts (a command), "
+                                    f"not {type(c.impl).__name__}")
+            if len(c.outputs) != 1:
+                raise TopologyError(f"spout {c.name!r}: the Spark engine reads one stream per spout; it declares "
+                                    f"{sorted(c.outputs)}")
+        else:
+            if not isinstance(c.impl, (ShellBolt, PythonBolt)):
+                raise TopologyError(f"bolt {c.name!r}: {type(c.impl).__name__} does not run on Spark")
+            for i in c.inputs:
+                if i.grouping == "direct":
+                    raise TopologyError(f"bolt {c.name!r}: direct groupings are not supported by the Spark engine")
+    return order
 
 
-def _tag(source: str, stream: str, values: Any) -> tuple[str, str, Any]:
-    return source, stream, values
-
-
-def _keyed(mode: str, idx: list[int], n: int, triple: tuple[str, str, Any]) -> list[tuple[int, Any]]:
-    if mode == "fields":
-        return [(fields_task_index([triple[2][i] for i in idx], n), triple)]
-    if mode == "global":
-        return [(0, triple)]
-    return [(i, triple) for i in range(n)]  # all
-
-
-def _round_robin(n: int, split: int, it: Iterable[Any]) -> Iterator[tuple[int, Any]]:
-    for k, triple in enumerate(it):
-        yield (split + k) % n, triple
-
-
-def _stream_is(stream: str, rec: tuple[str, str, Any]) -> bool:
-    return rec[1] == stream
-
-
-def _last_by_key(idx: list[int], it: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
-    last: dict[Any, Any] = {}
-    for values in it:
-        last[tuple(hashable(values[i]) for i in idx)] = values
-    return iter(last.items())
-
-
-def run_topology(
-    topology: Topology, *, spark: Any = None, master: str = "local[*]",
-    on_record: Callable[[dict[str, Any]], None] | None = None, max_retries: int = 3,
-) -> SparkRunResult:
-    """Run a topology (e.g. from ``load_topology``) on Spark.
-
-    * Spouts run on the driver until exhausted; their tuples become RDDs.
-    * Each bolt is one ``mapPartitions`` stage of :class:`_PartitionFn` over
-      the union of its inputs. Shuffle, local-or-shuffle and none groupings
-      keep the upstream partitioning (the stage is pipelined with the one
-      before it); fields, global and all groupings repartition into the
-      bolt's ``parallelism`` partitions with the local engine's key->task
-      mapping (partition index = task index, ``fields_task_index``).
-      Direct groupings are not supported.
-    * Output: the tuples no bolt subscribes to, filtered by ``[output]``; with
-      ``key``, the last tuple per key, sorted as the local engine sorts them.
-
-    Stateful bolts (e.g. a word count fed by a fields grouping): a
-    repartitioned stage's partition i is exactly task i's whole input, and it
-    is processed by a fresh process (``stateful=True``), once per successful
-    Spark task: if that process dies mid-partition the task fails and Spark
-    reruns the whole partition with a fresh process, so the state is rebuilt
-    from the complete input and the counts are exact. A failed task's
-    outputs are discarded by Spark. Shuffle-grouped bolts reuse warm
-    processes and retry single rows inside the partition instead.
-    """
-    from pyspark import StorageLevel
-    from pyspark.sql import SparkSession
-
-    order = _bolt_order(topology)
+def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) -> Plan:
+    subs: dict[tuple[str, str], list[tuple[str, str, list[int], int]]] = {}
+    keyed: dict[str, int] = {}
     for name in order:
-        for i in topology.components[name].inputs:
-            if i.grouping == "direct":
-                raise TopologyError(f"bolt {name!r}: direct groupings are not supported by the Spark engine")
-    spout_out = _collect_spouts(topology)
-    own = spark is None
-    if own:
-        spark = _local_session(SparkSession, master, f"multilang:{topology.name}")
-    sc = spark.sparkContext
-    try:
-        rdds: dict[tuple[str, str], Any] = {}
-        default_par = sc.defaultParallelism
-        for (comp, stream), rows in spout_out.items():
-            consumers = topology.subscribers(comp, stream)
-            n = max([c.parallelism for c, _ in consumers] + [1]) if consumers else default_par
-            rdds[(comp, stream)] = sc.parallelize(rows, max(1, min(n, len(rows) or 1)))
-        for comp in topology.components.values():
-            if comp.kind == "spout":
-                for stream in comp.outputs:
-                    rdds.setdefault((comp.name, stream), sc.emptyRDD())
-        counters: dict[str, BoltCounters] = {}
-        persisted: list[Any] = []
-        for name in order:
-            comp = topology.components[name]
-            n = comp.parallelism
-            keyed = any(i.grouping in ("fields", "global", "all") for i in comp.inputs)
-            parts = []
-            sources: dict[str, dict[str, list[str]]] = {}
-            for i in comp.inputs:
-                src_fields = topology.components[i.source].outputs[i.stream]
-                sources.setdefault(i.source, {})[i.stream] = src_fields
-                tagged = rdds[(i.source, i.stream)].map(partial(_tag, i.source, i.stream))
-                if keyed:
-                    if i.grouping in ("fields", "global", "all"):
-                        idx = [src_fields.index(f) for f in i.fields] if i.grouping == "fields" else []
-                        tagged = tagged.flatMap(partial(_keyed, i.grouping, idx, n))
-                    else:
-                        tagged = tagged.mapPartitionsWithIndex(partial(_round_robin, n))
-                parts.append(tagged)
-            rdd = parts[0] if len(parts) == 1 else sc.union(parts)
-            if keyed:
-                rdd = rdd.partitionBy(n, _task_partition).values()
-            opts = _Options(max_retries=max_retries, warm=not keyed, stateful=keyed)
-            spec = _Spec(sources, [(name, comp.impl, 1, [Input(s, st, "shuffle") for s, sts in sources.items()
-                                                          for st in sts], dict(comp.conf))],
-                         _partition_conf(topology.conf, opts.max_in_flight), str(topology.resource_dir),
-                         [(name, st) for st in comp.outputs])
-            spec.key = _spec_key(spec)
-            counters[name] = BoltCounters(sc)
-            out = rdd.mapPartitions(_PartitionFn(spec, opts, counters[name], "record"))
-            uses = sum(len(topology.subscribers(name, st)) or 1 for st in comp.outputs)
-            if uses > 1:  # computed once for all its readers
-                out = out.persist(StorageLevel.MEMORY_AND_DISK)
-                persisted.append(out)
-            for st in comp.outputs:
-                rdds[(name, st)] = out.filter(partial(_stream_is, st)).map(_values_of)
-        result = _gather(topology, rdds, on_record)
-        for r in persisted:
-            r.unpersist()
-        return SparkRunResult(result, {n: c.value for n, c in counters.items()},
-                              {f"{c}/{s}": len(v) for (c, s), v in spout_out.items()})
-    finally:
-        if own:
-            spark.stop()
+        c = topo.components[name]
+        for i in c.inputs:
+            fields = topo.components[i.source].outputs[i.stream]
+            idx = [fields.index(f) for f in i.fields] if i.grouping == "fields" else []
+            subs.setdefault((i.source, i.stream), []).append((name, i.grouping, idx, c.parallelism))
+        if any(i.grouping in _KEYED for i in c.inputs):
+            keyed[name] = c.parallelism
+    out = topo.output
+    outputs: dict[tuple[str, str], list[int] | None] = {}
+    for c in topo.components.values():
+        for stream, fields in c.outputs.items():
+            if topo.subscribers(c.name, stream):
+                continue
+            if out.component is not None and (c.name != out.component or stream != (out.stream or DEFAULT_STREAM)):
+                continue
+            keyed_view = bool(out.key) and out.component is not None
+            outputs[(c.name, stream)] = [fields.index(k) for k in out.key or []] if keyed_view else None
+    plan = Plan(subs, outputs, state_dir=state_dir, max_retries=max_retries)
+    max_in_flight = 1000
+    for name in order:
+        c = topo.components[name]
+        ins = [(i.source, i.stream, topo.components[i.source].outputs[i.stream]) for i in c.inputs]
+        plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
+                                      str(topo.resource_dir), max_in_flight)
+    plan.keyed = keyed
+    return plan
+
+
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)\])?$")
+
+
+def with_task_retries(master: str, retries: int = 4) -> str:
+    """``local`` / ``local[N]`` / ``local[*]`` with Spark's task retries, as a
+    cluster has them (``spark.task.maxFailures`` = 4); other masters as given."""
+    m = _LOCAL.match(master.strip())
+    if m is None:
+        return master
+    return f"local[{m.group(1) or 1},{retries}]"
 
 
 _LOG4J = """\
@@ -219,62 +163,330 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def _local_session(SparkSession: Any, master: str, name: str) -> Any:
+def _local_session(SparkSession: Any, master: str, name: str, remote: str | None = None) -> Any:
     """A session for the CLI: this interpreter for the Python workers, no UI,
-    no progress bars, Spark's own logging at ERROR (stderr)."""
-    import tempfile
-
+    no progress bars, Spark's own logging at ERROR (stderr). ``remote``: a
+    Spark Connect URL (``sc://host:port``, or ``local[N]`` for a local server)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
+    if master.startswith("local") or (remote or "").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no slow hostname lookups
     conf_dir = tempfile.mkdtemp(prefix="multilang-spark-")
     log_conf = os.path.join(conf_dir, "log4j2.properties")
     with open(log_conf, "w") as f:
         f.write(_LOG4J)
-    spark = (SparkSession.builder.master(master).appName(name)
+    builder = SparkSession.builder.appName(name)
+    if remote is not None:
+        builder = builder.remote(with_task_retries(remote) if remote.startswith("local") else remote)
+    else:
+        builder = builder.master(master)
+    spark = (builder
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.streaming.stopTimeout", "30s")
              .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
              .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    if remote is None:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _gather(topology: Topology, rdds: dict[tuple[str, str], Any],
-            on_record: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
-    out = topology.output
-    records: list[dict[str, Any]] = []
-    keyed: dict[Any, dict[str, Any]] = {}
-    for c in sorted(topology.components.values(), key=lambda c: c.name):
-        for stream, fields in c.outputs.items():
-            if topology.subscribers(c.name, stream):
-                continue
-            if out.component is not None and (c.name != out.component or stream != (out.stream or DEFAULT_STREAM)):
-                continue
+def _shape(topo: Topology) -> dict[str, Any]:
+    return {"topology": topo.name, "components": {n: [c.kind, c.parallelism] for n, c in sorted(topo.components.items())}}
 
-            def record(values: list[Any], c: ComponentDef = c, stream: str = stream,
-                       fields: list[str] = fields) -> dict[str, Any]:
-                rec: dict[str, Any] = {} if out.component is not None else {"component": c.name, "stream": stream}
-                if fields == ANY_FIELDS:
-                    rec["values"] = values
-                else:
-                    rec.update(zip(fields, values))
-                return rec
 
-            rdd = rdds[(c.name, stream)]
-            if out.key and out.component is not None:
-                idx = [fields.index(k) for k in out.key]
-                for key, values in rdd.mapPartitions(partial(_last_by_key, idx)).collect():
-                    keyed[key] = record(values)
+def _claim(directory: str, topo: Topology) -> None:
+    """A checkpoint directory serves one topology of one shape: refuse another
+    (its offsets, replay logs and state would not fit)."""
+    path = os.path.join(directory, "topology.json")
+    shape = _shape(topo)
+    if os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                stored = orjson.loads(f.read())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise TopologyError(f"--checkpoint {directory}: {path} is unreadable ({exc}); use another directory") from None
+        if stored != shape:
+            raise TopologyError(
+                f"--checkpoint {directory} holds a run of another topology or shape ({stored['topology']!r}: "
+                f"{stored['components']}); this one is {shape['topology']!r}: {shape['components']}. Its offsets, "
+                "replay logs and state would not fit: use another directory")
+        return
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(orjson.dumps(shape))
+    os.replace(tmp, path)
+
+
+def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int) -> Any:
+    from pyspark.sql import functions as F
+
+    c = topo.components[name]
+    impl = c.impl
+    stream, fields = next(iter(c.outputs.items()))
+    # the spout's handshake conf: set keys only; the source speaks the
+    # standard protocol, so no extension is offered to the spout
+    conf = {k: v for k, v in {**topo.conf, **c.conf}.items() if v is not None and k != "multilang.extensions"}
+    reader = (spark.readStream.format("multilang")
+              .option("command", orjson.dumps(list(impl.command)).decode())
+              .option("fields", ",".join(fields if fields != ANY_FIELDS else []))
+              .option("cwd", os.path.abspath(impl.cwd or str(topo.resource_dir)))
+              .option("conf", orjson.dumps(conf, default=str).decode())
+              .option("component", name)
+              .option("stream", stream)
+              .option("taskIndex", str(task))
+              .option("parallelism", str(c.parallelism))
+              .option("valuesFormat", "json")
+              .option("maxBatchSize", str(batch))
+              .option("replayLog", os.path.join(directory, "spouts", name, f"task-{task}")))
+    if impl.env:
+        reader = reader.option("env", orjson.dumps(impl.env).decode())
+    return reader.load().select(
+        F.lit(None).cast("string").alias("_for"), F.lit(task).cast("int").alias("_p"), F.lit(name).alias("_c"),
+        F.lit(stream).alias("_s"), F.col("_values").alias("_v"), F.lit(0).cast("long").alias("_o"),
+        F.lit(None).cast("string").alias("_key"))
+
+
+class _BatchWriter:
+    """``foreachBatch``: a micro-batch through every stage, its kept rows to
+    ``<checkpoint>/batches/<id>`` (overwritten on a re-run)."""
+
+    def __init__(self, plan: Plan, order: list[str], directory: str) -> None:
+        self.plan = plan
+        self.order = order
+        self.directory = directory
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        df = df.mapInArrow(RouteFn(self.plan, batch_id), ROW_SCHEMA)
+        for name in self.order:
+            n = self.plan.keyed.get(name)
+            if n is not None:
+                df = df.repartition(n, "_p")
+            df = df.mapInArrow(StageFn(self.plan, name, batch_id), ROW_SCHEMA)
+        (df.where(F.col("_for").isin(*KEPT)).coalesce(1)
+         .write.mode("overwrite").parquet(batch_dir(self.directory, batch_id)))
+
+
+def batch_dir(directory: str, batch_id: int) -> str:
+    return os.path.join(directory, "batches", f"{batch_id:012d}")
+
+
+def _committed(directory: str) -> int:
+    """The last batch id in Spark's commit log of the query (-1: none)."""
+    commits = os.path.join(directory, "query", "commits")
+    try:
+        ids = [int(n) for n in os.listdir(commits) if n.isdigit()]
+    except FileNotFoundError:
+        return -1
+    return max(ids, default=-1)
+
+
+class _Progress:
+    """The driver's view of the run: each committed micro-batch's counters,
+    read back from its batch directory, one line each."""
+
+    def __init__(self, directory: str, echo: Callable[[str], None] | None) -> None:
+        self.directory = directory
+        self.echo = echo
+        self.seen = -1
+        self.spouts: dict[str, int] = {}
+        self.counters: dict[str, dict[str, int]] = {}
+        self.batches = 0
+        self.dead = 0
+        self.t0 = time.monotonic()
+        self.run_tuples = 0
+
+    def poll(self, progress: list[dict[str, Any]]) -> None:
+        upto = _committed(self.directory)
+        by_id = {p.get("batchId"): p for p in progress}
+        for b in range(self.seen + 1, upto + 1):
+            self._batch(b, by_id.get(b))
+        self.seen = max(self.seen, upto)
+
+    def _batch(self, b: int, p: dict[str, Any] | None) -> None:
+        path = batch_dir(self.directory, b)
+        if not os.path.isdir(path):
+            return
+        t = _read(path, [STATS, DEAD]).to_pydict()
+        stats = [(c, v) for f, c, v in zip(t["_for"], t["_c"], t["_v"]) if f == STATS]
+        dead = len(t["_for"]) - len(stats)
+        spouts: dict[str, int] = {}
+        bolts: dict[str, dict[str, int]] = {}
+        for c, v in stats:
+            d = orjson.loads(v)
+            if "rows_in" in d:
+                acc = bolts.setdefault(c, {})
+                for k, x in d.items():
+                    acc[k] = acc.get(k, 0) + x
             else:
-                for values in rdd.toLocalIterator():
-                    rec = record(values)
-                    records.append(rec)
-                    if on_record is not None:
-                        on_record(rec)
-    if out.key and out.component is not None:
-        records = sorted(keyed.values(), key=lambda r: [sort_key(r[k]) for k in out.key or []])
+                spouts[c] = spouts.get(c, 0) + d.get("emitted", 0)
+        for c, n in spouts.items():
+            self.spouts[c] = self.spouts.get(c, 0) + n
+        for c, d in bolts.items():
+            acc = self.counters.setdefault(c, {})
+            for k, x in d.items():
+                acc[k] = acc.get(k, 0) + x
+        self.batches += 1
+        self.dead += dead
+        n_in = sum(spouts.values())
+        self.run_tuples += n_in
+        if self.echo is None:
+            return
+        secs = (p or {}).get("durationMs", {}).get("triggerExecution", 0) / 1000
+        rate = f"{n_in / secs:,.0f}/s" if secs > 0 else "-"
+        parts = [f"{c} {n:,}" for c, n in sorted(spouts.items())]
+        parts += [f"{c} {d.get('rows_in', 0):,} -> {d.get('emitted', 0):,}"
+                  + (f" (failed {d['failed']:,}, retried {d['retried']:,})" if d.get("failed") else "")
+                  + (f" restarts {d['restarts']}" if d.get("restarts") else "")
+                  for c, d in sorted(bolts.items())]
+        self.echo(f"[batch {b}] {n_in:,} spout tuples in {secs:.1f}s ({rate}); elapsed "
+                  f"{time.monotonic() - self.t0:.0f}s; " + "; ".join(parts) + (f"; dead letters {dead}" if dead else ""))
+
+
+def _read(path: str, kinds: list[str]) -> Any:
+    """The rows of some kinds from a batch directory (Arrow, in the driver:
+    the batch directories are small, and the driver sees the checkpoint)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["_for", "_p", "_c", "_s", "_v", "_o", "_key"], filters=[("_for", "in", kinds)])
+
+
+def _view(topo: Topology, directory: str, upto: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The output view over every committed batch, and the dead letters."""
+    out = topo.output
+    fields_of = {(c.name, s): f for c in topo.components.values() for s, f in c.outputs.items()}
+
+    def record(c: str, s: str, v: str) -> dict[str, Any]:
+        values = orjson.loads(v)
+        fields = fields_of[(c, s)]
+        rec: dict[str, Any] = {} if out.component is not None else {"component": c, "stream": s}
+        if fields == ANY_FIELDS:
+            rec["values"] = values
+        else:
+            rec.update(zip(fields, values))
+        return rec
+
+    keyed_view = bool(out.key) and out.component is not None
+    keyed: dict[Any, tuple[int, dict[str, Any]]] = {}
+    records: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    for b in range(upto + 1):
+        path = batch_dir(directory, b)
+        if not os.path.isdir(path):
+            continue
+        t = _read(path, [OUT, DEAD]).to_pydict()
+        rows = sorted(zip(t["_o"], t["_for"], t["_c"], t["_s"], t["_v"]), key=lambda r: r[0])
+        for o, f, c, s, v in rows:
+            if f == DEAD:
+                dead.append(orjson.loads(v))
+                continue
+            rec = record(c, s, v)
+            if keyed_view:
+                k = tuple(hashable(rec.get(k)) for k in out.key or [])
+                if k not in keyed or keyed[k][0] < o:
+                    keyed[k] = (o, rec)
+            else:
+                records.append(rec)
+    if keyed_view:
+        records = sorted((r for _, r in keyed.values()), key=lambda r: [sort_key(r[k]) for k in out.key or []])
+    return records, dead
+
+
+def run_topology(
+    topology: Topology, *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
+    checkpoint: str | None = None, duration: float | None = None, max_tuples: int | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
+    should_stop: Callable[[], bool] | None = None,
+) -> SparkRunResult:
+    """Run a topology (e.g. from ``load_topology``) as a Structured Streaming query.
+
+    Bounded spouts run until drained (``trigger(availableNow=True)``); with
+    ``duration`` or ``max_tuples`` the query runs micro-batch after
+    micro-batch and stops after that many seconds, or after the batch that
+    brought the spouts' tuples to ``max_tuples``. ``checkpoint``: a directory
+    that makes the run resumable (the same call after a crash continues from
+    the last committed micro-batch; the output view covers every committed
+    batch); default a temporary one, removed at the end. ``master`` /
+    ``remote`` (Spark Connect) are used when ``spark`` is not given; local
+    masters get task retries. ``on_progress`` gets one line per micro-batch.
+    """
+    from pyspark.sql import SparkSession
+
+    order = _check(topology)
+    temp = checkpoint is None
+    directory = os.path.abspath(checkpoint or tempfile.mkdtemp(prefix="multilang-spark-run-"))
+    _claim(directory, topology)
+    plan = _plan(topology, order, os.path.join(directory, "state"), max_retries)
+    batch = int(topology.conf.get(_BATCH_KEY) or 5000)
+    own = spark is None
+    if own:
+        spark = _local_session(SparkSession, with_task_retries(master), f"multilang:{topology.name}", remote)
+    try:
+        from .spark_source import register
+
+        register(spark)
+        sources = [_source(spark, topology, n, t, directory, batch)
+                   for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
+        df = sources[0]
+        for s in sources[1:]:
+            df = df.unionByName(s)
+        writer = (df.writeStream.foreachBatch(_BatchWriter(plan, order, directory))
+                  .option("checkpointLocation", os.path.join(directory, "query"))
+                  .queryName(f"multilang_{re.sub(r'[^A-Za-z0-9_]', '_', topology.name or 'topology')}"))
+        bounded = duration is None and max_tuples is None
+        writer = writer.trigger(availableNow=True) if bounded else writer.trigger(processingTime="0 seconds")
+        progress = _Progress(directory, on_progress)
+        progress.poll([])  # batches an earlier run committed
+        progress.run_tuples = 0
+        start = time.monotonic()
+        q = writer.start()
+        stopped_by = "done"
+        try:
+            while True:
+                ended = q.awaitTermination(0.5)
+                progress.poll(q.recentProgress)
+                if ended:
+                    break
+                if duration is not None and time.monotonic() - start >= duration:
+                    stopped_by = "duration"
+                    break
+                if max_tuples is not None and progress.run_tuples >= max_tuples:
+                    stopped_by = "max_tuples"
+                    break
+                if should_stop is not None and should_stop():
+                    stopped_by = "signal"
+                    break
+        finally:
+            if q.isActive:
+                _stop_between_batches(q, directory)
+        exc = q.exception()
+        if exc is not None:
+            raise exc
+        progress.poll(q.recentProgress)
+        records, dead = _view(topology, directory, _committed(directory))
         if on_record is not None:
             for rec in records:
                 on_record(rec)
-    return records
+        counters = {n: progress.counters.get(n, {}) for n in order}
+        return SparkRunResult(records, counters, dict(progress.spouts), progress.batches, dead, stopped_by)
+    finally:
+        if own:
+            spark.stop()
+        if temp:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _stop_between_batches(q: Any, directory: str, patience: float = 60.0) -> None:
+    """Stop the query once the micro-batch running now has committed (at most
+    ``patience`` seconds), so its work counts; the batch Spark starts right
+    after is cut off before its commit: it is not in the output, and a run
+    resumed from the checkpoint runs it again."""
+    if q.status.get("isTriggerActive", False):
+        last = _committed(directory)
+        deadline = time.monotonic() + patience
+        while q.isActive and time.monotonic() < deadline and _committed(directory) == last:
+            q.awaitTermination(0.05)
+    q.stop()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import pathlib
 import re
 import signal
@@ -319,14 +320,22 @@ def _exit_code(result: Any, signum: int | None) -> int:
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
                    "to resume after a crash. Default: a temporary directory, gone after the run.")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL (--engine spark).")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master URL (--engine spark); local masters get task retries (local[N] runs as local[N,4]).")
+@click.option("--remote", metavar="URL", help="Spark Connect: sc://host:port, or local[N] for a local Connect server "
+              "(--engine spark).")
+@click.option("--checkpoint", type=click.Path(file_okay=False), metavar="DIR",
+              help="--engine spark: keep the query's checkpoint, the spouts' replay logs, the stateful bolts' state "
+                   "and every micro-batch's output in DIR; the same command after a crash resumes. Default: a "
+                   "temporary directory, gone after the run.")
 @click.option("--filter", "filter_file", type=click.Path(dir_okay=False), metavar="PROPERTIES_FILE",
               help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
 @click.option("--env-filter", "-e", is_flag=True,
               help="Flux YAML: substitute ${ENV-NAME} with environment variables (like flux -e).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
         output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
-        state_dir: str | None, master: str, filter_file: str | None, env_filter: bool) -> None:
+        state_dir: str | None, master: str, remote: str | None, checkpoint: str | None, filter_file: str | None,
+        env_filter: bool) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
@@ -350,8 +359,13 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
                 k for k in ("topology.state.provider", "topology.state.provider.config")
                 if topology.conf.get(k) not in (None, "sqlite")]
             if kept:
-                raise TopologyError(f"{' and '.join(kept)}: the state of stateful bolts is kept by the embedded "
-                                    "engine (--engine local) only; --engine spark does not checkpoint it yet")
+                raise TopologyError(f"{' and '.join(kept)}: on --engine spark the state of stateful bolts is kept "
+                                    "in the --checkpoint directory, versioned by micro-batch (docs/SPARK.md)")
+        else:
+            for flag, value in (("--checkpoint", checkpoint), ("--remote", remote)):
+                if value is not None:
+                    raise TopologyError(f"{flag} applies to --engine spark; the embedded engine keeps stateful "
+                                        "bolts' state in --state-dir")
         if state_dir is not None:  # over the topology's own provider settings, not instead of them
             from .shellbolt.state_store import provider_config
 
@@ -360,7 +374,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     if engine == "spark":
-        raise SystemExit(_run_on_spark(topology, master=master, output=output))
+        raise SystemExit(_run_on_spark(topology, master=master, remote=remote, checkpoint=checkpoint,
+                                       duration=duration, max_tuples=max_tuples, output=output,
+                                       progress=progress, dead_letter=dead_letter))
     if until_done is None:
         until_done = duration is None and max_tuples is None
 
@@ -487,17 +503,33 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         _summary(result, time.monotonic() - start, dead_letter)
     raise SystemExit(code)
 
-def _run_on_spark(topology: Any, *, master: str, output: Any) -> int:
-    """``multilang run --engine spark``: records as JSON lines on ``output``,
-    a summary on stderr; returns the exit code."""
+def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint: str | None,
+                  duration: float | None, max_tuples: int | None, output: Any, progress: bool,
+                  dead_letter: str | None) -> int:
+    """``multilang run --engine spark``: a Structured Streaming query
+    (docs/SPARK.md); a line per micro-batch and a summary on stderr, the
+    output view as JSON lines on ``output``; returns the exit code."""
     from .adapters.spark import run_topology, spark_error_text
 
     def emit(rec: dict[str, Any]) -> None:
         output.write(orjson.dumps(rec).decode() + "\n")
 
+    def echo(line: str) -> None:
+        click.echo(line, err=True)
+
     start = time.monotonic()
+    stop = {"signal": None}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop["signal"] is not None:
+            raise KeyboardInterrupt  # a second signal: at once
+        stop["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = run_topology(topology, master=master, on_record=emit)
+        result = run_topology(topology, master=master, remote=remote, checkpoint=checkpoint, duration=duration,
+                              max_tuples=max_tuples, on_record=emit, on_progress=echo if progress else None,
+                              should_stop=lambda: stop["signal"] is not None)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return EXIT_SIGINT
@@ -507,13 +539,29 @@ def _run_on_spark(topology: Any, *, master: str, output: Any) -> int:
     except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
         click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
         return EXIT_FAILED
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
     output.flush()
-    click.echo(f"[summary] spark ({master}) {time.monotonic() - start:.1f}s; spout tuples "
-               + ", ".join(f"{k}: {v}" for k, v in result.spout_tuples.items()), err=True)
+    where = f"remote {remote}" if remote else master
+    click.echo(f"[summary] spark ({where}) {time.monotonic() - start:.1f}s, {result.batches} micro-batches, "
+               f"stopped by {result.stopped_by}; spout tuples "
+               + (", ".join(f"{k}: {v}" for k, v in sorted(result.spout_tuples.items())) or "0"), err=True)
     for name, c in result.counters.items():
-        click.echo(f"[summary]   {name}: rows in {c.get('rows_in', 0)}, tuples out {c.get('tuples_out', 0)}, "
+        click.echo(f"[summary]   {name}: rows in {c.get('rows_in', 0)}, emitted {c.get('emitted', 0)}, "
                    f"acked {c.get('acked', 0)}, failed {c.get('failed', 0)}, retried {c.get('retried', 0)}, "
                    f"restarts {c.get('restarts', 0)}", err=True)
+    if result.dead_letters:
+        click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after {3} retries"
+                   + (f", written to {dead_letter}" if dead_letter else "; --dead-letter FILE keeps them"), err=True)
+        if dead_letter:
+            with open(dead_letter, "wb") as f:
+                for d in result.dead_letters:
+                    f.write(orjson.dumps(d, default=repr) + b"\n")
+    if checkpoint:
+        click.echo(f"[summary] checkpoint {os.path.abspath(checkpoint)} (run the same command to continue)", err=True)
+    if stop["signal"] is not None:
+        return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
     return EXIT_OK if result.ok else EXIT_FAILED
 
 

@@ -174,6 +174,9 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
             scope="topology"),
     ConfKey("multilang.max.replays", "an integer >= 0", _int(0), 3,
             "Times the host's own spouts replay a failing tuple before dead-lettering it."),
+    ConfKey("multilang.spark.max.tuples.per.trigger", "an integer >= 1", _int(1), 5000,
+            "--engine spark: the most tuples one spout task adds to a micro-batch (like Kafka's "
+            "maxOffsetsPerTrigger); the memory of a stage is bounded by it.", scope="topology"),
     # Read by the Flux YAML loader only (the TOML format has tables for these).
     ConfKey("multilang.resource.dir", "a string (a directory) or null", _str(null=True), None,
             "Flux: where commands run, relative to the YAML file.", scope="topology", flux=True),

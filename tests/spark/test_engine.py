@@ -132,38 +132,3 @@ def test_direct_grouping_is_rejected(spark, tmp_path):
     """))
     with pytest.raises(TopologyError, match="direct groupings"):
         run_topology(load_topology(toml), spark=spark)
-
-
-def test_task_retried_by_spark_after_a_stateful_bolt_dies_gives_exact_counts(tmp_path):
-    """A count bolt (stateful: fed by a fields grouping) SIGKILLs itself once
-    mid-partition: the Spark task fails, Spark retries it (local[2,3] allows
-    3 attempts) with a fresh process, and the counts are exactly the local
-    engine's."""
-    marker = tmp_path / "crashed"
-    comp = Path(__file__).parent / "components" / "crash_once_count_bolt.py"
-    toml = tmp_path / "wc.toml"
-    toml.write_text(textwrap.dedent(f"""
-        [spouts.sentences]
-        command = ["python", "{EXAMPLES / 'python' / 'sentence_spout.py'}", "{EXAMPLES / 'data' / 'alice.txt'}"]
-        fields = ["sentence"]
-        [bolts.split]
-        command = ["python", "{EXAMPLES / 'python' / 'split_bolt.py'}"]
-        fields = ["word"]
-        inputs = [{{ source = "sentences", grouping = "shuffle" }}]
-        [bolts.count]
-        command = ["python", "{comp}", "{marker}", "300"]
-        fields = ["word", "count"]
-        parallelism = 2
-        inputs = [{{ source = "split", grouping = "fields", fields = ["word"] }}]
-        [output]
-        component = "count"
-        key = ["word"]
-    """))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    cli = [sys.executable, "-c", "from multilang.cli import main; main()"]
-    proc = subprocess.run(cli + ["run", "--engine", "spark", "--master", "local[2,3]", "--no-progress", str(toml)],
-                          capture_output=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    assert marker.exists(), "the bolt really died once"
-    got = [orjson.loads(line) for line in proc.stdout.splitlines()]
-    assert got == _python_counts(EXAMPLES / "data" / "alice.txt")

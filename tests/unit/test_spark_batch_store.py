@@ -1,0 +1,77 @@
+"""The batch-versioned state store of the Spark topology engine
+(adapters/_spark_state.py): a re-run batch starts from the state before it,
+a later batch builds on the one before, a deletion is kept, the parallelism
+is checked. Real SQLite files."""
+
+from __future__ import annotations
+
+import pytest
+
+from multilang.adapters._spark_state import BatchStore, read_state
+from multilang.errors import TopologyError
+from multilang.shellbolt.state_store import Checkpoint
+
+
+def _open(d, batch, task=0, tasks=2):
+    return BatchStore({"dir": str(d), "component": "count", "task": task, "tasks": tasks, "batch": batch})
+
+
+def _write(store, txid, put=None, delete=None):
+    store.commit(Checkpoint(txid, changes={("count", 0): (put or {}, delete or [])}), {"count": 1})
+
+
+def test_a_batch_builds_on_the_batches_before_it(tmp_path):
+    s = _open(tmp_path, 0)
+    assert s.load("count", 0) == {}
+    _write(s, 1, {"a": 1, "b": 1})
+    _write(s, 2, {"a": 2})  # a later checkpoint of the same attempt
+    assert s.load("count", 0) == {"a": 2, "b": 1}
+    s.close()
+    s = _open(tmp_path, 1)
+    assert s.load("count", 0) == {"a": 2, "b": 1}
+    _write(s, 1, {"b": 5}, ["a"])
+    assert s.load("count", 0) == {"b": 5}
+    s.close()
+    assert read_state(str(tmp_path), "count", 0) == {"b": 5}
+    assert read_state(str(tmp_path), "count", 0, upto_batch=0) == {"a": 2, "b": 1}
+
+
+def test_a_rerun_batch_starts_from_the_state_before_it(tmp_path):
+    s = _open(tmp_path, 0)
+    _write(s, 1, {"a": 1})
+    s.close()
+    s = _open(tmp_path, 1)
+    _write(s, 1, {"a": 100})  # an attempt of batch 1 that Spark did not commit
+    s.close()
+    for _attempt in range(3):  # every re-run of batch 1 sees the state after batch 0
+        s = _open(tmp_path, 1)
+        assert s.load("count", 0) == {"a": 1}
+        _write(s, 1, {"a": 2})
+        s.close()
+    s = _open(tmp_path, 2)
+    assert s.load("count", 0) == {"a": 2}
+    s.close()
+
+
+def test_a_task_without_rows_in_some_batches_keeps_its_state(tmp_path):
+    s = _open(tmp_path, 3)
+    _write(s, 1, {"k": [1, {"x": None}]})
+    s.close()
+    s = _open(tmp_path, 9)
+    assert s.load("count", 0) == {"k": [1, {"x": None}]}
+    s.close()
+
+
+def test_state_written_with_another_parallelism_is_refused(tmp_path):
+    _open(tmp_path, 0, tasks=2).close()
+    with pytest.raises(TopologyError, match="written with 2 task"):
+        _open(tmp_path, 1, tasks=3)
+
+
+def test_tasks_have_separate_files(tmp_path):
+    a, b = _open(tmp_path, 0, task=0), _open(tmp_path, 0, task=1)
+    _write(a, 1, {"w": 1})
+    _write(b, 1, {"w": 7})
+    a.close(), b.close()
+    assert read_state(str(tmp_path), "count", 0) == {"w": 1}
+    assert read_state(str(tmp_path), "count", 1) == {"w": 7}
