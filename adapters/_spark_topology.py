@@ -174,19 +174,16 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
     log_conf = os.path.join(conf_dir, "log4j2.properties")
     with open(log_conf, "w") as f:
         f.write(_LOG4J)
-    builder = SparkSession.builder.appName(name)
-    if remote is not None:
-        builder = builder.remote(with_task_retries(remote) if remote.startswith("local") else remote)
-    else:
-        builder = builder.master(master)
-    spark = (builder
+    if remote is not None:  # the server's own settings are not ours to change
+        return SparkSession.builder.appName(name).remote(
+            with_task_retries(remote) if remote.startswith("local") else remote).getOrCreate()
+    spark = (SparkSession.builder.appName(name).master(master)
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.streaming.stopTimeout", "30s")
              .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
              .getOrCreate())
-    if remote is None:
-        spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
