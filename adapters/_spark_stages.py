@@ -63,8 +63,10 @@ class Plan:
     outputs: dict[tuple[str, str], list[int] | None]
     #: bolt -> the spec of one task's runtime
     specs: dict[str, _Spec] = field(default_factory=dict)
-    #: bolts whose tasks keep state (fed by fields / global / all)
+    #: bolts whose tasks keep state (fed by fields / global / all) -> parallelism
     keyed: dict[str, int] = field(default_factory=dict)
+    #: bolt -> parallelism
+    parallelism: dict[str, int] = field(default_factory=dict)
     state_dir: str = ""
     max_retries: int = 3
 

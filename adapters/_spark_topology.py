@@ -45,6 +45,8 @@ __all__ = ["SparkRunResult", "run_topology"]
 
 #: rows of a micro-batch a spout task reads at most (the source's maxBatchSize)
 _BATCH_KEY = "multilang.spark.max.tuples.per.trigger"  # shellbolt/conf.py
+#: the longest a micro-batch's planning waits for a spout task to fill it (the source's maxBatchDurationMs)
+_DELAY_KEY = "multilang.spark.max.trigger.delay.ms"  # shellbolt/conf.py
 _KEYED = ("fields", "global", "all")
 
 
@@ -137,6 +139,7 @@ def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) ->
         plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
                                       str(topo.resource_dir), max_in_flight)
     plan.keyed = keyed
+    plan.parallelism = {name: topo.components[name].parallelism for name in order}
     return plan
 
 
@@ -215,7 +218,8 @@ def _claim(directory: str, topo: Topology) -> None:
     os.replace(tmp, path)
 
 
-def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int) -> Any:
+def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int,
+            delay_ms: int) -> Any:
     from pyspark.sql import functions as F
 
     c = topo.components[name]
@@ -235,6 +239,7 @@ def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, ba
               .option("parallelism", str(c.parallelism))
               .option("valuesFormat", "json")
               .option("maxBatchSize", str(batch))
+              .option("maxBatchDurationMs", str(delay_ms))
               .option("replayLog", os.path.join(directory, "spouts", name, f"task-{task}")))
     if impl.env:
         reader = reader.option("env", orjson.dumps(impl.env).decode())
@@ -258,8 +263,8 @@ class _BatchWriter:
 
         df = df.mapInArrow(RouteFn(self.plan, batch_id), ROW_SCHEMA)
         for name in self.order:
-            n = self.plan.keyed.get(name)
-            if n is not None:
+            n = self.plan.parallelism[name]
+            if name in self.plan.keyed or n > 1:  # each task's rows in one partition; N tasks, N partitions
                 df = df.repartition(n, "_p")
             df = df.mapInArrow(StageFn(self.plan, name, batch_id), ROW_SCHEMA)
         (df.where(F.col("_for").isin(*KEPT)).coalesce(1)
@@ -418,6 +423,7 @@ def run_topology(
     _claim(directory, topology)
     plan = _plan(topology, order, os.path.join(directory, "state"), max_retries)
     batch = int(topology.conf.get(_BATCH_KEY) or 5000)
+    delay_ms = int(topology.conf.get(_DELAY_KEY) or 2000)
     own = spark is None
     if own:
         spark = _local_session(SparkSession, with_task_retries(master), f"multilang:{topology.name}", remote)
@@ -425,7 +431,7 @@ def run_topology(
         from .spark_source import register
 
         register(spark)
-        sources = [_source(spark, topology, n, t, directory, batch)
+        sources = [_source(spark, topology, n, t, directory, batch, delay_ms)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]
         for s in sources[1:]:

@@ -177,6 +177,10 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.spark.max.tuples.per.trigger", "an integer >= 1", _int(1), 5000,
             "--engine spark: the most tuples one spout task adds to a micro-batch (like Kafka's "
             "maxOffsetsPerTrigger); the memory of a stage is bounded by it.", scope="topology"),
+    ConfKey("multilang.spark.max.trigger.delay.ms", "an integer >= 1 (milliseconds)", _int(1), 2000,
+            "--engine spark: the longest a micro-batch waits for a spout task to fill it (like Kafka's "
+            "maxTriggerDelay): larger batches cost less per tuple, smaller ones reach the sink sooner.",
+            scope="topology"),
     # Read by the Flux YAML loader only (the TOML format has tables for these).
     ConfKey("multilang.resource.dir", "a string (a directory) or null", _str(null=True), None,
             "Flux: where commands run, relative to the YAML file.", scope="topology", flux=True),

@@ -179,6 +179,7 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
                                                                               '{"dir": "state"}']),
     "multilang.max.replays": ([-1, 1.5, "3", True, None], [0, 3, 100]),
     "multilang.spark.max.tuples.per.trigger": ([0, -5, 1.5, "100", True, None], [1, 5000]),
+    "multilang.spark.max.trigger.delay.ms": ([0, -1, 2.5, "2000", False, None], [1, 2000]),
     "multilang.resource.dir": ([1, [".."], True], [None, "..", "resources"]),
     "multilang.output.component": ([None, ["c"], 1.5, True], ["count", 1]),
     "multilang.output.stream": ([None, ["s"], {}], ["default"]),
