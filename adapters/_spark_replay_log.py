@@ -6,22 +6,27 @@ same rows in the same order (docs/SPARK.md, "Offsets, replay log, commit").
 from __future__ import annotations
 
 import errno
+import hashlib
 import fcntl
 import json
 import logging
 import os
 import shutil
+import sqlite3
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from multilang.codec import dumps, loads
 
 log = logging.getLogger("multilang.spark.source")
 
-_LOG_VERSION = 1
+#: 2: message ids recorded in msg-ids.sqlite (1: ids of dedupe=all in acked-ids.jsonl; migrated on open).
+_LOG_VERSION = 2
+#: The file of the message id record, in the replay log directory.
+IDS_FILE = "msg-ids.sqlite"
 
 
 def _id_key(msg_id: Any) -> str:
@@ -29,19 +34,98 @@ def _id_key(msg_id: Any) -> str:
     return json.dumps(msg_id, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+class _MsgIdIndex:
+    """The record of every message id the replay log has logged: canonical id
+    (``_id_key``) -> the position of its first copy and a digest of its
+    values. On disk (SQLite, WAL, one synchronous transaction per logged
+    batch); in memory only SQLite's page cache, bounded by ``cache_mb``.
+    Ids are kept for the life of the log, never pruned.
+
+    ``ids_missing_from`` (a row of ``meta``): the first position whose id may
+    not be recorded (logged by a run with ``dedupe`` inflight or none, or by a
+    version of the log that did not keep ids); absent when the record is whole.
+    """
+
+    def __init__(self, path: Path, cache_mb: int) -> None:
+        self.path = path
+        # Used from the driver's thread and the trio thread, never at once.
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
+            self.db.execute(f"PRAGMA cache_size={-1024 * int(cache_mb)}")  # KiB
+            self.db.execute("CREATE TABLE IF NOT EXISTS msg_ids "
+                            "(id TEXT PRIMARY KEY, pos INTEGER NOT NULL, digest BLOB) WITHOUT ROWID")
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID")
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise RuntimeError(f"the message id record {path} is unreadable ({exc}): it was damaged or "
+                               "is not ours; restore it, or start with a fresh checkpointLocation and replayLog") from None
+
+    def lookup(self, key: str) -> tuple[int, bytes | None] | None:
+        """(position of the first copy, values digest) of a logged id, or None."""
+        return self.db.execute("SELECT pos, digest FROM msg_ids WHERE id = ?", (key,)).fetchone()
+
+    def record(self, rows: Iterable[tuple[str, int, bytes | None]]) -> None:
+        """Add (id key, position, digest) rows in one durable transaction; an id
+        already recorded keeps its first position."""
+        with self._transaction():
+            self.db.executemany("INSERT OR IGNORE INTO msg_ids (id, pos, digest) VALUES (?, ?, ?)", rows)
+
+    def forget_from(self, end: int) -> None:
+        """Drop rows of positions >= end: their batch file never made it to disk."""
+        with self._transaction():
+            self.db.execute("DELETE FROM msg_ids WHERE pos >= ?", (end,))
+
+    def count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM msg_ids").fetchone()[0]
+
+    def get_meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._transaction():
+            if value is None:
+                self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def _transaction(self) -> "_Tx":
+        return _Tx(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _Tx:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
 class _ReplayLog:
-    """Positions -> records, one JSON-lines file per appended chunk.
+    """Positions -> records, one JSON-lines file per appended chunk, and the
+    record of the message ids logged (``ids``, a :class:`_MsgIdIndex`).
 
     Layout of the directory::
 
-        meta.json          {"version": 1, "log": <uuid>}
+        meta.json          {"version": 2, "log": <uuid>}
         committed.json     {"pos": n}: every position < n is committed (acked)
         batch-<a>-<b>.jsonl  positions a..b-1, one {"id", "values"} per line
-        acked-ids.jsonl    (dedupe=all) one JSON array of ids per commit
+        msg-ids.sqlite     (+ -wal, -shm) every message id logged, with dedupe=all
         lock               flock'ed by the one reader using the log
+
+    Version 1 (before msg-ids.sqlite) is migrated on open: its
+    ``acked-ids.jsonl`` (the ids dedupe=all had acked) goes into the record.
     """
 
-    def __init__(self, directory: str | None, keep_ids: bool) -> None:
+    def __init__(self, directory: str | None, record_ids: bool, cache_mb: int = 16) -> None:
         self.temporary = directory is None
         if directory is None:
             directory = tempfile.mkdtemp(prefix="multilang-replay-")
@@ -52,20 +136,30 @@ class _ReplayLog:
             )
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.record_ids = record_ids
+        self.ids: _MsgIdIndex | None = None
         self._lock_fd: int | None = self._lock()
         try:
-            self._load(keep_ids)
+            self._load(cache_mb)
         except BaseException:
             self.close()
             raise
 
-    def _load(self, keep_ids: bool) -> None:
+    def _load(self, cache_mb: int) -> None:
         meta_path = self.dir / "meta.json"
         if meta_path.exists():
-            meta = json.loads(meta_path.read_text())
-            if meta.get("version") != _LOG_VERSION:
-                raise RuntimeError(f"replay log {self.dir}: unknown version {meta.get('version')!r}")
+            try:
+                meta = json.loads(meta_path.read_text())
+            except ValueError as exc:
+                raise RuntimeError(f"replay log {self.dir}: meta.json is damaged ({exc})") from None
+            version = meta.get("version")
+            if version not in (1, _LOG_VERSION):
+                raise RuntimeError(
+                    f"replay log {self.dir} has version {version!r}; this multilang reads versions 1 and "
+                    f"{_LOG_VERSION}: it was written by a newer multilang"
+                )
         else:
+            version = _LOG_VERSION
             meta = {"version": _LOG_VERSION, "log": str(uuid.uuid4())}
             self._write_atomic(meta_path, json.dumps(meta).encode())
         self.id: str = meta["log"]
@@ -87,13 +181,60 @@ class _ReplayLog:
             live.append((a, b, p))
             self.end = b
         self.chunks = live
-        self.acked_ids: set[str] = set()
-        self._keep_ids = keep_ids
-        ids_path = self.dir / "acked-ids.jsonl"
-        if keep_ids and ids_path.exists():
-            for line in ids_path.read_text().splitlines():
-                if line.strip():
-                    self.acked_ids.update(_id_key(i) for i in loads(line.encode()))
+        self.ids = _MsgIdIndex(self.dir / IDS_FILE, cache_mb)
+        if version == 1:
+            self._migrate_v1(meta)
+        self._reconcile_ids()
+
+    def _migrate_v1(self, meta: dict[str, Any]) -> None:
+        """Version 1 kept ids only with dedupe=all, as acked-ids.jsonl (one
+        JSON array of ids per commit); without it no id was kept."""
+        assert self.ids is not None
+        old = self.dir / "acked-ids.jsonl"
+        if not old.exists() and self.record_ids and self.committed > 0:
+            raise _IdsMissing(self.dir, 0, self.committed)  # refused before anything is changed
+        if old.exists():
+            keys = set()
+            lines = old.read_bytes().splitlines()
+            for n, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    keys.update(_id_key(i) for i in loads(line))
+                except Exception as exc:
+                    if n == len(lines):
+                        break  # a torn last line: that commit was not recorded as done either
+                    raise RuntimeError(f"replay log {self.dir}: {old.name} line {n} is damaged ({exc})") from None
+            # Acked, so committed; position unknown (-1 sorts below every commit).
+            self.ids.record((k, -1, None) for k in keys)
+            log.info("multilang source: replay log %s migrated to version %d: %d acked ids from %s",
+                     self.dir, _LOG_VERSION, len(keys), old.name)
+        else:
+            self.ids.set_meta("ids_missing_from", 0)
+        self._write_atomic(self.dir / "meta.json", json.dumps({**meta, "version": _LOG_VERSION}).encode())
+        old.unlink(missing_ok=True)
+
+    def _reconcile_ids(self) -> None:
+        """Make the record agree with the log files, whatever a crash cut short:
+        rows past the end go, and (dedupe=all) every live record's id is in."""
+        assert self.ids is not None
+        self.ids.forget_from(self.end)
+        missing_from = self.ids.get_meta("ids_missing_from")
+        if not self.record_ids:
+            # This run logs without recording: the record is whole only below `end`.
+            if missing_from is None or missing_from > self.end:
+                self.ids.set_meta("ids_missing_from", self.end)
+            return
+        if missing_from is not None and missing_from < self.committed:
+            raise _IdsMissing(self.dir, missing_from, self.committed)
+        pos, rows = self.committed, []
+        for rec in self.read(self.committed, self.end):
+            if rec["id"] is not None:
+                rows.append((_id_key(rec["id"]), pos, _digest(rec["values"])))
+            pos += 1
+        self.ids.record(rows)
+        if missing_from is not None:
+            self.ids.set_meta("ids_missing_from", None)
 
     def _lock(self) -> int:
         fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -126,9 +267,16 @@ class _ReplayLog:
         finally:
             os.close(dfd)
 
-    def append(self, records: list[tuple[Any, list[Any]]]) -> tuple[int, int]:
-        """Durably append records (msg id, values); returns their positions."""
+    def append(self, records: list[tuple[Any, list[Any]]], ids: list[tuple[str, int, bytes]] | None = None) -> tuple[int, int]:
+        """Durably append records (msg id, values); returns their positions.
+        With ``record_ids``, ``ids`` (id key, offset in ``records``, values
+        digest) go into the id record first, in one transaction: a logged
+        tuple always has its id recorded (rows of a batch file that never made
+        it are dropped on the next open)."""
         a, b = self.end, self.end + len(records)
+        if self.record_ids and ids:
+            assert self.ids is not None
+            self.ids.record((key, a + off, digest) for key, off, digest in ids)
         body = b"".join(dumps({"id": i, "values": v}) + b"\n" for i, v in records)
         path = self.dir / f"batch-{a:012d}-{b:012d}.jsonl"
         self._write_atomic(path, body)
@@ -155,13 +303,7 @@ class _ReplayLog:
             raise RuntimeError(f"replay log {self.dir} is missing records in {lo}..{hi}")
         return out
 
-    def mark_committed(self, pos: int, acked: list[Any]) -> None:
-        if self._keep_ids and acked:
-            with open(self.dir / "acked-ids.jsonl", "ab") as f:
-                f.write(dumps(acked) + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            self.acked_ids.update(_id_key(i) for i in acked)
+    def mark_committed(self, pos: int) -> None:
         self._write_atomic(self.dir / "committed.json", json.dumps({"pos": pos}).encode())
         self.committed = pos
         keep = []
@@ -176,8 +318,28 @@ class _ReplayLog:
         self.chunks = keep
 
     def close(self) -> None:
+        if self.ids is not None:
+            self.ids.close()
+            self.ids = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
         if self.temporary:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _IdsMissing(RuntimeError):
+    def __init__(self, directory: Path, missing_from: int, committed: int) -> None:
+        super().__init__(
+            f'replay log {directory}: option "dedupe" is all (the default), but the message ids of committed '
+            f"positions {missing_from}..{committed} were not recorded: they were logged with dedupe=inflight "
+            "or none, or by an older multilang, which kept no ids with dedupe=inflight (then the default). "
+            "Their replays by a restarted spout could not be dropped. Set option \"dedupe\" to \"inflight\" "
+            "to go on as before (at-least-once across spout restarts), or start with a fresh "
+            "checkpointLocation and replayLog for exactly-once."
+        )
+
+
+def _digest(values: list[Any]) -> bytes:
+    """8 bytes identifying a tuple's values (to warn when an id comes back with other values)."""
+    return hashlib.blake2b(dumps(values), digest_size=8).digest()

@@ -23,6 +23,8 @@ MSG_ID_COLUMN = "_msg_id"
 VALUES_COLUMN = "_values"
 #: ``valuesFormat``: one string column per declared field, or one JSON array column.
 VALUES_FORMATS = ("columns", "json")
+#: ``dedupe``: drop an id logged ever before (the default), only one still in flight, or nothing.
+DEDUPE_MODES = ("all", "inflight", "none")
 #: The most tasks one spout component may have (as the embedded engine allows).
 MAX_PARALLELISM = 4096
 
@@ -88,6 +90,7 @@ class _Options:
     task_index: int = 0
     parallelism: int = 1
     values_format: str = "columns"
+    dedupe_cache_mb: int = 16
 
     # Task ids, as the embedded engine numbers a component with ``parallelism``
     # tasks (shellbolt/topology.py): consecutive ids from the component's first,
@@ -121,9 +124,9 @@ class _Options:
         if fields is not None and (not fields or len(set(fields)) != len(fields)):
             raise _OptionError(f'option "fields" must name distinct fields, comma-separated; got {raw_fields!r}')
         env = _json_option(options, "env", dict, {})
-        dedupe = (options.get("dedupe") or "inflight").strip().lower()
-        if dedupe not in ("inflight", "all", "none"):
-            raise _OptionError(f'option "dedupe" must be inflight, all or none; got {options.get("dedupe")!r}')
+        dedupe = (options.get("dedupe") or "all").strip().lower()
+        if dedupe not in DEDUPE_MODES:
+            raise _OptionError(f'option "dedupe" must be all (the default), inflight or none; got {options.get("dedupe")!r}')
         component = options.get("component") or "spout"
         if component == CONSUMER_COMPONENT:
             raise _OptionError(
@@ -165,6 +168,7 @@ class _Options:
             task_index=task_index,
             parallelism=parallelism,
             values_format=values_format,
+            dedupe_cache_mb=_int_option(options, "dedupeCacheMb", 16) or 16,
         )
 
     def json_schema(self) -> StructType:

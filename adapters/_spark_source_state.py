@@ -5,20 +5,20 @@ them to the spout once Spark committed their batch.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections import deque
 from typing import Any
 
-from multilang.codec import dumps
 from multilang.messages import Ack, Emit, Error, Fail, Log, Message, Metrics, Next
+from multilang.shellbolt.ratelog import RateLimitedLog
 
-from ._spark_replay_log import _id_key, _ReplayLog
+from ._spark_replay_log import _digest, _id_key, _ReplayLog
 from ._spark_source_options import _json_text, _Options, _RowConverter
 from ._spark_spout_host import _live_states, _SupervisedSpout
 
 log = logging.getLogger("multilang.spark.source")
+_rated = RateLimitedLog(log)
 
 _PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
@@ -30,15 +30,18 @@ class _SourceState:
         self.opts = opts
         self.fields = fields
         self.convert = convert
-        self.log = _ReplayLog(opts.replay_log, keep_ids=opts.dedupe == "all")
+        self.log = _ReplayLog(opts.replay_log, record_ids=opts.dedupe == "all", cache_mb=opts.dedupe_cache_mb)
         self.available_now = False
         self._drained = False  # availableNow: the spout had nothing for availableNowIdleMs
         self._idle_since: float | None = None
         # Reliable tuples taken and not yet acked: position-ordered (pos, id) for
         # logged ones; id key -> (pos or None while buffered, values digest).
+        # Both hold only uncommitted tuples (at most maxPending, if set); the id
+        # of every tuple ever logged is in the replay log's on-disk record (dedupe=all).
         self.unacked: deque[tuple[int, Any]] = deque()
-        self.inflight: dict[str, tuple[int | None, str]] = {}
+        self.inflight: dict[str, tuple[int | None, bytes]] = {}
         self.buffer: list[tuple[Any, list[Any]]] = []  # taken, not yet logged
+        self.buffer_ids: list[tuple[str, int, bytes]] = []  # (id key, index in buffer, digest) to record
         self.notices: deque[Message] = deque()  # acks/fails to deliver after the current command
         self.rejected = 0
         self.duplicates = 0
@@ -102,21 +105,32 @@ class _SourceState:
             return
         if msg_id is not None and self.opts.dedupe != "none":
             key = _id_key(msg_id)
+            digest = _digest(ev.values)
             seen = self.inflight.get(key)
-            if seen is not None:
-                self.duplicates += 1
-                if seen[1] != _digest(ev.values):
-                    log.warning("component %r emitted id %s again with different values; dropped "
-                                "(dedupe=%s keeps the first copy)", self.opts.component, key, self.opts.dedupe)
-                return  # the ack of the first copy will answer it
-            if key in self.log.acked_ids:
-                self.duplicates += 1
-                self.notices.append(Ack(id=msg_id))  # already in the sink
+            if seen is not None:  # taken before and not yet acked: its ack will answer this one too
+                self._duplicate(key, seen[1] != digest, "not yet committed")
                 return
-            self.inflight[key] = (None, _digest(ev.values))
+            if self.opts.dedupe == "all":
+                first = self.log.ids.lookup(key) if self.log.ids is not None else None
+                if first is not None:  # logged before; not in flight, so committed (in the sink)
+                    self._duplicate(key, first[1] is not None and first[1] != digest, "committed")
+                    self.notices.append(Ack(id=msg_id))
+                    return
+                self.buffer_ids.append((key, len(self.buffer), digest))
+            self.inflight[key] = (None, digest)
         elif msg_id is not None:
             self.inflight.setdefault(_id_key(msg_id), (None, _digest(ev.values)))
         self.buffer.append((msg_id, ev.values))
+
+    def _duplicate(self, key: str, other_values: bool, first_copy: str) -> None:
+        self.duplicates += 1
+        if other_values:  # rate-limited: a spout with unstable ids would do this for every tuple
+            opts = self.opts
+            why = ("dedupe=all takes ids for record identities; a spout that reuses ids for new data "
+                   "needs dedupe=inflight") if opts.dedupe == "all" else "ids must be unique among pending tuples"
+            _rated.log(f"{opts.component}:{opts.task_id}", logging.WARNING, time.monotonic(),
+                       "component %r task %d emitted message id %s again with other values than its first "
+                       "copy (%s); dropped: %s", opts.component, opts.task_id, key[:100], first_copy, why)
 
     def _pending(self) -> int:
         return len(self.unacked) + sum(1 for i, _ in self.buffer if i is not None)
@@ -175,7 +189,8 @@ class _SourceState:
         if not self.buffer:
             return
         recs, self.buffer = self.buffer, []
-        a, _ = self.log.append(recs)
+        ids, self.buffer_ids = self.buffer_ids, []
+        a, _ = self.log.append(recs, ids)
         for off, (msg_id, values) in enumerate(recs):
             if msg_id is not None:
                 pos = a + off
@@ -189,7 +204,6 @@ class _SourceState:
 
     def commit(self, pos: int) -> None:
         """Spark committed everything below ``pos``: ack it to the spout."""
-        acked: list[Any] = []
         if self.unacked and self.unacked[0][0] < pos:
             self.spout.ensure_started()
             self._deliver_notices()
@@ -200,10 +214,9 @@ class _SourceState:
                 key = _id_key(msg_id)
                 if self.inflight.get(key, (None,))[0] == p:
                     del self.inflight[key]
-                acked.append(msg_id)
                 self._deliver_notices()
         if pos > self.log.committed:
-            self.log.mark_committed(pos, acked)
+            self.log.mark_committed(pos)
 
     def close(self) -> None:
         _live_states.discard(self)
@@ -212,6 +225,3 @@ class _SourceState:
         finally:
             self.log.close()
 
-
-def _digest(values: list[Any]) -> str:
-    return hashlib.blake2b(dumps(values), digest_size=8).hexdigest()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -319,8 +321,10 @@ def test_spout_context_says_which_task_of_the_component_it_is(tmp_path, task_ind
     ({"component": "spark"}, 'option "component" must not be \'spark\''),
     ({"valuesFormat": "avro"}, 'option "valuesFormat" must be columns or json; got \'avro\''),
     ({"valuesFormat": "json", "fields": None}, 'option "fields" is required with valuesFormat=json'),
+    ({"dedupe": "sometimes"}, 'option "dedupe" must be all \\(the default\\), inflight or none; got \'sometimes\''),
+    ({"dedupeCacheMb": "0"}, "option 'dedupeCacheMb' must be >= 1, got 0"),
 ])
-def test_bad_task_and_format_options_are_refused_naming_the_option(options, message):
+def test_bad_options_are_refused_naming_the_option(options, message):
     opts = {"command": json.dumps(["python", "spout.py"]), "fields": "a,b", **options}
     with pytest.raises(_OptionError, match=message):
         MultilangDataSource(CaseInsensitiveDict({k: v for k, v in opts.items() if v is not None}))
@@ -391,3 +395,179 @@ def test_json_values_format_round_trips_the_values_exactly(spark, tmp_path):
     assert sorted(rows) == list(range(len(TRICKY_TUPLES)))
     for i, values in enumerate(TRICKY_TUPLES):
         assert strictly_equal(json.loads(rows[i]), values), (i, rows[i], values)
+
+
+# -- message ids: dedupe=all (the default) across spout processes and restarts ------------------
+
+ACK_SPOUT_IDS = [0, "m-1", 2, "m-3", 4, "m-5"]  # ack_spout.py's ids for N=6
+
+
+def ack_spout_reader(events: Path, replay: Path, **options):
+    return reader_for(command=json.dumps(["python", str(ACK_SPOUT), str(events), "6"]), fields="sentence",
+                      includeMsgId="true", replayLog=replay, **options)
+
+
+def plan_until_spout_answered(reader, events: Path, pid_index: int, answers: int) -> tuple[dict, dict, list[tuple]]:
+    """Drive the reader (as Spark's driver: plan, read) until the spout process
+    number ``pid_index`` (in order of appearance) emitted its 6 tuples and got
+    ``answers`` acks or fails, and a planning call found nothing new; returns
+    (start, end, rows planned)."""
+    start = end = reader.initialOffset()
+    rows: list[tuple] = []
+    for _ in range(200):
+        new_end = reader.latestOffset(end, ReadMaxRows(100))
+        if new_end != end:
+            rows += [row for p in reader.partitions(end, new_end) for row in reader.read(p)]
+            end = new_end
+            continue
+        evs = read_events(events)
+        pids = list(dict.fromkeys(e["pid"] for e in evs))
+        if len(pids) > pid_index:
+            mine = [e["ev"] for e in evs if e["pid"] == pids[pid_index]]
+            if mine.count("emit") >= 6 and mine.count("ack") + mine.count("fail") >= answers:
+                return start, end, rows
+    pytest.fail(f"spout process {pid_index} did not emit 6 tuples and get {answers} answers: {read_events(events)}")
+
+
+def ids_recorded(replay: Path) -> dict:
+    db = sqlite3.connect(replay / "msg-ids.sqlite")
+    try:
+        return {json.loads(k): pos for k, pos in db.execute("SELECT id, pos FROM msg_ids")}
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("dedupe", [None, "inflight"])
+def test_a_restarted_spouts_repeats_of_committed_ids_are_dropped_and_acked_by_default(tmp_path, dedupe):
+    events, replay = tmp_path / "events.jsonl", tmp_path / "replay"
+    extra = {} if dedupe is None else {"dedupe": dedupe}
+    first = ack_spout_reader(events, replay, **extra)
+    try:
+        rows = plan_rows(first, 6)  # planned, read and committed: the spout has its 6 acks
+        # Only uncommitted tuples are held in memory; the ids are on disk.
+        assert not first._state.inflight and not first._state.unacked
+    finally:
+        first.stop()
+    assert sorted(json.loads(mid) for _, mid in rows if mid.isdigit()) == [0, 2, 4]
+
+    # A restarted query: same replay log, a new spout process that emits the same six ids again.
+    second = ack_spout_reader(events, replay, **extra)
+    try:
+        start, end, again = plan_until_spout_answered(second, events, 1, 6 if dedupe is None else 0)
+        if again:
+            second.commit(end)
+    finally:
+        second.stop()
+    evs = [e for e in read_events(events) if e["pid"] != read_events(events)[0]["pid"]]
+    if dedupe is None:
+        # Recognised as committed: dropped, and each acked at once (after its emit).
+        assert again == [] and end == start
+        assert [(e["ev"], e["id"]) for e in evs] == [(ev, i) for i in ACK_SPOUT_IDS for ev in ("emit", "ack")]
+        assert ids_recorded(replay) == {i: pos for pos, i in enumerate(ACK_SPOUT_IDS)}
+    else:  # the opt-out: every emit of a new process is a new row (at-least-once)
+        assert sorted(again) == sorted(rows)
+        assert not (replay / "msg-ids.sqlite").exists() or ids_recorded(replay) == {}
+
+
+def test_ids_of_a_batch_file_lost_in_a_crash_are_forgotten_not_dropped(tmp_path):
+    events, replay = tmp_path / "events.jsonl", tmp_path / "replay"
+    first = ack_spout_reader(events, replay)
+    try:
+        start = first.initialOffset()
+        mid = first.latestOffset(start, ReadMaxRows(4))
+        first.commit(mid)
+        end = first.latestOffset(mid, ReadMaxRows(4))  # logged (ids recorded), never committed
+    finally:
+        first.stop()
+    assert (mid["pos"], end["pos"]) == (4, 6) and len(ids_recorded(replay)) == 6
+    # The crash: the id record's transaction made it to disk, the batch file did not.
+    (batch_file,) = replay.glob("batch-*.jsonl")
+    batch_file.unlink()
+
+    second = ack_spout_reader(events, replay)
+    try:
+        start, end, rows = plan_until_spout_answered(second, events, 1, 4)
+        assert [mid for _, mid in rows] == ["4", '"m-5"']  # taken again, not dropped as seen
+        second.commit(end)
+    finally:
+        second.stop()
+    assert ids_recorded(replay) == {i: pos for pos, i in enumerate(ACK_SPOUT_IDS)}
+
+
+def write_v1_log(replay: Path, acked: list | None) -> None:
+    """A replay log as multilang wrote it before the id record (version 1):
+    positions 0..3 committed, 4..5 logged and not committed."""
+    replay.mkdir()
+    (replay / "meta.json").write_text(json.dumps({"version": 1, "log": str(uuid.uuid4())}))
+    (replay / "committed.json").write_text(json.dumps({"pos": 4}))
+    (replay / "batch-000000000004-000000000006.jsonl").write_text(
+        '{"id":4,"values":["s-4"]}\n{"id":"m-5","values":["s-5"]}\n')
+    if acked is not None:  # what dedupe=all kept: one JSON array of acked ids per commit
+        (replay / "acked-ids.jsonl").write_text(json.dumps(acked[:2]) + "\n" + json.dumps(acked[2:]) + "\n")
+
+
+def test_a_version_1_replay_log_of_dedupe_all_is_migrated_to_the_id_record(tmp_path):
+    events, replay = tmp_path / "events.jsonl", tmp_path / "replay"
+    write_v1_log(replay, acked=[0, "m-1", 2, "m-3"])
+    reader = ack_spout_reader(events, replay)
+    try:
+        start, end, rows = plan_until_spout_answered(reader, events, 0, 4)
+        # The logged batch, once; every re-emit was a repeat: 4 committed (acked at once), 2 logged.
+        assert (start["pos"], end["pos"]) == (4, 6) and rows == [("s-4", "4"), ("s-5", '"m-5"')]
+        reader.commit(end)
+    finally:
+        reader.stop()
+    assert json.loads((replay / "meta.json").read_text())["version"] == 2
+    assert not (replay / "acked-ids.jsonl").exists()
+    assert ids_recorded(replay) == {0: -1, "m-1": -1, 2: -1, "m-3": -1, 4: 4, "m-5": 5}
+    acks = [e["id"] for e in read_events(events) if e["ev"] == "ack"]
+    assert sorted(map(json.dumps, acks)) == sorted(map(json.dumps, ACK_SPOUT_IDS))
+
+
+def test_a_replay_log_without_the_ids_of_its_committed_tuples_is_refused_by_dedupe_all(tmp_path):
+    events, replay = tmp_path / "events.jsonl", tmp_path / "replay"
+    write_v1_log(replay, acked=None)  # the old default, dedupe=inflight, kept no ids
+    refused = 'option "dedupe" is all \\(the default\\), but the message ids of committed positions 0..4 were not recorded'
+    with pytest.raises(RuntimeError, match=refused):
+        ack_spout_reader(events, replay).initialOffset()
+    assert not events.exists()  # refused before a spout started, and the log left as it was
+    assert json.loads((replay / "meta.json").read_text())["version"] == 1
+
+    reader = ack_spout_reader(events, replay, dedupe="inflight")  # goes on as before
+    try:
+        start, end, rows = plan_until_spout_answered(reader, events, 0, 0)
+        # The logged batch, and the committed tuples again (at-least-once across spout processes).
+        assert sorted(r[0] for r in rows) == ["s-0", "s-1", "s-2", "s-3", "s-4", "s-5"]
+        reader.commit(end)
+    finally:
+        reader.stop()
+    assert json.loads((replay / "meta.json").read_text())["version"] == 2
+    with pytest.raises(RuntimeError, match="positions 0..10 were not recorded"):  # still refused
+        ack_spout_reader(events, replay).initialOffset()
+
+
+def test_an_id_coming_back_with_other_values_is_dropped_acked_and_warned_about(tmp_path, caplog):
+    replay, tuples = tmp_path / "replay", tmp_path / "tuples.json"
+
+    def reader_over(values):
+        tuples.write_text(json.dumps(values))
+        return reader_for(command=json.dumps(["python", str(VALUES_SPOUT), str(tuples)]), fields="a,b",
+                          valuesFormat="json", replayLog=replay)
+
+    first = reader_over([["a", 1], ["b", 2]])
+    try:
+        assert plan_rows(first, 2) == [('["a",1]',), ('["b",2]',)]
+    finally:
+        first.stop()
+    second = reader_over([["a", 1], ["B", 20]])  # id 1 now names other data: dedupe=all keeps the first
+    try:
+        start = second.initialOffset()
+        for _ in range(100):
+            assert second.latestOffset(start, ReadMaxRows(10)) == start
+            if second._state.duplicates == 2:
+                break
+        assert second._state.duplicates == 2
+    finally:
+        second.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "other values" in r.getMessage()]
+    assert len(warnings) == 1 and "message id 1 again" in warnings[0] and "dedupe=inflight" in warnings[0]
