@@ -1,15 +1,17 @@
 """The in-partition engine: one warm trio runtime per spec (``_Engine``), the
 rows fed in by ``_Feeder`` (general path) or straight into the bolt, whose
 results ``_LeaseSink`` takes back to the lease (the direct lane), and the
-runtime's recent errors kept for messages.
+runtime's log records routed to Spark's executor logs (``_WorkerLog``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -17,6 +19,7 @@ import trio
 from multilang.errors import MultilangError
 from multilang.messages import DEFAULT_STREAM, Emit
 from multilang.shellbolt.bolts import ShellBoltTask
+from multilang.shellbolt.ratelog import RateLimitedLog, kind_of
 from multilang.shellbolt.sinks import BoltSink
 from multilang.shellbolt.runtime import Runtime
 from multilang.shellbolt.tasks import SpoutTask, Task, plain_emit
@@ -29,36 +32,218 @@ if TYPE_CHECKING:
     from ._spark_pool import _Pool
 
 
-class _RecentErrors(logging.Handler):
-    """Keeps the runtime's last ERROR lines for error messages; still prints
-    them to stderr where nothing else is configured (Spark's executor logs)."""
+# --- the runtime's log records, routed to Spark's executor logs ------------------------
+
+#: where a record comes from: "[split:2 pid 77] ...", "split:2 crashed; ...", "split:2: 5 more like this ..."
+_WHERE = re.compile(r"\[?([^\s\[\]:']+):(\d+)(?: pid (\d+))?")
+#: ... or a ComponentError's text: "component 'split' task 2 (pid 77): ..."
+_COMPONENT = re.compile(r"component '([^']+)' task (\d+)(?: \(pid (\d+)\))?")
+#: the tags of a line, stripped from its kind
+_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*|component '[^']*' task \d+(?: \(pid \d+\))?:\s*)")
+#: what varies between lines of one kind: quoted values, and numbers or words holding digits
+_VARYING = re.compile(r"(?<!\w)'[^'\n]*'|(?<!\w)\"[^\"\n]*\"|\S*\d\S*")
+#: seconds: a kind of WARN/ERROR line is logged once per interval per component task, then counted
+_LOG_INTERVAL = 10.0
+#: kinds of WARN/ERROR line logged per component task per interval; the rest are counted as one kind
+_LOG_KINDS = 5
+_TAIL_LINES = 8  # stderr lines kept per process: the crash cause of its rows
+_TAIL_PIDS = 64  # processes whose tails are kept
+_SOURCES = ("multilang.shellbolt", "multilang.component")
+
+
+def _headline(msg: str) -> str:
+    """The kind of a WARN/ERROR line, for the rate limit: its first line
+    without tags, with what varies masked, up to the first ": " (an
+    exception's class, not its message), so the same error with another
+    row's value in it is the same kind."""
+    first = _PREFIX.sub("", msg.split("\n", 1)[0], count=1)
+    return _VARYING.sub("#", first).split(": ", 1)[0][:160]
+
+
+def _task_tags() -> tuple[str, dict[str, Any]]:
+    """The Spark task running now in this Python worker (``TaskContext``),
+    as text and as record attributes; empty outside a Spark task."""
+    try:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+    except Exception:  # noqa: BLE001 - no pyspark, or not a worker
+        tc = None
+    if tc is None:
+        return "", {}
+    extra = {"spark_stage": tc.stageId(), "spark_partition": tc.partitionId(),
+             "spark_attempt": tc.attemptNumber(), "spark_task_id": tc.taskAttemptId()}
+    return ("[stage {spark_stage} partition {spark_partition} attempt {spark_attempt} "
+            "TID {spark_task_id}]".format(**extra)), extra
+
+
+class _Capture:
+    """The logger of the rate limit (``RateLimitedLog``): keeps what it
+    would log, for :class:`_WorkerLog` to write with the record's tags."""
 
     def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.lines: deque[tuple[float, str]] = deque(maxlen=8)
+        self.out: list[tuple[int, str]] = []
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        self.out.append((level, fmt % args if args else fmt))
+
+
+class _WorkerLog(logging.Handler):
+    """The runtime's records in a Spark Python worker, written again to
+    ``multilang.spark.<component>`` tagged with the component task, the
+    process and the Spark task (stage, partition, attempt, TID), so they
+    land in the executor's log (docs/SPARK.md, "Logs"): a bolt's ``log``
+    frames and stray prints, its stderr lines, and the runtime's errors
+    and warnings. WARN and ERROR lines are rate-limited per component task
+    (``multilang.shellbolt.ratelog``): a kind of line is logged once per
+    :data:`_LOG_INTERVAL` and then counted, at most :data:`_LOG_KINDS`
+    kinds per interval (the rest counted as one), so an error with each
+    row's value in it costs a few lines, not one per row. Also keeps the
+    last stderr lines of each process, for the cause of the rows it held
+    when it died (:meth:`stderr_tail`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.capture = _Capture()
+        self.gate = RateLimitedLog(self.capture, _LOG_INTERVAL)  # type: ignore[arg-type]
+        self.windows: dict[str, list[Any]] = {}  # where -> [window start, kinds logged in it]
+        self.tails: OrderedDict[int, deque[str]] = OrderedDict()
+        self.leases: dict[int, tuple[Any, str, dict[str, Any]]] = {}  # id(lease) -> (engine, tags, attributes)
+
+    # -- the partitions running now ------------------------------------------------------
+
+    def enter(self, lease: Any, engine: "_Engine") -> None:
+        tags, extra = _task_tags()
+        self.leases[id(lease)] = (engine, tags, extra)
+
+    def leave(self, lease: Any) -> None:
+        self.flush_counts()
+        self.leases.pop(id(lease), None)
+
+    def _context(self, comp: str | None) -> tuple[str, dict[str, Any]]:
+        leases = list(self.leases.values())
+        for engine, tags, extra in leases:
+            if comp is not None and comp in engine.runtime.topology.components:
+                return tags, extra
+        if comp is None and len(leases) == 1:
+            return leases[0][1], leases[0][2]
+        return "[between Spark tasks]", {}
+
+    # -- records -------------------------------------------------------------------------
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.lines.append((time.monotonic(), record.getMessage()[:800]))
-            if not logging.getLogger().handlers:
-                logging.lastResort.handle(record)  # type: ignore[union-attr]
+            self._route(record)
         except Exception:  # noqa: BLE001 - logging must never raise
-            pass
+            self.handleError(record)
 
-    def since(self, t: float) -> list[str]:
-        return [m for ts, m in self.lines if ts >= t]
+    def _route(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        comp: str | None = None
+        task = pid = None
+        m = _WHERE.match(msg) or _COMPONENT.search(msg.split("\n", 1)[0])
+        if m is not None:
+            comp, task, pid = m.group(1), int(m.group(2)), m.group(3)
+        if record.name.startswith("multilang.component."):  # a stderr line: "[comp:task pid N] text"
+            comp = record.name[len("multilang.component."):]
+            if m is not None and m.start() == 0 and msg.startswith("[", 0):
+                text = msg[m.end() + 2:]
+                if pid is not None:
+                    self._keep_tail(int(pid), text)
+                msg = f"{msg[:m.end()]}] stderr: {text}"
+        if record.levelno < logging.WARNING:
+            self._write(record.levelno, comp, task, pid, msg)
+            return
+        now = time.monotonic()
+        where = f"{comp}:{task}" if comp is not None else "runtime"
+        head = _headline(msg)
+        win = self.windows.get(where)
+        if win is None or now - win[0] >= _LOG_INTERVAL:
+            if len(self.windows) > 1000:
+                self.windows.clear()
+            win = self.windows[where] = [now, set()]
+        kind = kind_of(where, head)
+        if kind not in win[1]:
+            if len(win[1]) >= _LOG_KINDS:
+                head = f"other kinds of WARN/ERROR line (over {_LOG_KINDS} in {_LOG_INTERVAL:g}s)"
+                kind = kind_of(where, head)
+            win[1].add(kind)
+        self.gate.log(where, record.levelno, now, "%s", head)
+        self._drain_capture(comp, task, pid, msg, head)
+
+    def _drain_capture(self, comp: str | None, task: int | None, pid: str | None, msg: str | None,
+                       head: str | None) -> None:
+        out, self.capture.out = self.capture.out, []
+        for level, text in out:
+            if msg is not None and text == head:  # the first of its kind in this interval: the whole record
+                self._write(level, comp, task, pid, msg)
+            else:  # "split:2: 1234 more like this in the last 10s: ..."
+                m = _WHERE.match(text)
+                self._write(level, m.group(1) if m else comp, int(m.group(2)) if m else task, None, text)
+
+    def flush_counts(self) -> None:
+        """Write the counts of lines not logged yet (at the end of a partition)."""
+        self.gate.flush(time.monotonic())
+        self._drain_capture(None, None, None, None, None)
+
+    def _write(self, level: int, comp: str | None, task: int | None, pid: str | None, msg: str) -> None:
+        logger = logging.getLogger(f"multilang.spark.{comp or 'runtime'}")
+        if not logger.isEnabledFor(level):
+            return
+        tags, extra = self._context(comp)
+        rec = logger.makeRecord(logger.name, level, "(multilang)", 0, f"{tags} {msg}" if tags else msg, None, None,
+                                extra={**extra, "component": comp, "task": task,
+                                       "pid": int(pid) if pid is not None else None})
+        logger.handle(rec)
+
+    # -- stderr tails --------------------------------------------------------------------
+
+    def _keep_tail(self, pid: int, text: str) -> None:
+        tail = self.tails.get(pid)
+        if tail is None:
+            tail = self.tails[pid] = deque(maxlen=_TAIL_LINES)
+            if len(self.tails) > _TAIL_PIDS:
+                self.tails.popitem(last=False)
+        tail.append(text if len(text) <= 300 else text[:300] + "...")
+
+    def stderr_tail(self, pid: int) -> list[str]:
+        """The last stderr lines of process ``pid`` (of a bolt of this worker)."""
+        return list(self.tails.get(pid, ()))
 
 
-_RECENT: _RecentErrors | None = None
+_LOG: _WorkerLog | None = None
 
 
-def _recent_errors() -> _RecentErrors:
-    global _RECENT
-    if _RECENT is None:
-        _RECENT = _RecentErrors()
-        logging.getLogger("multilang.shellbolt").addHandler(_RECENT)
-    return _RECENT
+def _log_level() -> int:
+    name = os.environ.get("MULTILANG_SPARK_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    level = logging.getLevelName("WARNING" if name == "WARN" else name)
+    return level if isinstance(level, int) else logging.INFO
 
+
+def _worker_log() -> _WorkerLog:
+    """This process's :class:`_WorkerLog`, installed on first use on the
+    runtime's loggers (whose level becomes INFO, or DEBUG if asked, unless
+    set: stderr tails are kept whatever is written). ``multilang.spark``
+    gets the level of ``MULTILANG_SPARK_LOG_LEVEL`` (default INFO) unless
+    set, and, when nothing in this process configured logging (a Spark
+    worker), a handler writing to stderr in the layout of Spark's lines."""
+    global _LOG
+    if _LOG is None:
+        _LOG = _WorkerLog()
+        level = _log_level()
+        for name in _SOURCES:
+            src = logging.getLogger(name)
+            if src.level == logging.NOTSET:
+                src.setLevel(min(level, logging.INFO))
+            src.addHandler(_LOG)
+        out = logging.getLogger("multilang.spark")
+        if out.level == logging.NOTSET:
+            out.setLevel(level)
+        if not out.handlers and not logging.getLogger().handlers:
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%y/%m/%d %H:%M:%S"))
+            out.addHandler(h)
+    return _LOG
 
 class _Feeder(SpoutTask):
     """The spout of a partition runtime: emits the rows the current lease
@@ -76,7 +261,7 @@ class _Feeder(SpoutTask):
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         lease = self.engine.lease
         if lease is not None:
-            lease.notice(kind, msg_id)
+            lease.notice(kind, msg_id, cause)  # the cause of this row's failure, from the acker
         if self.queue:
             self.kick()  # a finished tree frees room under max spout pending (kick wakes only a waiter)
 
@@ -152,20 +337,24 @@ class _LeaseSink(BoltSink):
     def waited_for(self, token: Any) -> bool | None:
         return type(token) is tuple and self.live(token)  # a tick is waited for by nobody
 
-    def _tree_failed(self, token: Any) -> None:
+    def _tree_failed(self, token: Any, cause: str | None) -> None:
         lease = self.engine.lease
         if lease is not None and type(token) is tuple:  # not a tick's (TupleEdges)
-            lease.notice("fail", token)
+            lease.notice("fail", token, cause)
 
     def unsent(self, task: ShellBoltTask, token: Any, cause: str) -> None:
-        self._tree_failed(token)
+        self._tree_failed(token, cause)
 
     def lost(self, task: ShellBoltTask, cause: str) -> None:
-        """The lease replays the rows the dead process had in flight."""
+        """The lease replays the rows the dead process had in flight; the
+        cause names the process (its pid: the lease adds its stderr tail)."""
         tokens = list(task.in_flight.values())
         task.in_flight.clear()
+        rows = sum(1 for t in tokens if type(t) is tuple)
+        if rows > 1:
+            cause = f"{cause} (with {rows - 1} other rows in flight)"
         for token in tokens:
-            self._tree_failed(token)
+            self._tree_failed(token, cause)
 
     def acked(self, task: ShellBoltTask, tids: list[str], touched: set[Task]) -> None:
         pop = task.in_flight.pop
@@ -175,7 +364,7 @@ class _LeaseSink(BoltSink):
             lease.acked(tokens)
 
     def failed(self, task: ShellBoltTask, tid: str, cause: str) -> None:
-        self._tree_failed(task.in_flight.pop(tid))
+        self._tree_failed(task.in_flight.pop(tid), cause)  # the bolt's fail, with the error it sent before
 
     def emits(self, task: ShellBoltTask, emits: list[list[Any]], touched: set[Task]) -> None:
         lease = self.engine.lease
@@ -217,8 +406,10 @@ class _LeaseSink(BoltSink):
         toks = [task.in_flight[a] for a in ev.anchors]
         targets = task.runtime.targets(task, ev)
         if targets is None:
+            # targets() reported why just now, and route() fails the trees with the same words
+            cause = getattr(task.runtime, "_last_emit_error", None) or "an emit of the bolt was refused"
             for tok in dict.fromkeys(toks):
-                self._tree_failed(tok)
+                self._tree_failed(tok, cause)
             return []
         task.stats.emitted += 1
         lease = self.engine.lease
@@ -268,7 +459,7 @@ class _Engine:
         self.error: BaseException | None = None
         self.idle_since = 0.0
         self.leases = 0
-        _recent_errors()
+        _worker_log()
 
     @staticmethod
     def _direct_shape(rt: Runtime, spec: _Spec) -> ComponentDef | None:
@@ -341,8 +532,9 @@ class _Engine:
             limit = trio.current_time() - timeout
             late = [(lease.id, seq, row.attempt) for seq, row in lease.rows.items()
                     if not row.done and row.sent_at is not None and row.sent_at <= limit]
+            cause = f"timed out: not completed within {timeout:g}s (topology.message.timeout.secs)"
             for tok in late:
-                lease.notice("fail", tok)
+                lease.notice("fail", tok, cause)
 
     def quiet(self, since: float | None = None) -> bool:
         """Nothing left that could still produce output for the lease: no queued

@@ -1,38 +1,45 @@
 """The lease: one partition's session with an engine, which carries the
 exactly-once promise: rows are roots, a row's outputs are held until its tree
-completes, failed rows are replayed, then raised or dead-lettered.
+completes, failed rows are replayed, then raised or dead-lettered with the
+cause of their own last failure.
 """
 
 from __future__ import annotations
 
-import time
+import re
 from typing import Any, NamedTuple
 
 import trio
 
 from multilang.shellbolt.tasks import Delivery
 
-from ._spark_engine import _STAT_KEYS, _Engine, _recent_errors
+from ._spark_engine import _STAT_KEYS, _Engine, _worker_log
 from ._spark_spec import RowFailed, StatefulBoltCrashed, _Options, _short
 
 _new_tuple = tuple.__new__  # a named tuple's fields in order, without its keyword __new__
 
 
+#: the pid in a ComponentError's text: "component 'split' task 2 (pid 77): ..."
+_PID = re.compile(r"\(pid (\d+)\)")
+
+
 class _Multi:
     """An output anchored to several rows: released when all completed."""
 
-    __slots__ = ("rec", "pending", "dead")
+    __slots__ = ("rec", "pending", "dead", "first")
 
-    def __init__(self, rec: tuple[str, str, list[Any]], n: int) -> None:
+    def __init__(self, rec: tuple[str, str, list[Any]], n: int, first: "_Row") -> None:
         self.rec = rec
         self.pending = n
         self.dead = False
+        self.first = first  # keyed leases: the output carries the key of its first anchor's row
 
 
 class _Row:
-    __slots__ = ("source", "stream", "values", "attempt", "outputs", "sent_at", "done", "dead", "multi")
+    __slots__ = ("source", "stream", "values", "attempt", "outputs", "sent_at", "done", "dead", "multi", "key",
+                 "cause")
 
-    def __init__(self, source: str, stream: str, values: list[Any]) -> None:
+    def __init__(self, source: str, stream: str, values: list[Any], key: Any = None) -> None:
         self.source = source
         self.stream = stream
         self.values = values
@@ -42,6 +49,12 @@ class _Row:
         self.done = False
         self.dead: str | None = None
         self.multi = False  # some output is anchored to other rows too (a _Multi)
+        self.key = key  # keyed leases: what the caller carries through (the keep columns)
+        self.cause: str | None = None  # why the last attempt failed, as the runtime said
+
+
+#: keyed leases: the mark before an output tied to no row (unanchored)
+_NO_ROW = _Row("", "", [])
 
 
 class _Dead(NamedTuple):
@@ -50,11 +63,17 @@ class _Dead(NamedTuple):
     values: list[Any]
     error: str
     attempts: int
+    key: Any = None
 
 
 class _Lease:
     """One partition's session with an engine (the :class:`~._sync.Session`
-    that :func:`~._sync.pump` drives)."""
+    that :func:`~._sync.pump` drives).
+
+    A *keyed* lease (``opts.keyed``) takes ``(values, key)`` items and puts
+    the row of each output before it in the released list (a :class:`_Row`
+    mark, whose ``key`` the caller reads; :data:`_NO_ROW` before an
+    unanchored output); dead letters carry the key too."""
 
     _next_id = 0
 
@@ -75,12 +94,16 @@ class _Lease:
         engine.leases += 1
         self.stats0 = engine.snapshot()
         self.restarts0 = self._restarts()
-        self.t0 = time.monotonic()
         self.timeout = engine.runtime.acker.timeout
         self.emptied_at: float | None = None  # when the last row was resolved
         self._last_root: int | None = None  # cache: root -> row of the last output
         self._last_row: _Row | None = None
         self._last_attempt = -1
+        self.keyed = opts.keyed
+        self.crash: str | None = None  # the first process death this lease saw, with its stderr tail
+        self._crash_cause: tuple[str, str] | None = None  # cache: a crash cause -> it with the tail
+        self.log = _worker_log()
+        self.log.enter(self, engine)
 
     def _restarts(self) -> int:
         return sum(s.restarts for s in self.engine.runtime.stats.values())
@@ -101,11 +124,10 @@ class _Lease:
             raise failure
         if self.opts.stateful and self._restarts() > self.restarts0:
             names = [n for n, s in self.engine.runtime.stats.items() if s.restarts > self.stats0.get(n, {}).get("restarts", 0)]
-            recent = "\n  ".join(_recent_errors().since(self.t0))
             self.error = StatefulBoltCrashed(
                 f"a process of stateful component(s) {names} died mid-partition; its in-memory state is lost, so "
                 "this Spark task fails and Spark reruns the whole partition with a fresh process "
-                "(spark.task.maxFailures; locally use master local[N,F])" + (f"\n  {recent}" if recent else ""),
+                "(spark.task.maxFailures; locally use master local[N,F])" + (f"\n  {self.crash}" if self.crash else ""),
                 component=names[0] if names else None,
                 task=next((t.task_id for t in self.engine.bolt_tasks if names and t.name == names[0]), None),
             )
@@ -125,7 +147,11 @@ class _Lease:
         rows = self.rows
         lid = self.id
         touched = set()
+        keyed = self.keyed
+        key = None
         for item in items:
+            if keyed:
+                item, key = item
             if single is not None:
                 source, stream = single
                 values = item
@@ -133,7 +159,7 @@ class _Lease:
                 source, stream, values = item
             seq = self.seq
             self.seq += 1
-            rows[seq] = _Row(source, stream, values)
+            rows[seq] = _Row(source, stream, values, key)
             f = feeders[source]
             f.queue.append(((lid, seq, 0), stream, values))
             touched.add(f)
@@ -153,10 +179,14 @@ class _Lease:
         rows = self.rows
         lid = self.id
         now = trio.current_time()
+        keyed = self.keyed
+        key = None
         for values in items:
+            if keyed:
+                values, key = values
             seq = self.seq
             self.seq = seq + 1
-            row = rows[seq] = _Row(source, stream, values)
+            row = rows[seq] = _Row(source, stream, values, key)
             row.sent_at = now
             t = one if one is not None else tasks[grouping.choose(values)[0]]
             t.inbox.append(_new_tuple(Delivery, (values, source, stream, src_task, (lid, seq, 0), False)))
@@ -194,6 +224,8 @@ class _Lease:
 
     async def close(self, ok: bool) -> dict[str, Any]:
         eng = self.engine
+        eng.runtime.errlog.flush(trio.current_time())  # the counts of this partition's errors not logged yet
+        self.log.leave(self)
         eng.lease = None
         quiet = eng.quiet(self.emptied_at)
         for f in eng.feeders.values():
@@ -250,6 +282,8 @@ class _Lease:
         """An output tied to no row: released at once."""
         self.counters["unanchored"] += 1
         self.counters["tuples_out"] += 1
+        if self.keyed:
+            self.ready.append(_NO_ROW)
         self.ready.append(rec)
         self.wake()
 
@@ -259,7 +293,7 @@ class _Lease:
         if len(rows) == 1:
             rows[0].outputs.append(rec)
             return
-        m = _Multi(rec, len(rows))
+        m = _Multi(rec, len(rows), rows[0])
         for row in rows:
             row.outputs.append(m)
             row.multi = True
@@ -311,7 +345,9 @@ class _Lease:
             del rows[seq]
             if row.multi:
                 self._release(row)
-            else:
+            elif row.outputs:
+                if self.keyed:
+                    ready.append(row)
                 ready.extend(row.outputs)
                 out += len(row.outputs)
         c = self.counters
@@ -325,7 +361,11 @@ class _Lease:
         row = self.rows.get(seq)
         return lid == self.id and row is not None and row.attempt == attempt and not row.done
 
-    def notice(self, kind: str, msg_id: Any) -> None:
+    def notice(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        """A row's tree completed (``"ack"``) or failed (``"fail"``, with
+        the runtime's word for why: the bolt's fail and the error it sent
+        before it, the death of the process that held the tuple, a refused
+        emit, the message timeout)."""
         lid, seq, attempt = msg_id
         row = self.rows.get(seq)
         if lid != self.id or row is None or row.attempt != attempt or row.done:
@@ -336,6 +376,7 @@ class _Lease:
             self._resolve(seq, row)
         else:
             self.counters["failed"] += 1
+            row.cause = self._with_tail(cause) if cause else None
             for o in row.outputs:
                 if type(o) is _Multi:
                     o.dead = True
@@ -359,16 +400,39 @@ class _Lease:
                     )
         self.wake()
 
+    def _with_tail(self, cause: str) -> str:
+        """A crash cause ("...'s process was lost: component 'x' task 1 (pid
+        77): ...") with that process's last stderr lines; noted as the
+        lease's crash (for :class:`StatefulBoltCrashed`)."""
+        if "process was lost" not in cause:
+            return cause
+        cached = self._crash_cause
+        if cached is not None and cached[0] == cause:
+            return cached[1]
+        full = cause
+        m = _PID.search(cause)
+        if m is not None:
+            tail = self.log.stderr_tail(int(m.group(1)))
+            if tail:
+                full = f"{cause}; its stderr ended: " + " | ".join(tail)
+        self._crash_cause = (cause, full)
+        if self.crash is None:
+            self.crash = full
+        return full
+
     def _cause(self, row: _Row) -> str:
-        now = trio.current_time()
-        if row.sent_at is not None and now - row.sent_at >= self.timeout - 0.05:
-            cause = f"timed out (its tree did not complete within topology.message.timeout.secs={self.timeout:g})"
+        """Why a row is given up on: what happened to its own last attempt,
+        never another row's error."""
+        cause = row.cause
+        if cause is None:  # no word from the runtime: judge by the clock
+            late = row.sent_at is not None and trio.current_time() - row.sent_at >= self.timeout - 0.05
         else:
-            cause = "failed (a bolt failed a tuple of its tree, or the process holding one crashed)"
-        recent = _recent_errors().since(self.t0)
-        if recent:
-            cause += "; recent runtime errors: " + " | ".join(recent[-3:])
-        return cause
+            late = cause.startswith("timed out")
+        if late:
+            return f"timed out (its tree did not complete within topology.message.timeout.secs={self.timeout:g})"
+        if cause is None:
+            return "failed (a tuple of its tree was failed; no cause was given)"
+        return f"failed: {cause}"
 
     def _resolve(self, seq: int, row: _Row) -> None:
         rows = self.rows
@@ -386,12 +450,16 @@ class _Lease:
 
     def _release(self, row: _Row) -> None:
         if row.dead is not None:
-            self.ready.append(_Dead(row.source, row.stream, row.values, row.dead, row.attempt))
+            self.ready.append(_Dead(row.source, row.stream, row.values, row.dead, row.attempt, row.key))
             return
         ready = self.ready
+        keyed = self.keyed
         if not row.multi:
-            ready.extend(row.outputs)
-            self.counters["tuples_out"] += len(row.outputs)
+            if row.outputs:
+                if keyed:
+                    ready.append(row)
+                ready.extend(row.outputs)
+                self.counters["tuples_out"] += len(row.outputs)
             return
         n = 0
         for o in row.outputs:
@@ -399,7 +467,11 @@ class _Lease:
                 o.pending -= 1
                 if o.pending or o.dead:
                     continue
+                if keyed:
+                    ready.append(o.first)
                 o = o.rec
+            elif keyed:
+                ready.append(row)
             ready.append(o)
             n += 1
         self.counters["tuples_out"] += n

@@ -73,6 +73,8 @@ class _Options:
     max_in_flight: int = 1000
     batch_size: int = 512
     idle_timeout: float = 60.0
+    #: items are (values, key): outputs and dead letters carry the key (``keep`` columns)
+    keyed: bool = False
 
 
 @dataclass
@@ -189,6 +191,14 @@ def _make_spec(
     env: dict[str, str] | None, max_in_flight: int,
 ) -> _Spec:
     in_fields = list(input_fields) if input_fields else list(ANY_FIELDS)
+    if isinstance(fields, str):
+        if "," in fields:
+            raise ValueError(f"fields must be a list of names, e.g. {[f.strip() for f in fields.split(',')]!r}, "
+                             f"got the string {fields!r}")
+        fields = [fields]
+    if fields is not None and (not isinstance(fields, (list, tuple))
+                               or not all(isinstance(f, str) and f for f in fields)):
+        raise TypeError(f"fields must be a list of non-empty field names, e.g. ['word', 'count'], got {fields!r}")
     bolts: list[tuple[str, Any, int, list[Input], dict[str, Any]]] = []
     if isinstance(spec, TopologyBuilder):
         for c in spec._components.values():  # noqa: SLF001 - same project
