@@ -220,6 +220,7 @@ class _SourceState:
 
     def close(self) -> None:
         _live_states.discard(self)
+        _rated.flush(time.monotonic())  # the count of warnings held back
         try:
             self.spout.close()
         finally:
