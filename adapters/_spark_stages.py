@@ -67,6 +67,8 @@ class Plan:
     keyed: dict[str, int] = field(default_factory=dict)
     #: bolt -> parallelism
     parallelism: dict[str, int] = field(default_factory=dict)
+    #: bolt -> per task, an int whose hash partitioning is the task (repartitioned bolts)
+    spread: dict[str, list[int]] = field(default_factory=dict)
     state_dir: str = ""
     max_retries: int = 3
 
@@ -136,6 +138,15 @@ def _arrow_schema(pa: Any) -> Any:
 
 
 _FLUSH = 4096
+
+
+def _attempt() -> int:
+    """Which attempt of its Spark task this is (0: the first): a stage run
+    again after a process died mid-batch says so in its counters."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.attemptNumber() if ctx is not None else 0
 
 
 class RouteFn:
@@ -208,7 +219,9 @@ class StageFn:
                 cols = sel.to_pydict()
                 for p, c, s, v in zip(cols["_p"], cols["_c"], cols["_s"], cols["_v"]):
                     mine.setdefault(p if keyed else 0, []).append((c, s, v))
-        opts = _Options(max_retries=plan.max_retries, dead_letter="record", warm=not keyed, stateful=keyed)
+        opts = _Options(max_retries=plan.max_retries, dead_letter="record", warm=not keyed, stateful=keyed,
+                        max_in_flight=int(plan.specs[bolt].conf["topology.shellbolt.max.pending"]))
+        retries = _attempt()  # counted once per Spark task, on its first task's counters
         for task in sorted(mine):
             spec = self._spec(task)
             single = spec.single_source
@@ -233,7 +246,9 @@ class StageFn:
                 {"rows_in": report.get("rows_in", 0), "tuples_out": report.get("tuples_out", 0),
                  "acked": report.get("acked", 0), "failed": report.get("failed", 0),
                  "retried": report.get("retried", 0), "dead_letter": report.get("dead_letter", 0),
-                 "restarts": report.get("restarts", 0), "emitted": comp.get("emitted", 0)}).decode())
+                 "restarts": report.get("restarts", 0), "emitted": comp.get("emitted", 0),
+                 "task_retries": retries}).decode())
+            retries = 0
         yield rows.batch(pa, schema, final=True)
 
 
@@ -245,7 +260,9 @@ def stage_spec(name: str, impl: Any, inputs: list[tuple[str, str, list[str]]], o
     for src, stream, fields in inputs:
         sources.setdefault(src, {})[stream] = fields
     ins = [Input(s, st, "shuffle") for s, sts in sources.items() for st in sts]
-    spec = _Spec(sources, [(name, impl, 1, ins, dict(comp_conf))], _partition_conf(topo_conf, max_in_flight),
+    # a stage's rows are all in the partition anyway: a bolt process may hold as many as are in flight
+    conf = {**topo_conf, "topology.shellbolt.max.pending": max_in_flight}
+    spec = _Spec(sources, [(name, impl, 1, ins, dict(comp_conf))], _partition_conf(conf, max_in_flight),
                  os.path.abspath(resource_dir), [(name, st) for st in outputs])
     spec.key = _spec_key(spec)
     return spec

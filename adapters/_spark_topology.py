@@ -132,15 +132,22 @@ def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) ->
             keyed_view = bool(out.key) and out.component is not None
             outputs[(c.name, stream)] = [fields.index(k) for k in out.key or []] if keyed_view else None
     plan = Plan(subs, outputs, state_dir=state_dir, max_retries=max_retries)
-    max_in_flight = 1000
     for name in order:
         c = topo.components[name]
         ins = [(i.source, i.stream, topo.components[i.source].outputs[i.stream]) for i in c.inputs]
         plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
-                                      str(topo.resource_dir), max_in_flight)
+                                      str(topo.resource_dir), _in_flight(name in keyed))
     plan.keyed = keyed
     plan.parallelism = {name: topo.components[name].parallelism for name in order}
     return plan
+
+
+def _in_flight(keyed: bool) -> int:
+    """Rows of a stage partition in flight at once. A stateful task's acks
+    wait for its checkpoint, and a full window forces one: 1,000 rows made
+    a checkpoint (and an fsync) per 1,000 words of a batch; the partition
+    holds its rows anyway (bounded by the per-trigger cap)."""
+    return 20_000 if keyed else 1000
 
 
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)\])?$")
@@ -263,12 +270,31 @@ class _BatchWriter:
 
         df = df.mapInArrow(RouteFn(self.plan, batch_id), ROW_SCHEMA)
         for name in self.order:
-            n = self.plan.parallelism[name]
-            if name in self.plan.keyed or n > 1:  # each task's rows in one partition; N tasks, N partitions
-                df = df.repartition(n, "_p")
+            keys = self.plan.spread.get(name)
+            if keys is not None:  # task t's rows in partition t: N tasks, N partitions
+                df = (df.withColumn("_h", F.element_at(F.array(*map(F.lit, keys)), F.pmod("_p", F.lit(len(keys))) + 1))
+                      .repartition(len(keys), "_h").drop("_h"))
             df = df.mapInArrow(StageFn(self.plan, name, batch_id), ROW_SCHEMA)
-        (df.where(F.col("_for").isin(*KEPT)).coalesce(1)
+        (df.where(F.col("_for").isin(*KEPT)).repartition(1)  # a shuffle: coalesce(1) would run the last stage as one task
          .write.mode("overwrite").parquet(batch_dir(self.directory, batch_id)))
+
+
+def _spread(spark: Any, n: int) -> list[int]:
+    """For N tasks, N ints whose Spark hash partitioning (``repartition(N,
+    col)``: pmod(murmur3(v), N)) is 0, 1, ..., N-1: repartitioning on task
+    t's int puts task t's rows alone in partition t. (Repartitioning on the
+    task index itself may put two tasks in one partition: for N = 2 both
+    land in partition 1, and one core does all the work.)"""
+    from pyspark.sql import functions as F
+
+    rows = spark.range(0, 64 * n).select(
+        F.col("id").cast("int").alias("v"), F.pmod(F.hash(F.col("id").cast("int")), F.lit(n)).alias("p")).collect()
+    first: dict[int, int] = {}
+    for v, p in rows:
+        first.setdefault(p, v)
+    if len(first) != n:  # cannot be for a hash function worth the name
+        raise RuntimeError(f"no int hashes to every one of {n} partitions among {64 * n}")
+    return [first[t] for t in range(n)]
 
 
 def batch_dir(directory: str, batch_id: int) -> str:
@@ -337,14 +363,16 @@ class _Progress:
         if self.echo is None:
             return
         secs = (p or {}).get("durationMs", {}).get("triggerExecution", 0) / 1000
-        rate = f"{n_in / secs:,.0f}/s" if secs > 0 else "-"
-        parts = [f"{c} {n:,}" for c, n in sorted(spouts.items())]
-        parts += [f"{c} {d.get('rows_in', 0):,} -> {d.get('emitted', 0):,}"
-                  + (f" (failed {d['failed']:,}, retried {d['retried']:,})" if d.get("failed") else "")
-                  + (f" restarts {d['restarts']}" if d.get("restarts") else "")
+        took = f" in {secs:.1f}s ({n_in / secs:,.0f}/s)" if secs > 0 else ""  # Spark's progress of the batch, if kept
+        parts = [f"{c}: emitted {n:,}" for c, n in sorted(spouts.items())]
+        parts += [f"{c}: in {d.get('rows_in', 0):,}, emitted {d.get('emitted', 0):,}, acked {d.get('acked', 0):,}, "
+                  f"failed {d.get('failed', 0):,}"
+                  + (f", retried {d['retried']:,}" if d.get("retried") else "")
+                  + (f", restarts {d['restarts']}" if d.get("restarts") else "")
+                  + (f", Spark task retries {d['task_retries']}" if d.get("task_retries") else "")
                   for c, d in sorted(bolts.items())]
-        self.echo(f"[batch {b}] {n_in:,} spout tuples in {secs:.1f}s ({rate}); elapsed "
-                  f"{time.monotonic() - self.t0:.0f}s; " + "; ".join(parts) + (f"; dead letters {dead}" if dead else ""))
+        self.echo(f"[progress] batch {b}: {n_in:,} spout tuples{took} | " + " | ".join(parts)
+                  + (f" | dead letters {dead}" if dead else "") + f" | elapsed {time.monotonic() - self.t0:.0f}s")
 
 
 def _read(path: str, kinds: list[str]) -> Any:
@@ -431,6 +459,8 @@ def run_topology(
         from .spark_source import register
 
         register(spark)
+        plan.spread = {name: _spread(spark, n) for name, n in plan.parallelism.items()
+                       if name in plan.keyed or n > 1}
         sources = [_source(spark, topology, n, t, directory, batch, delay_ms)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]

@@ -550,9 +550,10 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     for name, c in result.counters.items():
         click.echo(f"[summary]   {name}: rows in {c.get('rows_in', 0)}, emitted {c.get('emitted', 0)}, "
                    f"acked {c.get('acked', 0)}, failed {c.get('failed', 0)}, retried {c.get('retried', 0)}, "
-                   f"restarts {c.get('restarts', 0)}", err=True)
+                   f"restarts {c.get('restarts', 0)}"
+                   + (f", Spark task retries {c['task_retries']}" if c.get("task_retries") else ""), err=True)
     if result.dead_letters:
-        click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after {3} retries"
+        click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after their retries"
                    + (f", written to {dead_letter}" if dead_letter else "; --dead-letter FILE keeps them"), err=True)
         if dead_letter:
             with open(dead_letter, "wb") as f:

@@ -1,0 +1,151 @@
+"""`multilang run --engine spark` as a Structured Streaming query: an unbounded
+spout stopped by --duration, a driver SIGKILLed and the same command run again
+with --checkpoint, a Node count process SIGKILLed on the default master, and the
+mistakes a user can make with the new flags. Real drivers (subprocesses with
+their own SparkSession), real processes, real kills."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+pytest.importorskip("pyspark")
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+COMPONENTS = Path(__file__).parent / "components"
+sys.path.insert(0, str(EXAMPLES / "python"))
+from split_bolt import words  # noqa: E402
+
+CLI = [sys.executable, "-c", "from multilang.cli import main; main()"]
+ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
+             "four score and seven years ago", "snow white and the seven dwarfs", "i am at two with nature"]
+
+
+def _plain_counts(lines: list[str]) -> list[dict]:
+    counts = Counter(w for line in lines for w in words(line.strip()))
+    return [{"word": w, "count": n} for w, n in sorted(counts.items())]
+
+
+def _alice() -> list[str]:
+    return (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()
+
+
+def _wordcount(tmp_path: Path, count_cmd: list[str] | None = None, spout: list[str] | None = None) -> Path:
+    toml = tmp_path / "wc.toml"
+    spout = spout or ["python", str(EXAMPLES / "python" / "sentence_spout.py"), str(EXAMPLES / "data" / "alice.txt")]
+    count_cmd = count_cmd or ["node", str(EXAMPLES / "node" / "count_bolt.js")]
+    toml.write_text(textwrap.dedent(f"""\
+        [topology]
+        name = "wc"
+        [spouts.sentences]
+        command = {orjson.dumps(spout).decode()}
+        fields = ["sentence"]
+        [bolts.split]
+        command = ["ruby", "{EXAMPLES / 'ruby' / 'split_bolt.rb'}"]
+        fields = ["word"]
+        parallelism = 2
+        inputs = [{{ source = "sentences", grouping = "shuffle" }}]
+        [bolts.count]
+        command = {orjson.dumps(count_cmd).decode()}
+        fields = ["word", "count"]
+        parallelism = 2
+        inputs = [{{ source = "split", grouping = "fields", fields = ["word"] }}]
+        [output]
+        component = "count"
+        key = ["word"]
+    """))
+    return toml
+
+
+def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + ["run", "--engine", "spark", *args], capture_output=True, env=ENV, cwd=ROOT,
+                          timeout=timeout)
+
+
+def test_an_unbounded_spout_stopped_by_duration_prints_the_counts_of_what_was_committed(tmp_path):
+    """The spout never ends (sentence i = SENTENCES[i % 5], id i); --duration
+    stops the query between micro-batches, exit 0, and the counts are exactly
+    those of the spout tuples the committed batches read: its first N."""
+    toml = _wordcount(tmp_path, spout=["python", str(COMPONENTS / "engine_endless_spout.py"), "0.002"])
+    proc = _run([str(toml), "--duration", "15", "-c", "multilang.spark.max.tuples.per.trigger=400"])
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err[-3000:]
+    m = re.search(r"stopped by duration; spout tuples sentences: (\d+)", err)
+    assert m, err[-2000:]
+    n = int(m.group(1))
+    assert n > 0
+    batches = int(re.search(r"(\d+) micro-batches", err).group(1))
+    assert len(re.findall(r"^\[progress\] batch \d+: ", err, re.M)) == batches, "one progress line per micro-batch"
+    got = [orjson.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert got == _plain_counts([SENTENCES[i % 5] for i in range(n)])
+
+
+def test_a_driver_killed_mid_run_resumes_from_its_checkpoint_with_exact_counts(tmp_path):
+    toml = _wordcount(tmp_path)
+    ck = tmp_path / "ck"
+    args = [str(toml), "--checkpoint", str(ck), "-c", "multilang.spark.max.tuples.per.trigger=150"]
+    proc = subprocess.Popen(CLI + ["run", "--engine", "spark", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=ENV, cwd=ROOT, start_new_session=True)
+    seen = []
+    try:
+        for raw in proc.stderr:  # the event: the driver reports its second committed micro-batch
+            seen.append(raw.decode(errors="replace"))
+            if raw.startswith(b"[progress] batch 1: "):
+                break
+        else:
+            pytest.fail("the run ended before its second micro-batch:\n" + "".join(seen)[-3000:])
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    again = _run(args)
+    err = again.stderr.decode()
+    assert again.returncode == 0, err[-3000:]
+    assert re.search(r"\[summary\] spark .* (\d+) micro-batches", err)
+    got = [orjson.loads(line) for line in again.stdout.decode().splitlines()]
+    assert got == _plain_counts(_alice())
+
+
+def test_a_node_count_process_killed_mid_run_on_the_default_master_gives_exact_counts(tmp_path):
+    """The count bolt (a Node StatefulBolt) SIGKILLs itself once mid-batch: the
+    Spark task fails, the default master (local[*] runs as local[*,4]) retries
+    it with a fresh process that starts from the state before the batch."""
+    marker = tmp_path / "crashed"
+    toml = _wordcount(tmp_path, ["node", str(COMPONENTS / "engine_crash_once_count_bolt.js"), str(marker), "300"])
+    proc = _run([str(toml), "--no-progress", "-c", "multilang.spark.max.tuples.per.trigger=400"])
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert marker.exists(), "the bolt really died once"
+    assert re.search(rb"count: .*Spark task retries 1", proc.stderr), proc.stderr.decode()[-2000:]
+    got = [orjson.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert got == _plain_counts(_alice())
+
+
+def test_flag_mistakes_are_usage_errors(tmp_path):
+    toml = _wordcount(tmp_path)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "topology.json").write_text('{"topology": "other", "components": {}}')
+    for args, message in [
+        ([str(toml), "--checkpoint", str(ck)], "holds a run of another topology"),
+        ([str(toml), "--state-dir", str(tmp_path / "st")], "--checkpoint"),
+    ]:
+        proc = _run(args, timeout=60)
+        assert proc.returncode == 2, proc.stderr.decode()[-2000:]
+        assert message in proc.stderr.decode()
+        assert "Traceback" not in proc.stderr.decode()
+    local = subprocess.run(CLI + ["run", str(toml), "--checkpoint", str(tmp_path / "x")], capture_output=True,
+                           env=ENV, timeout=60)
+    assert local.returncode == 2 and b"--checkpoint applies to --engine spark" in local.stderr
