@@ -5,11 +5,12 @@ Three entry points, all running the same trio runtime as ``multilang run``
 
 ``shell_bolt_partition(spec, ...)``
     a function for ``rdd.mapPartitions(fn)`` (batch jobs, ``DStream.transform``).
-``multilang_bolts(spec, output_schema=..., ...)`` / ``apply_bolts(df, spec, ...)``
-    a DataFrame transform over ``mapInArrow``, for batch and streaming
-    DataFrames: ``df.transform(multilang_bolts(["ruby", "split_bolt.rb"], output_schema="word string"))``.
+``multilang_bolts(spec, input_cols=..., keep=..., fields=... or output_schema=..., ...)`` / ``apply_bolts(df, spec, ...)``
+    a DataFrame transform over ``mapInArrow``, for batch and streaming DataFrames, classic or Spark Connect:
+    ``df.transform(multilang_bolts(["ruby", "split_bolt.rb"], input_cols=["text"], keep=["id"], fields=["word"]))``.
 ``run_topology(topology, ...)``
-    ``multilang run --engine spark TOPOLOGY.toml``: the whole topology file on Spark.
+    ``multilang run --engine spark TOPOLOGY.toml``: the whole topology file as a
+    Structured Streaming query.
 
 The manual (what ``spec`` may be, the reliability model and what is and is
 not guaranteed, warm processes, the memory bound, garbage collection, the
@@ -21,10 +22,12 @@ This module is the public face; the work is done in private modules, one job eac
 * ``_spark_engine``: the in-partition engine, a warm runtime per spec (``_Engine``, ``_Feeder``, ``_LeaseSink``);
 * ``_spark_lease``: a partition's session with an engine, which carries the exactly-once promise;
 * ``_spark_pool``: the warm pool of engines per Python worker, and the sync side of a partition;
-* ``_spark_counters``: ``BoltCounters``, the Spark accumulator;
+* ``_spark_counters``: ``BoltCounters`` (an accumulator, or observed metrics under Spark Connect);
 * ``_spark_rdd``: ``shell_bolt_partition`` and ``group_by_fields`` for RDDs;
 * ``_spark_arrow``: ``multilang_bolts``/``apply_bolts`` for DataFrames over ``mapInArrow``;
-* ``_spark_topology``: ``run_topology``, a topology file compiled onto Spark.
+* ``_spark_topology``: ``run_topology``, a topology file as a Structured Streaming query (the driver);
+* ``_spark_stages``: what that query runs in the workers, one ``mapInArrow`` stage per bolt;
+* ``_spark_state``: stateful bolts' state on Spark, a store versioned by micro-batch id.
 """
 
 from __future__ import annotations
