@@ -213,16 +213,21 @@ def _claim(directory: str, topo: Topology) -> None:
         except (OSError, orjson.JSONDecodeError) as exc:
             raise TopologyError(f"--checkpoint {directory}: {path} is unreadable ({exc}); use another directory") from None
         if stored != shape:
+            if not isinstance(stored, dict):
+                stored = {"topology": "?", "components": stored}
             raise TopologyError(
-                f"--checkpoint {directory} holds a run of another topology or shape ({stored['topology']!r}: "
-                f"{stored['components']}); this one is {shape['topology']!r}: {shape['components']}. Its offsets, "
+                f"--checkpoint {directory} holds a run of another topology or shape ({stored.get('topology')!r}: "
+                f"{stored.get('components')}); this one is {shape['topology']!r}: {shape['components']}. Its offsets, "
                 "replay logs and state would not fit: use another directory")
         return
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(shape))
-    os.replace(tmp, path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(shape))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise TopologyError(f"--checkpoint {directory}: {exc.strerror or exc}") from None
 
 
 def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int,

@@ -511,6 +511,11 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     output view as JSON lines on ``output``; returns the exit code."""
     from .adapters.spark import run_topology, spark_error_text
 
+    if remote is not None and not re.match(r"^(sc://\S+|local(\[[^\]]*\])?)$", remote):
+        click.echo(f"error: --remote {remote!r}: a Spark Connect URL is sc://host[:port][/;params], or local[N] "
+                   "for a local Connect server", err=True)
+        return EXIT_USAGE
+
     def emit(rec: dict[str, Any]) -> None:
         output.write(orjson.dumps(rec).decode() + "\n")
 
@@ -518,21 +523,29 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         click.echo(line, err=True)
 
     start = time.monotonic()
-    stop = {"signal": None}
+    stop: dict[str, Any] = {"signal": None, "running": False}
 
     def on_signal(signum: int, frame: Any) -> None:
-        if stop["signal"] is not None:
-            raise KeyboardInterrupt  # a second signal: at once
+        first = stop["signal"] is None
         stop["signal"] = signum
+        if not first or not stop["running"]:
+            raise KeyboardInterrupt  # a second signal, or no query to stop yet: at once
+
+    def should_stop() -> bool:
+        if not stop["running"]:  # the query runs: a signal now stops it between batches
+            stop["running"] = True
+            for s in old:  # again: PySpark's SparkContext put its own SIGINT handler in place
+                signal.signal(s, on_signal)
+        return stop["signal"] is not None
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = run_topology(topology, master=master, remote=remote, checkpoint=checkpoint, duration=duration,
                               max_tuples=max_tuples, on_record=emit, on_progress=echo if progress else None,
-                              should_stop=lambda: stop["signal"] is not None)
+                              should_stop=should_stop)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        return EXIT_SIGINT
+        return EXIT_SIGTERM if stop["signal"] == signal.SIGTERM else EXIT_SIGINT
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USAGE

@@ -141,6 +141,7 @@ def test_flag_mistakes_are_usage_errors(tmp_path):
     for args, message in [
         ([str(toml), "--checkpoint", str(ck)], "holds a run of another topology"),
         ([str(toml), "--state-dir", str(tmp_path / "st")], "--checkpoint"),
+        ([str(toml), "--remote", "localhost:15002"], "a Spark Connect URL is sc://"),
     ]:
         proc = _run(args, timeout=60)
         assert proc.returncode == 2, proc.stderr.decode()[-2000:]
