@@ -663,7 +663,7 @@ def test_acking_off_still_checkpoints_the_state_at_the_end(tmp_path):
 
 def test_state_dir_with_the_spark_engine_is_refused_before_spark_starts(tmp_path):
     r = run(wc_toml(tmp_path), "--engine", "spark", "--state-dir", "state")
-    usage_error(r, "--state-dir: the state of stateful bolts is kept by the embedded engine (--engine local) only")
+    usage_error(r, "--state-dir: on --engine spark the state of stateful bolts is kept in the --checkpoint directory")
     assert not (tmp_path / "state").exists()
 
 
