@@ -34,24 +34,6 @@ def _python_counts(path: Path) -> list[dict]:
     return [{"word": w, "count": n} for w, n in sorted(counts.items())]
 
 
-def test_cli_spark_engine_prints_what_the_local_engine_prints():
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    cli = [sys.executable, "-c", "from multilang.cli import main; main()"]
-    toml = str(EXAMPLES / "wordcount.toml")
-    # Both engines at once: the JVM start dominates the Spark run.
-    spark = subprocess.Popen(cli + ["run", "--engine", "spark", toml], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env, cwd=ROOT)
-    local = subprocess.run(cli + ["run", "--no-progress", toml], capture_output=True, env=env, cwd=ROOT,
-                           timeout=120)
-    out, err = spark.communicate(timeout=180)
-    assert local.returncode == 0, local.stderr.decode()[-2000:]
-    assert spark.returncode == 0, err.decode()[-2000:]
-    spark_lines = out.decode().splitlines()
-    assert spark_lines == local.stdout.decode().splitlines()
-    assert [orjson.loads(line) for line in spark_lines] == _python_counts(EXAMPLES / "data" / "alice.txt")
-    assert b"[summary]" in err
-
-
 def test_cli_spark_engine_on_local_cluster():
     """Two executor JVMs (local-cluster[2,1,1024]): the partition functions are
     pickled to separate executors and the counts stay exact."""

@@ -75,28 +75,41 @@ def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def test_an_unbounded_spout_stopped_by_duration_prints_the_counts_of_what_was_committed(tmp_path):
-    """The spout never ends (sentence i = SENTENCES[i % 5], id i); --duration
-    stops the query between micro-batches, exit 0, and the counts are exactly
-    those of the spout tuples the committed batches read: its first N."""
-    toml = _wordcount(tmp_path, spout=["python", str(COMPONENTS / "engine_endless_spout.py"), "0.002"])
+def test_an_unbounded_spout_with_a_count_process_killed_stops_at_duration_with_exact_counts(tmp_path):
+    """The spout never ends (sentence i = SENTENCES[i % 5], id i) and the count
+    bolt (the README's Node StatefulBolt) SIGKILLs itself once mid-batch: the
+    Spark task fails, the default master (local[*] runs as local[*,4])
+    retries it with a fresh process that starts from the state before the
+    batch. --duration stops the query after the batch running then commits:
+    exit 0, a progress line per batch, and the counts are exactly those of
+    the spout tuples the committed batches read: its first N."""
+    marker = tmp_path / "crashed"
+    toml = _wordcount(tmp_path, ["node", str(COMPONENTS / "engine_crash_once_count_bolt.js"), str(marker), "300"],
+                      spout=["python", str(COMPONENTS / "engine_endless_spout.py"), "0.002"])
     proc = _run([str(toml), "--duration", "15", "-c", "multilang.spark.max.tuples.per.trigger=400"])
     err = proc.stderr.decode()
     assert proc.returncode == 0, err[-3000:]
-    m = re.search(r"stopped by duration; spout tuples sentences: (\d+)", err)
+    assert marker.exists(), "the bolt really died once"
+    assert re.search(r"count: .*Spark task retries 1", err), err[-2000:]
+    m = re.search(r"(\d+) micro-batches, stopped by duration; spout tuples sentences: (\d+)", err)
     assert m, err[-2000:]
-    n = int(m.group(1))
+    batches, n = int(m.group(1)), int(m.group(2))
     assert n > 0
-    batches = int(re.search(r"(\d+) micro-batches", err).group(1))
     assert len(re.findall(r"^\[progress\] batch \d+: ", err, re.M)) == batches, "one progress line per micro-batch"
     got = [orjson.loads(line) for line in proc.stdout.decode().splitlines()]
     assert got == _plain_counts([SENTENCES[i % 5] for i in range(n)])
 
 
-def test_a_driver_killed_mid_run_resumes_from_its_checkpoint_with_exact_counts(tmp_path):
-    toml = _wordcount(tmp_path)
+def test_the_readme_word_count_killed_mid_run_resumes_from_its_checkpoint_and_prints_what_the_local_engine_prints(
+        tmp_path):
+    """examples/wordcount.toml on Spark in batches of 150 sentences, its driver
+    (and everything in its process group: JVM, workers, components)
+    SIGKILLed after its second committed batch, then the same command again:
+    the output is line for line the embedded engine's."""
     ck = tmp_path / "ck"
-    args = [str(toml), "--checkpoint", str(ck), "-c", "multilang.spark.max.tuples.per.trigger=150"]
+    args = [str(EXAMPLES / "wordcount.toml"), "--checkpoint", str(ck), "-c", "multilang.spark.max.tuples.per.trigger=150"]
+    local = subprocess.Popen(CLI + ["run", "--no-progress", str(EXAMPLES / "wordcount.toml")], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=ENV, cwd=ROOT)
     proc = subprocess.Popen(CLI + ["run", "--engine", "spark", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=ENV, cwd=ROOT, start_new_session=True)
     seen = []
@@ -111,26 +124,13 @@ def test_a_driver_killed_mid_run_resumes_from_its_checkpoint_with_exact_counts(t
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    local_out, local_err = local.communicate(timeout=120)
+    assert local.returncode == 0, local_err.decode()[-2000:]
     again = _run(args)
     err = again.stderr.decode()
     assert again.returncode == 0, err[-3000:]
-    assert re.search(r"\[summary\] spark .* (\d+) micro-batches", err)
-    got = [orjson.loads(line) for line in again.stdout.decode().splitlines()]
-    assert got == _plain_counts(_alice())
-
-
-def test_a_node_count_process_killed_mid_run_on_the_default_master_gives_exact_counts(tmp_path):
-    """The count bolt (a Node StatefulBolt) SIGKILLs itself once mid-batch: the
-    Spark task fails, the default master (local[*] runs as local[*,4]) retries
-    it with a fresh process that starts from the state before the batch."""
-    marker = tmp_path / "crashed"
-    toml = _wordcount(tmp_path, ["node", str(COMPONENTS / "engine_crash_once_count_bolt.js"), str(marker), "300"])
-    proc = _run([str(toml), "--no-progress", "-c", "multilang.spark.max.tuples.per.trigger=400"])
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    assert marker.exists(), "the bolt really died once"
-    assert re.search(rb"count: .*Spark task retries 1", proc.stderr), proc.stderr.decode()[-2000:]
-    got = [orjson.loads(line) for line in proc.stdout.decode().splitlines()]
-    assert got == _plain_counts(_alice())
+    assert again.stdout.decode().splitlines() == local_out.decode().splitlines()
+    assert [orjson.loads(line) for line in again.stdout.decode().splitlines()] == _plain_counts(_alice())
 
 
 def test_flag_mistakes_are_usage_errors(tmp_path):
