@@ -571,3 +571,28 @@ def test_an_id_coming_back_with_other_values_is_dropped_acked_and_warned_about(t
         second.stop()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "other values" in r.getMessage()]
     assert len(warnings) == 1 and "message id 1 again" in warnings[0] and "dedupe=inflight" in warnings[0]
+
+
+# -- the conf option and extensions ---------------------------------------------------------------
+
+def test_a_conf_offering_extensions_is_not_offered_to_the_spout(tmp_path):
+    """A topology conf passed through as ``conf`` may say ``multilang.extensions``;
+    in a handshake that key is the host's offer (§9.1), and our Python spout
+    would accept ``batch``, which this host does not speak: no row, ever."""
+    from multilang.adapters._spark_source_options import _Options
+    from multilang.adapters._spark_spout_host import spout_conf
+
+    conf = {"multilang.extensions": ["batch", "state"], "sentences.note": "kept"}
+    opts = _Options.parse(CaseInsensitiveDict({"command": '["python", "s.py"]', "fields": "s", "conf": json.dumps(conf)}))
+    handshake = spout_conf(opts)
+    assert "multilang.extensions" not in handshake and handshake["sentences.note"] == "kept"
+
+    expected = write_lines(tmp_path / "lines.txt", 10)
+    reader = reader_for(command=json.dumps(["python", str(PY_SENTENCES), str(tmp_path / "lines.txt")]),
+                        fields="sentence", includeMsgId="true", conf=json.dumps(conf), replayLog=tmp_path / "replay")
+    try:
+        rows = plan_rows(reader, len(expected))
+    finally:
+        reader.stop()
+    assert sorted((json.loads(mid), s) for s, mid in rows) == expected
+
