@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -48,7 +49,9 @@ class _MsgIdIndex:
 
     def __init__(self, path: Path, cache_mb: int) -> None:
         self.path = path
-        # Used from the driver's thread and the trio thread, never at once.
+        # Used from the driver's thread (recording a logged batch) and the trio
+        # thread (looking up the ids the spout emits meanwhile): one at a time.
+        self._mu = threading.Lock()
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -64,7 +67,8 @@ class _MsgIdIndex:
 
     def lookup(self, key: str) -> tuple[int, bytes | None] | None:
         """(position of the first copy, values digest) of a logged id, or None."""
-        return self.db.execute("SELECT pos, digest FROM msg_ids WHERE id = ?", (key,)).fetchone()
+        with self._mu:
+            return self.db.execute("SELECT pos, digest FROM msg_ids WHERE id = ?", (key,)).fetchone()
 
     def record(self, rows: Iterable[tuple[str, int, bytes | None]]) -> None:
         """Add (id key, position, digest) rows in one durable transaction; an id
@@ -78,10 +82,12 @@ class _MsgIdIndex:
             self.db.execute("DELETE FROM msg_ids WHERE pos >= ?", (end,))
 
     def count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM msg_ids").fetchone()[0]
+        with self._mu:
+            return self.db.execute("SELECT count(*) FROM msg_ids").fetchone()[0]
 
     def get_meta(self, key: str) -> Any:
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._mu:
+            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
 
     def set_meta(self, key: str, value: Any) -> None:
@@ -92,21 +98,33 @@ class _MsgIdIndex:
                 self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     def _transaction(self) -> "_Tx":
-        return _Tx(self.db)
+        return _Tx(self.db, self._mu)
 
     def close(self) -> None:
-        self.db.close()
+        with self._mu:
+            self.db.close()
 
 
 class _Tx:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    """One transaction, holding the record's lock from BEGIN to COMMIT."""
+
+    def __init__(self, db: sqlite3.Connection, mu: threading.Lock) -> None:
         self.db = db
+        self.mu = mu
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.mu.acquire()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.mu.release()
+            raise
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        try:
+            self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        finally:
+            self.mu.release()
 
 
 class _ReplayLog:

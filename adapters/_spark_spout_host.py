@@ -23,7 +23,7 @@ import shutil
 import sys
 import tempfile
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
@@ -274,16 +274,22 @@ class SpoutHost:
 
 class _SupervisedSpout:
     """The blocking face of a :class:`SpoutHost`, run in this process's
-    :class:`TrioHost` loop (one round trip per command)."""
+    :class:`TrioHost` loop (one round trip per command).
 
-    def __init__(self, opts: "_Options", fields: list[str], on_events: Callable[[list[Message]], None]) -> None:
+    ``before_close`` (async, run in the loop) runs before the process is
+    closed, on :meth:`close` and at the loop's shutdown alike: the source
+    stops its background task there (docs/SPARK.md, "How it runs")."""
+
+    def __init__(self, opts: "_Options", fields: list[str], on_events: Callable[[list[Message]], None],
+                 before_close: Callable[[], Awaitable[None]] | None = None) -> None:
         self._host = TrioHost.get()
+        self._before_close = before_close
         self._spout: SpoutHost = self._host.run(self._open, opts, fields, on_events)
 
     async def _open(self, opts: "_Options", fields: list[str], on_events: Any) -> SpoutHost:
         nursery = await self._host.nursery.start(_keeper)
         spout = SpoutHost(opts, fields, on_events, nursery)
-        self._host.on_shutdown(spout.aclose)  # reaped even if nobody calls close()
+        self._host.on_shutdown(self._aclose)  # reaped even if nobody calls close()
         return spout
 
     @property
@@ -294,22 +300,47 @@ class _SupervisedSpout:
     def restarts(self) -> int:
         return self._spout.restarts
 
+    @property
+    def host(self) -> SpoutHost:
+        """The trio side, for code that runs in the loop."""
+        return self._spout
+
+    def run(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """``await afn(*args)`` in the loop; blocks until it returns."""
+        return self._host.run(afn, *args)
+
+    def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the loop's thread."""
+        return self._host.run_sync(fn, *args)
+
+    def start_soon(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Call from the loop: run ``afn`` in the background next to the
+        spout's stderr drain, cancelled when the spout closes."""
+        self._spout.nursery.start_soon(afn, *args)
+
     def ensure_started(self) -> None:
         self._host.run(self._spout.ensure_started)
 
     def command(self, cmd: Message) -> None:
         self._host.run(self._spout.command, cmd)
 
+    async def _aclose(self) -> None:
+        try:
+            if self._before_close is not None:
+                await self._before_close()
+        finally:
+            await self._spout.aclose()
+
     def close(self) -> None:
         if not self._host.alive:
             return  # the loop already ran its shutdown hooks, ours included
         try:
-            self._host.run(self._spout.aclose)
+            self._host.run(self._aclose)
         finally:
             self._host.run_sync(self._forget)
 
     def _forget(self) -> None:  # in the loop: the hooks list and the nursery are the loop's
-        self._host.off_shutdown(self._spout.aclose)
+        self._host.off_shutdown(self._aclose)
         self._spout.nursery.cancel_scope.cancel()
 
 

@@ -20,7 +20,8 @@ This module is the data source and its stream reader; the rest, one job each:
 
 * ``_spark_source_options``: the options, and how a spout tuple becomes a row of the schema;
 * ``_spark_replay_log``: the durable log that fixes each micro-batch's rows;
-* ``_spark_source_state``: the driver-side state: pulls from the spout into the log, acks on commit;
+* ``_spark_source_state``: the driver-side state: a background task (the pump) prefetches from the
+  spout and acks committed batches; planning calls log what it took;
 * ``_spark_spout_host``: the spout process, supervised, over the sans-IO connection.
 """
 
@@ -120,7 +121,7 @@ class MultilangStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         st = self._st()
         pos = st.check_offset(start)
         # Spark asks for data after `start` only once every batch up to `start`
-        # is in its commit log (it runs one batch at a time): ack them now.
+        # is in its commit log (it runs one batch at a time): ack them (in the background).
         st.commit(pos)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         st.pull(pos, max_rows)

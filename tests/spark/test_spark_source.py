@@ -255,7 +255,13 @@ def test_reader_supervises_the_spout_fails_rejected_tuples_and_replays_identical
         else:
             early.append(key)
     assert {k for k, n in waiting.items() if n} <= last_ids
-    assert early and set(early) <= {k for k, n in predecessor_unacked.items() if n > 0}
+    assert set(early) <= {k for k, n in predecessor_unacked.items() if n > 0}
+    # The predecessor's tuples (committed: not in the last batch) were acked to
+    # its replacement (§8.2): before or after the replacement emitted them again,
+    # depending on how far the pump had prefetched from the replacement.
+    acked_by_replacement = {json.dumps(e["id"]) for e in evs if e["pid"] == pids[1] and e["ev"] == "ack"}
+    logged_by_predecessor = {mid for _, _, rows in batches for _, mid in rows} & set(predecessor_unacked)
+    assert logged_by_predecessor - last_ids and logged_by_predecessor - last_ids <= acked_by_replacement
 
     # A new reader on the same log (a restarted query) re-reads the uncommitted batch identically.
     reader2 = source.streamReader(source.schema())
@@ -443,7 +449,8 @@ def test_a_restarted_spouts_repeats_of_committed_ids_are_dropped_and_acked_by_de
     extra = {} if dedupe is None else {"dedupe": dedupe}
     first = ack_spout_reader(events, replay, **extra)
     try:
-        rows = plan_rows(first, 6)  # planned, read and committed: the spout has its 6 acks
+        rows = plan_rows(first, 6)  # planned, read and committed
+        assert first._state.wait_acked()  # the acks go out in the background: the spout has its 6
         # Only uncommitted tuples are held in memory; the ids are on disk.
         assert not first._state.inflight and not first._state.unacked
     finally:
@@ -596,3 +603,56 @@ def test_a_conf_offering_extensions_is_not_offered_to_the_spout(tmp_path):
         reader.stop()
     assert sorted((json.loads(mid), s) for s, mid in rows) == expected
 
+
+# -- prefetch: the pump takes tuples between planning calls ---------------------------------------
+
+def test_a_prefetched_tuple_not_logged_when_the_query_stops_is_neither_acked_nor_lost(tmp_path):
+    """Between planning calls the pump fills a buffer of at most maxBatchSize
+    tuples. Those are not in the replay log: when the query stops they are
+    abandoned (not acked, not failed), and the spout process that emitted them
+    goes; a restarted query's new spout process emits them again and they are
+    delivered, once."""
+    events, replay = tmp_path / "events.jsonl", tmp_path / "replay"
+
+    def reader():
+        return reader_for(command=json.dumps(["python", str(ACK_SPOUT), str(events), "10"]), fields="sentence",
+                          includeMsgId="true", replayLog=replay, maxBatchSize=2)
+
+    def rows_of(r, lo, hi):
+        return [row for p in r.partitions(lo, hi) for row in r.read(p)]
+
+    first = reader()
+    try:
+        start = first.initialOffset()
+        mid = first.latestOffset(start, ReadMaxRows(2))
+        batch0 = rows_of(first, start, mid)
+        end = first.latestOffset(mid, ReadMaxRows(2))  # batch 0 committed (acked in the background), batch 1 logged
+        batch1 = rows_of(first, mid, end)
+        st = first._state
+        assert st.wait_buffered(2) and st.wait_acked()  # no planning call runs now
+        prefetched = st.spout.run_sync(lambda: [json.dumps(i) for i, _ in st.buffer])
+    finally:
+        first.stop()  # the query stops: batch 1 logged and not committed, two tuples prefetched
+    assert [mid for _, mid in batch0 + batch1] == ["0", '"m-1"', "2", '"m-3"']
+    assert prefetched == ["4", '"m-5"']
+    evs = read_events(events)
+    pid1 = evs[0]["pid"]
+    # The buffer is bounded: nothing was taken beyond the two batches and the prefetched two.
+    assert [e["id"] for e in evs if e["ev"] == "emit"] == [0, "m-1", 2, "m-3", 4, "m-5"]
+    # Only the committed batch was acked; nothing failed.
+    assert [(e["ev"], e["id"]) for e in evs if e["ev"] != "emit"] == [("ack", 0), ("ack", "m-1")]
+
+    second = reader()  # a restarted query: a new spout process, from sentence 0
+    try:
+        again = plan_rows(second, 4, max_rows=2)  # the logged batch 1, then what was only prefetched
+        assert second._state.wait_acked()
+    finally:
+        second.stop()
+    assert [mid for _, mid in again] == ["2", '"m-3"', "4", '"m-5"']
+    evs = read_events(events)
+    acked2 = {json.dumps(e["id"]) for e in evs if e["pid"] != pid1 and e["ev"] == "ack"}
+    # The new process got the acks of batch 1 (its predecessor's, §8.2) and of the
+    # formerly prefetched tuples after their commit; its repeats of committed
+    # tuples were acked at once. What it had only prefetched itself was not.
+    assert acked2 == {json.dumps(i) for i in [0, "m-1", 2, "m-3", 4, "m-5"]}
+    assert not [e for e in evs if e["pid"] == pid1 and e["ev"] == "ack" and e["id"] in (2, "m-3", 4, "m-5")]
