@@ -39,7 +39,7 @@ from multilang.shellbolt.topology import Input
 
 from ._spark_lease import _Dead
 from ._spark_pool import _run_partition
-from ._spark_spec import _Options, _partition_conf, _Spec, _spec_key
+from ._spark_spec import _Options, _Spec, _spec_key
 from ._spark_state import PROVIDER
 
 #: the columns of every row between stages
@@ -262,7 +262,7 @@ def stage_spec(name: str, impl: Any, inputs: list[tuple[str, str, list[str]]], o
     ins = [Input(s, st, "shuffle") for s, sts in sources.items() for st in sts]
     # a stage's rows are all in the partition anyway: a bolt process may hold as many as are in flight
     conf = {**topo_conf, "topology.shellbolt.max.pending": max_in_flight}
-    spec = _Spec(sources, [(name, impl, 1, ins, dict(comp_conf))], _partition_conf(conf, max_in_flight),
+    spec = _Spec(sources, [(name, impl, 1, ins, dict(comp_conf))], conf,
                  os.path.abspath(resource_dir), [(name, st) for st in outputs])
     spec.key = _spec_key(spec)
     return spec

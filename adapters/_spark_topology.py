@@ -131,13 +131,12 @@ def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) ->
                 continue
             keyed_view = bool(out.key) and out.component is not None
             outputs[(c.name, stream)] = [fields.index(k) for k in out.key or []] if keyed_view else None
-    plan = Plan(subs, outputs, state_dir=state_dir, max_retries=max_retries)
+    plan = Plan(subs, outputs, keyed=keyed, state_dir=state_dir, max_retries=max_retries)
     for name in order:
         c = topo.components[name]
         ins = [(i.source, i.stream, topo.components[i.source].outputs[i.stream]) for i in c.inputs]
         plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
                                       str(topo.resource_dir), _in_flight(name in keyed))
-    plan.keyed = keyed
     plan.parallelism = {name: topo.components[name].parallelism for name in order}
     return plan
 
@@ -237,9 +236,8 @@ def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, ba
     c = topo.components[name]
     impl = c.impl
     stream, fields = next(iter(c.outputs.items()))
-    # the spout's handshake conf: set keys only; the source speaks the
-    # standard protocol, so no extension is offered to the spout
-    conf = {k: v for k, v in {**topo.conf, **c.conf}.items() if v is not None and k != "multilang.extensions"}
+    # the spout's handshake conf: the keys set (the source itself offers the spout no extension)
+    conf = {k: v for k, v in {**topo.conf, **c.conf}.items() if v is not None}
     reader = (spark.readStream.format("multilang")
               .option("command", orjson.dumps(list(impl.command)).decode())
               .option("fields", ",".join(fields if fields != ANY_FIELDS else []))
