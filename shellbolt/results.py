@@ -28,7 +28,14 @@ class ComponentStats:
     #: spouts, a resumed run: emits not delivered (acked at once) because an
     #: earlier run's committed state reflects them (§9.7)
     skipped: int = 0
-    metrics: dict[str, Any] = field(default_factory=dict)
+    #: the latest params of each `metrics` command (STORM-200), by metric name
+    metrics: dict[str, Any]
+
+    def __init__(self) -> None:
+        # Its own dict per instance: not a dataclass (counters are class
+        # defaults until first incremented), so a field() here would be one
+        # shared dataclasses.Field object, and a `metrics` frame a TypeError.
+        self.metrics = {}
 
 
 @dataclass
