@@ -76,6 +76,9 @@ class Acker:
         #: of the first such failure since the caller last cleared it
         self.watch: set[int] = set()
         self.watch_failed: str | None = None
+        #: the root completed last: its age stands for the trees completed
+        #: with it in the complete latency (observe.py; one store per tree)
+        self.last_done: Root | None = None
 
     def new_id(self) -> int:
         return self._rand(64) or new_edge_id(self._rand)  # zero (p = 2^-64) draws again
@@ -228,6 +231,7 @@ class Acker:
 
     def _complete(self, r: int) -> None:
         root = self.roots.pop(r)
+        self.last_done = root
         self.stats["completed"] += 1
         self._acked.append((root.spout_task, root.msg_id))
 

@@ -20,6 +20,7 @@ from .process import ShellProcess
 from .results import brief
 from .shell_task import ShellTask
 from .checkpoint import init_frames
+from .observe import pick_probe
 from .sinks import AckerSink, BoltSink
 from .tasks import Task, log, new_tuple_id
 from .topology import ComponentDef, PythonBolt
@@ -130,6 +131,7 @@ class ShellBoltTask(ShellTask):
     def session_lost(self, cause: str) -> None:
         """Fail what the dead process had in flight, so it is replayed (§8.2, §8.4)."""
         self._alone = None
+        self.obs.lost(trio.current_time())
         self.stats.failed += len(self.in_flight)
         self.sink.lost(self, cause)
 
@@ -204,6 +206,9 @@ class ShellBoltTask(ShellTask):
                         continue
                     parts.append(frame)
                 self.stats.executed += len(batch)
+                probe = pick_probe(batch)  # its write-to-ack time stands for the batch's (observe.py)
+                if type(probe) is Tuple and probe.id in in_flight:  # not a tick: a bolt may never ack those
+                    self.obs.wrote(trio.current_time(), probe.id, len(batch))
                 self._space.unpark_all()
             if parts:
                 await proc.write(b"".join(parts))
@@ -244,7 +249,8 @@ class ShellBoltTask(ShellTask):
             else:
                 self._common(ev, proc)
         if settled:
-            self._last_settled = trio.current_time()
+            self._last_settled = now = trio.current_time()
+            self.obs.settled(now, self.in_flight)
             self.kick()
         await self._after_batch(touched)
 
@@ -273,6 +279,7 @@ class PythonBoltTask(Task):
             touched: set[Task] = set()
             batch = 0
             acker = rt.acker
+            t0 = trio.current_time()
             while inbox and batch < 256:
                 d = inbox.popleft()
                 batch += 1
@@ -292,12 +299,14 @@ class PythonBoltTask(Task):
                     self.stats.failed += 1
                     self.stats.errors += 1
                     cause = f"{self.where()}: {type(exc).__name__}: {exc}"
+                    self.stats.error(f"{type(exc).__name__}: {exc}", trio.current_time())
                     rt.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s: %s on %r: %s",
                                   self.where(), type(exc).__name__, d.values, exc)
                     acker.fail(d.edges, cause)
                 else:
                     self.stats.acked += 1
                     rt.acker.ack(d.edges)
+            self.obs.ran(t0, trio.current_time(), batch)
             self._space.unpark_all()
             rt.settle()
             rt.nudge()

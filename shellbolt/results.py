@@ -8,13 +8,13 @@ from typing import Any
 
 from multilang.errors import ComponentError
 
-__all__ = ["ComponentStats", "DeadLetter", "RunResult", "Cause", "brief", "first_line", "hashable", "sort_key", "id_key"]
+__all__ = ["ComponentStats", "TaskStats", "DeadLetter", "RunResult", "Cause", "brief", "first_line", "hashable", "sort_key", "id_key"]
 
 
-class ComponentStats:
-    """Counters per component (all its tasks)."""
+class TaskStats:
+    """Counters of one task. Plain attributes: the hot paths add to them."""
 
-    emitted: int = 0  # tuples emitted by the component
+    emitted: int = 0  # tuples emitted by the task
     executed: int = 0  # tuples delivered to it (bolts)
     acked: int = 0  # bolts: inputs acked; spouts: trees completed
     failed: int = 0  # bolts: inputs failed (incl. by crashes); spouts: trees failed
@@ -28,14 +28,62 @@ class ComponentStats:
     #: spouts, a resumed run: emits not delivered (acked at once) because an
     #: earlier run's committed state reflects them (§9.7)
     skipped: int = 0
-    #: the latest params of each `metrics` command (STORM-200), by metric name
-    metrics: dict[str, Any]
+    #: the last `error` frame, crash cause or emit error (shortened), and when (run clock)
+    last_error: str | None = None
+    last_error_at: float = 0.0
 
     def __init__(self) -> None:
-        # Its own dict per instance: not a dataclass (counters are class
-        # defaults until first incremented), so a field() here would be one
-        # shared dataclasses.Field object, and a `metrics` frame a TypeError.
-        self.metrics = {}
+        #: the params of the last `metrics` frame, by metric name (STORM-200)
+        self.metrics: dict[str, Any] = {}
+
+    def error(self, text: str, now: float) -> None:
+        """Remember the latest error of the task (rare paths only)."""
+        self.last_error = brief(text, 200)
+        self.last_error_at = now
+
+
+_COUNTERS = ("emitted", "executed", "acked", "failed", "restarts", "errors", "expired", "dead_letters", "skipped")
+
+
+class ComponentStats:
+    """Counters per component: the sums of its tasks' :class:`TaskStats`
+    (``tasks``, by task id), read when asked; each task adds to its own."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, TaskStats] = {}
+
+    def task(self, task_id: int) -> TaskStats:
+        """The counters of one task (made on first use; kept across restarts)."""
+        s = self.tasks.get(task_id)
+        if s is None:
+            s = self.tasks[task_id] = TaskStats()
+        return s
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The last `metrics` frame params by name, over all tasks (a later task's wins)."""
+        out: dict[str, Any] = {}
+        for s in self.tasks.values():
+            out.update(s.metrics)
+        return out
+
+    @property
+    def last_error(self) -> str | None:
+        latest = max(self.tasks.values(), key=lambda s: s.last_error_at, default=None)
+        return None if latest is None else latest.last_error
+
+    def __repr__(self) -> str:
+        return "ComponentStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in _COUNTERS) + ")"
+
+
+def _summed(name: str) -> property:
+    return property(lambda self: sum(getattr(s, name) for s in self.tasks.values()),
+                    doc=f"{name}: the sum over the component's tasks")
+
+
+for _name in _COUNTERS:
+    setattr(ComponentStats, _name, _summed(_name))
+del _name
 
 
 @dataclass

@@ -23,6 +23,7 @@ from .acker import Acker, TupleEdges
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
 from .grouping import Grouping, Router
+from .observe import RunObs
 from .ratelog import RateLimitedLog
 from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, sort_key
 from .spouts import PythonSpoutTask, ShellSpoutTask
@@ -69,6 +70,8 @@ class Runtime:
         self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
         self.max_spout_pending = conf.get("topology.max.spout.pending")
         self.stats = {name: ComponentStats() for name in topology.components}
+        #: run-wide observations for observe.snapshot (the live view, metrics)
+        self.observer = RunObs()
         self.on_output = on_output
         self.outputs_by_key: dict[Any, dict[str, Any]] = {}
         self.router = Router()
@@ -324,6 +327,7 @@ class Runtime:
         pid = getattr(getattr(src, "proc", None), "pid", None)
         who = src.where() if pid is None else f"{src.where()} (pid {pid})"
         self._last_emit_error = f"{who}: {msg}"
+        src.stats.error(msg, trio.current_time())
         self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
                         "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))
         return None
@@ -387,6 +391,9 @@ class Runtime:
         self.nudge()
         tasks = self.tasks
         if acked:
+            now = trio.current_time()
+            self.observer.last_completion = now
+            done = self.acker.last_done  # its age stands for the trees completed with it (observe.py)
             by_spout: dict[int, list[Any]] = {}
             for task_id, msg_id in acked:
                 ids = by_spout.get(task_id)
@@ -397,6 +404,8 @@ class Runtime:
                 t = tasks[task_id]
                 t.pending_roots -= len(ids)  # type: ignore[attr-defined]
                 t.stats.acked += len(ids)
+                if done is not None and done.spout_task == task_id:
+                    t.obs.completed(now, now - done.deadline + self.acker.timeout, len(ids))
                 t.acked(ids)  # type: ignore[attr-defined]
         for (task_id, msg_id), cause in zip(failed, causes):
             t = tasks[task_id]
@@ -488,6 +497,7 @@ class Runtime:
             self._stop.set()
         self.max_tuples = max_tuples
         self.pid_dir = tempfile.mkdtemp(prefix="multilang-pids-")  # mode 0700 (§2.1)
+        self.observer.begin(trio.current_time(), self.tasks.values())
         try:
             async with trio.open_nursery() as nursery:
                 for t in self.tasks.values():
@@ -511,6 +521,9 @@ class Runtime:
                 nursery.cancel_scope.cancel()
         finally:
             self.stopping = True
+            self.observer.finish(trio.current_time())
+            if progress is not None and hasattr(progress, "finish"):
+                progress.finish(self)  # the last frame: the final counters, before the caller's summary
             self.errlog.flush(trio.current_time())
             shutil.rmtree(self.pid_dir, ignore_errors=True)
             if self.checkpoints is not None:
@@ -569,6 +582,8 @@ class Runtime:
                                                      TICK_STREAM, SYSTEM_TASK, TICK_EDGES, tick=True))
 
     async def _progress(self, report: Callable[["Runtime"], None], interval: float) -> None:
+        # A reporter may set its own pace (the live view on a terminal redraws every second).
+        interval = float(getattr(report, "interval", interval))
         while True:
             await trio.sleep(interval)
             report(self)

@@ -63,6 +63,7 @@ class ShellTask(Task):
                         return
                     raise
             self.session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
+            self.stats.error(f"process lost: {first_line(str(err))}", trio.current_time())
             d = policy.crashed(started=started, now=trio.current_time())
             if isinstance(d, GiveUp):
                 log.error("%s: giving up after %d restarts of component %r in %gs: %s", self.where(),
@@ -104,6 +105,7 @@ class ShellTask(Task):
             context = rt.topology.context_for(self.name, self.task_id).to_json()
             async with trio.open_nursery() as n:
                 early = await proc.start(n, conf, context)  # spawned, stderr drained, handshaken
+                self.obs.extensions = proc.conn.extensions
                 log.debug("%s started: pid %s", self.where(), proc.pid)
                 await self._handle(proc, early)
                 await self._serve(proc, n)
@@ -135,6 +137,7 @@ class ShellTask(Task):
             err = ComponentReportedError(ev.msg, component=self.name, task=self.task_id, pid=proc.pid)
             self.runtime.reported_errors.append(err)
             self._last_error = ev.msg
+            self.stats.error(ev.msg, trio.current_time())
             self.runtime.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s", err)
         elif t is Metrics:
             self.stats.metrics[ev.name] = ev.params

@@ -5,6 +5,7 @@ command, §4) and an in-process Python spout (reliable, replays failures up to
 from __future__ import annotations
 
 import logging
+import operator
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +212,16 @@ class PythonSpoutTask(SpoutTask):
 
     def finished(self, limit_reached: bool) -> bool:
         return not self._replay and super().finished(limit_reached)
+
+    def remaining(self) -> int | None:
+        """Inputs still to emit (replays included) if the source can say
+        (a list, a range: ``len``-like), else None (a generator, an open feed)."""
+        if getattr(self._items, "open", False):
+            return None
+        if self._exhausted:
+            return len(self._replay)
+        hint = operator.length_hint(self._items, -1)
+        return None if hint < 0 else hint + len(self._replay)
 
     def resume(self) -> None:
         """The source ran dry (``StopIteration``) but may have more now: ask

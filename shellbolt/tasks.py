@@ -18,6 +18,7 @@ from multilang.errors import ComponentError
 
 from .acker import TupleEdges
 from .grouping import Grouping
+from .observe import TaskObs
 from .topology import ComponentDef
 
 if TYPE_CHECKING:
@@ -97,7 +98,8 @@ class Task:
         #: the task's position among its component's tasks, from 0 (Storm's task index)
         self.index = comp.tasks.index(task_id)
         self.conf = runtime.topology.conf_for(comp.name)
-        self.stats = runtime.stats[comp.name]
+        self.stats = runtime.stats[comp.name].task(task_id)  # the component's are their sums
+        self.obs = TaskObs()  # latencies and busy time for the live view (observe.py)
         self.inbox: deque[Delivery] = deque()
         self.capacity = INBOX_CAPACITY
         self._space = trio.lowlevel.ParkingLot()
