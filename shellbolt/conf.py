@@ -124,6 +124,39 @@ def _seed(v: Any) -> bool:
     return v is None or isinstance(v, str) or _is_number(v)
 
 
+def _host_port(arg: Any) -> tuple[str, int] | None:
+    """A prometheus metrics consumer's argument, a port or "HOST:PORT", as (host, port)."""
+    if _is_int(arg):
+        return ("127.0.0.1", arg) if 0 <= arg <= 65535 else None
+    if isinstance(arg, str):
+        host, sep, port = arg.rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]:9464
+        if sep and host and port.isdigit() and int(port) <= 65535:
+            return host, int(port)
+    return None
+
+
+def _consumer_problem(entry: Any) -> str | None:
+    """Why one entry of topology.metrics.consumer.register is unusable, or None (shellbolt/metrics.py)."""
+    if not isinstance(entry, Mapping):
+        return f"each consumer is a table {{class = ..., argument = ...}}, got {_show(entry)}"
+    unknown = sorted(set(entry) - {"class", "argument", "parallelism.hint"}, key=str)
+    if unknown:
+        return f"a consumer has the keys class and argument, not {unknown}"
+    kind, arg = entry.get("class"), entry.get("argument")
+    if kind == "json":
+        return None if isinstance(arg, str) and arg.strip() else \
+            f"class 'json' takes a file path as its argument, got {_show(arg)}"
+    if kind == "prometheus":
+        return None if _host_port(arg) is not None else \
+            f"class 'prometheus' takes a port (0-65535) or 'HOST:PORT' as its argument, got {_show(arg)}"
+    return f"unknown consumer class {kind!r}; the classes are 'json' (a file of JSON lines) and 'prometheus'"
+
+
+def _consumers(v: Any) -> bool:
+    return v is None or isinstance(v, list) and all(_consumer_problem(e) is None for e in v)
+
+
 _POS_INT_NULL = "a positive integer or null"
 _POS_SECS = "a positive number (seconds)"
 
@@ -180,6 +213,14 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.spark.max.trigger.delay.ms", "an integer >= 1 (milliseconds)", _int(1), 2000,
             "--engine spark: the longest a micro-batch waits for a spout task to fill it (like Kafka's "
             "maxTriggerDelay): larger batches cost less per tuple, smaller ones reach the sink sooner.",
+            scope="topology"),
+    ConfKey("topology.metrics.consumer.register",
+            "a list of tables {class = 'json', argument = FILE} or {class = 'prometheus', argument = PORT or "
+            "'HOST:PORT'}, or null", _consumers, None,
+            "Metrics consumers of multilang run (docs/OBSERVE.md): JSON lines appended to FILE, or GET /metrics "
+            "served on PORT (127.0.0.1 unless HOST), like --metrics-file / --metrics-port.", scope="topology"),
+    ConfKey("topology.builtin.metrics.bucket.size.secs", _POS_SECS, _number(positive=True), 10,
+            "How often a metrics file gets a line (Storm's default is 60); a last line when the run ends.",
             scope="topology"),
     # Read by the Flux YAML loader only (the TOML format has tables for these).
     ConfKey("multilang.resource.dir", "a string (a directory) or null", _str(null=True), None,
