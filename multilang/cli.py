@@ -332,10 +332,20 @@ def _exit_code(result: Any, signum: int | None) -> int:
               help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
 @click.option("--env-filter", "-e", is_flag=True,
               help="Flux YAML: substitute ${ENV-NAME} with environment variables (like flux -e).")
+@click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Append the run's metrics to FILE as a JSON line every topology.builtin.metrics.bucket.size.secs "
+                   "(10) and when the run ends (docs/OBSERVE.md).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve the metrics at http://127.0.0.1:PORT/metrics (Prometheus text format) while the topology "
+                   "runs; 0: a free port, printed on stderr.")
+@click.option("--metrics-host", metavar="HOST",
+              help="The address --metrics-port listens on (default 127.0.0.1, this machine only; 0.0.0.0: every "
+                   "interface, for a Prometheus on another host or outside a container).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
         output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
         state_dir: str | None, master: str, remote: str | None, checkpoint: str | None, filter_file: str | None,
-        env_filter: bool) -> None:
+        env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
+        metrics_host: str | None = None) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
@@ -373,6 +383,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
+    metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     if engine == "spark":
         raise SystemExit(_run_on_spark(topology, master=master, remote=remote, checkpoint=checkpoint,
                                        duration=duration, max_tuples=max_tuples, output=output,
@@ -391,7 +402,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         async def go(nursery: Any) -> Any:
             nursery.start_soon(_flush_every, out)
             return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
-                                     progress=_Progress() if progress else None)
+                                     progress=_Progress() if progress else None, metrics=metrics)
 
         result, signum = _run_trio(go, runtime)
         if result is None:  # stopped at once by a second signal: what it had
@@ -502,6 +513,35 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
     if code not in (EXIT_OK, EXIT_OUTPUT_CLOSED):
         _summary(result, time.monotonic() - start, dead_letter)
     raise SystemExit(code)
+
+
+def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:
+    """The run's metrics consumers (docs/OBSERVE.md): --metrics-file,
+    --metrics-port and the topology's topology.metrics.consumer.register,
+    opened and bound now, before any process starts; None if there are none.
+    One that cannot be (a port in use, a file that cannot be written) is a
+    usage error (exit 2) naming the option or the conf entry."""
+    from .shellbolt.metrics import CONSUMER_KEY, MetricsReporter
+
+    if host is not None and port is None:
+        raise click.UsageError("--metrics-host applies with --metrics-port")
+    if engine == "spark":
+        if file is not None or port is not None:
+            click.echo("error: --metrics-file and --metrics-port apply to the embedded engine, not --engine spark",
+                       err=True)
+            raise SystemExit(EXIT_USAGE)
+        if topology.conf.get(CONSUMER_KEY):
+            click.echo(f"warning: {CONSUMER_KEY} applies to the embedded engine; ignored on --engine spark", err=True)
+        return None
+    try:
+        reporter = MetricsReporter.from_conf(topology.conf, file=file, port=port, host=host)
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    for h, p in reporter.endpoints:
+        click.echo(f"[metrics] serving http://{f'[{h}]' if ':' in h else h}:{p}/metrics", err=True)
+    return reporter or None
+
 
 def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint: str | None,
                   duration: float | None, max_tuples: int | None, output: Any, progress: bool,

@@ -484,13 +484,16 @@ class Runtime:
     async def run(
         self, *, duration: float | None = None, max_tuples: int | None = None, until_done: bool = False,
         progress: Callable[["Runtime"], None] | None = None, progress_interval: float = 2.0,
+        metrics: Any = None,
     ) -> RunResult:
         """Run until ``duration`` passes, ``max_tuples`` spout tuples are
         emitted and their trees finish, every spout is exhausted
         (``until_done``), a component gives up, :meth:`request_stop` is
         called, or the caller cancels. Every way but cancellation drains the
         trees in flight for up to the shutdown grace (§5.4) and returns the
-        result; what is still in flight then is abandoned at stop."""
+        result; what is still in flight then is abandoned at stop.
+        ``metrics``: a :class:`~multilang.shellbolt.metrics.MetricsReporter`
+        served while the run runs, closed (a last line) when it ends."""
         self._stop = trio.Event()
         self.hurry = trio.Event()
         if self._stop_requested:
@@ -511,6 +514,8 @@ class Runtime:
                         nursery.start_soon(self._ticks, comp, float(freq))
                 if progress is not None:
                     nursery.start_soon(self._progress, progress, progress_interval)
+                if metrics is not None:
+                    nursery.start_soon(metrics.run, self)
                 with trio.move_on_after(math.inf if duration is None else duration) as timer:
                     await self._wait_for_stop(until_done or max_tuples is not None)
                 if self._stopped_by is None:
@@ -525,6 +530,8 @@ class Runtime:
             if progress is not None and hasattr(progress, "finish"):
                 progress.finish(self)  # the last frame: the final counters, before the caller's summary
             self.errlog.flush(trio.current_time())
+            if metrics is not None:
+                metrics.close(self)  # the last line: the run's final counts
             shutil.rmtree(self.pid_dir, ignore_errors=True)
             if self.checkpoints is not None:
                 self.checkpoints.close()
