@@ -85,9 +85,13 @@ class _ArrowFn:
             if self.counters is not None:
                 self.counters.add(c)
 
+        add = builder.add if self.opts.keyed or self.layout.dead else None
         for out in _run_partition(self.spec, self.opts, self._rows(batches), report):
-            for rec in out:
-                builder.add(rec)
+            if add is None:  # only (component, stream, values) records: no row marks, no dead letters
+                builder.recs += out
+            else:
+                for rec in out:
+                    add(rec)
             if builder.size >= limit:
                 yield builder.flush()
         if builder.size:
@@ -131,6 +135,12 @@ class _BatchBuilder:
                 if self.n_keep:
                     self.keys.append(rec.key)
             return
+        self._check_arity(rec)
+        self.recs.append(rec)
+        if self.n_keep:
+            self.keys.append(self.key)
+
+    def _check_arity(self, rec: Any) -> None:
         if len(rec[2]) != self.lay.n_out:
             names = [f.name for f in self.schema][self.n_keep: self.n_keep + self.lay.n_out]
             raise OutputSchemaError(
@@ -138,9 +148,6 @@ class _BatchBuilder:
                 f"schema has {self.lay.n_out} fields {names}: {_short(rec[2])}. Emit exactly the schema's fields, "
                 "in order, or change output_schema"
             )
-        self.recs.append(rec)
-        if self.n_keep:
-            self.keys.append(self.key)
 
     def flush(self) -> Any:
         pa = self.pa
@@ -150,11 +157,24 @@ class _BatchBuilder:
         for j in range(self.n_keep):
             f = self.schema.field(j)
             arrays.append(pa.array([None if k is None else k[j] for k in keys], type=f.type))
-        for j in range(self.lay.n_out):
+        n_out = self.lay.n_out
+        if self.lay.dead:  # a dead letter is null in every output field
+            rows = [None if type(r) is _Dead else r[2] for r in recs]
+            if set(map(len, [v for v in rows if v is not None])) - {n_out}:
+                for r in recs:
+                    if type(r) is not _Dead:
+                        self._check_arity(r)
+            cols = [[None if v is None else v[j] for v in rows] for j in range(n_out)]
+        else:
+            rows = [r[2] for r in recs]
+            if set(map(len, rows)) - {n_out}:
+                for r in recs:
+                    self._check_arity(r)
+            cols = [[v[j] for v in rows] for j in range(n_out)]
+        for j, col in enumerate(cols):
             f = self.schema.field(self.n_keep + j)
-            col = [None if type(r) is _Dead else r[2][j] for r in recs]
             if self.lay.json_text:
-                col = [_json_text(v) for v in col]
+                col = [v if type(v) is str else _json_text(v) for v in col]
             try:
                 arrays.append(pa.array(col, type=f.type))
             except (pa.ArrowException, TypeError, ValueError, OverflowError):

@@ -76,23 +76,15 @@ def _setup_logging(level: str) -> None:
 
 
 class _Progress:
-    """Live per-component progress on stderr: emitted, acked, failed, rate, restarts."""
+    """The live view on stderr (multilang/_live.py): rows updated in place on
+    a terminal, plain ``[progress]`` lines elsewhere; ``--progress-tasks``
+    adds a row per task."""
 
-    def __init__(self) -> None:
-        self.last: dict[str, int] = {}
-        self.t = time.monotonic()
+    def __new__(cls) -> Any:
+        from ._live import LiveView
 
-    def __call__(self, runtime: Any) -> None:
-        now = time.monotonic()
-        dt = max(now - self.t, 1e-9)
-        parts = []
-        for name, s in runtime.stats.items():
-            rate = (s.emitted - self.last.get(name, 0)) / dt
-            self.last[name] = s.emitted
-            parts.append(f"{name}: emitted {s.emitted} ({rate:.0f}/s) acked {s.acked} failed {s.failed}"
-                         + (f" restarts {s.restarts}" if s.restarts else ""))
-        self.t = now
-        click.echo("[progress] " + " | ".join(parts), err=True)
+        ctx = click.get_current_context(silent=True)
+        return LiveView(sys.stderr, tasks=bool(ctx is not None and ctx.meta.get("multilang.progress_tasks")))
 
 
 def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
@@ -314,7 +306,12 @@ def _exit_code(result: Any, signum: int | None) -> int:
               help="Where output tuples go, as JSON lines.")
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE", help="Conf override (VALUE parsed as JSON if it can be).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
-@click.option("--progress/--no-progress", default=True, show_default=True, help="Live progress on stderr.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="The live view on stderr: rows updated in place on a terminal, plain [progress] lines elsewhere "
+                   "(docs/OBSERVE.md).")
+@click.option("--progress-tasks", is_flag=True, expose_value=False,
+              callback=lambda ctx, param, v: ctx.meta.__setitem__("multilang.progress_tasks", v),
+              help="The live view shows a row per task too (Storm UI's executors).")
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write inputs given up on (after multilang.max.replays) here, as JSON lines.")
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",

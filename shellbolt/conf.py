@@ -192,6 +192,9 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
             "At the end of a run, time in-flight trees get to complete.", scope="topology"),
     ConfKey("multilang.kill.grace.secs", "a number >= 0 (seconds)", _number(positive=False), 2,
             "Between SIGTERM and SIGKILL when a process is stopped."),
+    ConfKey("multilang.progress.stall.secs", _POS_SECS, _number(positive=True), 5,
+            "The live view of multilang run marks the run STALLED when trees are in flight and none has completed "
+            "for this long (docs/OBSERVE.md).", scope="topology"),
     ConfKey("multilang.hold.emits.until.ack", "true or false", _bool, False,
             "Hold a bolt's emits until it acks their anchor (a restart then never leaves half an output)."),
     ConfKey("multilang.extensions", f"a list of distinct extension names from {list(EXTENSIONS)}", _extensions,

@@ -169,6 +169,7 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "multilang.restart.window.secs": ([0, -60, "60", None], [60, 0.5]),
     "multilang.shutdown.grace.secs": ([-1, "5", None, True, math.inf], [0, 0.2, 5]),
     "multilang.kill.grace.secs": ([-0.1, "2", None, False], [0, 0.5, 2]),
+    "multilang.progress.stall.secs": ([0, -1, "5", None, True, math.inf], [5, 0.5]),
     "multilang.hold.emits.until.ack": ([1, 0, "true", None], [True, False]),
     "multilang.extensions": (["batch", ["zip"], ["batch", "batch"], [1], None, {"batch": True}],
                              [[], ["batch"], ["batch", "msgpack"], ["msgpack"], ["batch", "state"]]),

@@ -1,0 +1,135 @@
+"""The live view of ``multilang run`` (multilang/_live.py over
+shellbolt/observe.py): on a fake terminal, as plain lines, and a stall.
+
+Real processes; the runs end by themselves (until done, or --duration): no
+sleeps for synchronisation and no timing assertions."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from multilang._live import LiveView
+from multilang.shellbolt import PythonBolt, PythonSpout, Runtime, ShellBolt, TopologyBuilder
+
+ROOT = Path(__file__).resolve().parents[2]
+SPLIT = ROOT / "examples" / "python" / "split_bolt.py"
+ML = [sys.executable, "-c", "from multilang.cli import main; main()"]
+SENTENCES = [[f"the quick brown fox {i} jumps over the lazy dog"] for i in range(300)]
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _topology():
+    b = TopologyBuilder()
+    b.set_spout("sentences", PythonSpout(list(SENTENCES), fields=["sentence"]))
+    b.set_bolt("split", ShellBolt(["python", str(SPLIT)], fields=["word"]), parallelism=2).shuffle_grouping("sentences")
+    b.set_bolt("count", PythonBolt(lambda values: [], fields=["word"])).fields_grouping("split", ["word"])
+    return b.create_topology({"multilang.shutdown.grace.secs": 1, "topology.max.spout.pending": 50},
+                             name="livetest", resource_dir=ROOT)
+
+
+def _run(view: LiveView):
+    rt = Runtime(_topology())
+
+    async def main():
+        return await rt.run(until_done=True, progress=view)
+
+    return rt, trio.run(main)
+
+
+def _last_frame(screen: str) -> list[str]:
+    """The lines of the last frame drawn in place (after the last cursor-up)."""
+    last = screen.rsplit("F", 1)[-1] if re.search(r"\x1b\[\d+F", screen) else screen
+    return [ANSI.sub("", line) for line in last.split("\n") if ANSI.sub("", line).strip()]
+
+
+def test_the_live_view_on_a_terminal_ends_with_the_final_counts_per_component_and_task():
+    term = FakeTerminal()
+    view = LiveView(term, tty=True, tasks=True, width=120, height=40, interval=0.05)
+    rt, result = _run(view)
+    assert result.ok and result.completed == len(SENTENCES)
+    frame = _last_frame(term.getvalue())
+    head, header, *rows = frame
+    assert head.startswith("livetest ") and f"{len(SENTENCES)} completed" in head and "0 in flight" in head
+    assert "complete " in head and " ms" in head  # the trees' complete latency p50/p99
+    assert header.split()[:6] == ["component", "rate/s", "flight", "queued", "acked", "failed"]
+    cells = {r.split()[0]: r.split() for r in rows}
+    split_tasks = [f"split:{t}" for t in rt.topology.components["split"].tasks]
+    assert set(cells) == {"sentences", "split", "count", "sentences:" + str(rt.topology.components["sentences"].tasks[0]),
+                          *split_tasks, f"count:{rt.topology.components['count'].tasks[0]}"}
+    for name, s in result.stats.items():
+        # acked and failed equal the final summary's; nothing in flight or queued at the end
+        assert cells[name][2:6] == ["0", "0", str(s.acked), str(s.failed)], cells[name]
+    assert sum(int(cells[k][4]) for k in split_tasks) == result.stats["split"].acked
+    for name in ("sentences", "split", "count", *split_tasks):
+        assert re.fullmatch(r"[\d.]+s?/[\d.]+s?", cells[name][6]), cells[name]  # latency p50/p99 present
+    assert re.fullmatch(r"[01]\.\d\d", cells["split"][7])  # capacity of a bolt
+    assert cells["sentences"][7] == "-"  # a spout has none
+    assert all(len(line) <= 119 for line in frame)
+    assert "STALLED" not in term.getvalue()
+
+
+def test_without_a_terminal_the_live_view_writes_short_plain_lines():
+    out = io.StringIO()
+    rt, result = _run(LiveView(out, tty=False, interval=0.05))
+    text = out.getvalue()
+    assert "\x1b" not in text
+    lines = text.splitlines()
+    assert lines and all(line.startswith("[progress] ") and len(line) <= 100 for line in lines), lines
+    assert any(re.match(r"\[progress\] [\d.]+s trees: \d+ in flight, \d+ completed, \d+ failed", ln) for ln in lines)
+    assert any(re.match(r"\[progress\] [\d.]+s split: emitted \d+ \(\d+/s\) acked \d+ failed \d+ in flight \d+", ln)
+               for ln in lines)
+
+
+NEVER_ACKS = '''
+from multilang import Bolt
+
+class NeverAcks(Bolt):
+    def process(self, tup):
+        pass  # holds every tuple: its trees stay in flight and none completes
+
+NeverAcks().run()
+'''
+
+
+def test_a_run_whose_trees_never_complete_is_reported_stalled(tmp_path):
+    (tmp_path / "never_acks.py").write_text(NEVER_ACKS)
+    (tmp_path / "sentences.txt").write_text("one two\nthree four\n" * 50)
+    toml = tmp_path / "stall.toml"
+    toml.write_text(f'''
+[topology]
+name = "stall"
+[topology.conf]
+"topology.max.spout.pending" = 10
+"multilang.progress.stall.secs" = 0.5
+"multilang.shutdown.grace.secs" = 0
+"multilang.kill.grace.secs" = 0.2
+[spouts.sentences]
+command = ["python", {str(ROOT / "examples" / "python" / "sentence_spout.py")!r}, "sentences.txt"]
+fields = ["sentence"]
+[bolts.stuck]
+command = ["python", "never_acks.py"]
+fields = ["word"]
+inputs = [{{ source = "sentences", grouping = "shuffle" }}]
+'''.replace("'", '"'))
+    p = subprocess.run([*ML, "run", str(toml), "--duration", "2.5", "--progress-tasks", "-o", "/dev/null"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    progress = [ln for ln in p.stderr.splitlines() if ln.startswith("[progress]")]
+    stalled = [ln for ln in progress if "STALLED" in ln]
+    assert stalled, p.stderr[-3000:]
+    assert re.search(r"STALLED: 10 trees in flight, none completed for [\d.]+s \(over 0.5s\)",
+                     stalled[0]), stalled[0]
+    assert any(ln.split(" ", 2)[2].startswith("stuck: emitted 0 ") and " in flight 10" in ln for ln in progress)
+    assert any(" stuck:" in ln for ln in progress)  # --progress-tasks: a line per task too
+    assert all(len(ln) <= 100 for ln in progress)
