@@ -22,7 +22,7 @@ from multilang.shellbolt.bolts import ShellBoltTask
 from multilang.shellbolt.ratelog import RateLimitedLog, kind_of
 from multilang.shellbolt.sinks import BoltSink
 from multilang.shellbolt.runtime import Runtime
-from multilang.shellbolt.tasks import SpoutTask, Task, plain_emit
+from multilang.shellbolt.tasks import Delivery, SpoutTask, Task, plain_emit
 from multilang.shellbolt.topology import ANY_FIELDS, ComponentDef
 
 from ._spark_spec import _select_outputs, _Spec
@@ -30,6 +30,8 @@ from ._spark_spec import _select_outputs, _Spec
 if TYPE_CHECKING:
     from ._spark_lease import _Lease, _Row
     from ._spark_pool import _Pool
+
+_new_tuple = tuple.__new__  # a named tuple's fields in order, without its keyword __new__
 
 
 # --- the runtime's log records, routed to Spark's executor logs ------------------------
@@ -293,8 +295,31 @@ class _Feeder(SpoutTask):
             await trio.lowlevel.checkpoint()
 
 
+class _Many(tuple):
+    """The token of a tuple in a chain (the direct lane) anchored to the
+    tuples of several rows: their tokens."""
+
+    __slots__ = ()
+
+
+#: the token of a tuple in a chain that belongs to no row (an unanchored emit upstream)
+FREE = object()
+
+
+def row_tokens(toks: Any) -> list[tuple[int, int, int]]:
+    """The row tokens among the tokens of a tuple's anchors (a tick's and
+    :data:`FREE` have none)."""
+    out = []
+    for t in toks:
+        if type(t) is tuple:
+            out.append(t)
+        elif type(t) is _Many:
+            out.extend(t)
+    return out
+
+
 class _LeaseSink(BoltSink):
-    """The direct lane: a partition's only bolt, fed by the lease itself.
+    """The direct lane: the bolts of a partition fed by the lease itself.
 
     The common shape, one shell bolt reading the rows and every stream of it
     an output, needs no routing and no XOR acker: a row's tree is the one
@@ -303,44 +328,61 @@ class _LeaseSink(BoltSink):
     lease puts each row into the bolt task's inbox with its attempt as the
     tuple's token (``(lease id, row, attempt)`` in place of acker edges), and
     this sink takes the bolt's emits, acks and fails straight to the lease.
-    The bolt task is the runtime's own :class:`ShellBoltTask` (handshake,
-    heartbeats, max pending, restarts, frame limits); only what a tuple
-    becomes on the way in and out is shorter. Same guarantees as the general
-    path (docs/SPARK.md); see :meth:`_Engine._direct_shape` for when it is
-    used. ``multilang.hold.emits.until.ack`` needs nothing here: every output
-    is held until its row's tuple is acked anyway."""
+    A chain of such bolts (each reading the one before it) works the same
+    way: an emit to the next bolt goes straight into the inbox of the task
+    its grouping picks, with the token of the row it is anchored to, and the
+    row counts the tuples of its tree not yet acked instead of XORing edge
+    ids; the tree completes when that count is back at 0. The bolt task is
+    the runtime's own :class:`ShellBoltTask` (handshake, heartbeats, max
+    pending, restarts, frame limits); only what a tuple becomes on the way
+    in and out is shorter. Same guarantees as the general path
+    (docs/SPARK.md); see :meth:`_Engine._lane_shape` for when it is used.
+    ``multilang.hold.emits.until.ack`` needs nothing for a single bolt:
+    every output is held until its row's tuple is acked anyway; a chain with
+    it takes the general path."""
 
     def __init__(self, engine: "_Engine", comp: ComponentDef) -> None:
         self.engine = engine
         self.comp = comp
-        #: stream -> number of fields (-1: any) and whether the lease takes it, or None: undeclared
-        self._out: dict[str, tuple[int, bool] | None] = {}
+        #: stream -> (number of fields (-1: any), whether the lease takes it, the next bolt's
+        #: subscription or None), or None: undeclared
+        self._out: dict[str, tuple[int, bool, Any] | None] = {}
 
-    def _out_plan(self, stream: str) -> tuple[int, bool] | None:
+    def _out_plan(self, stream: str) -> tuple[int, bool, Any] | None:
         fields = self.comp.outputs.get(stream)
         plan = None
         if fields is not None:
             eng = self.engine
+            subs = eng.runtime.router.subscribers(self.comp.name, stream)
             plan = (-1 if fields == ANY_FIELDS else len(fields),
-                    eng.all_outputs or (self.comp.name, stream) in eng.outputs)
+                    eng.all_outputs or (self.comp.name, stream) in eng.outputs,
+                    subs[0] if subs else None)  # the lane's shape: at most one subscriber, the next bolt
         self._out[stream] = plan
         return plan
 
     def live(self, token: Any) -> bool:
         """A queued row whose attempt the lease no longer waits for (it
-        timed out or failed, and its retry is queued) is not written."""
-        if type(token) is not tuple:  # a tick's (TupleEdges)
-            return True
-        lease = self.engine.lease
-        return lease is not None and lease.is_current(token)
+        timed out or failed, and its retry is queued) is not written; nor is
+        a chained tuple of such an attempt."""
+        t = type(token)
+        if t is tuple:
+            lease = self.engine.lease
+            return lease is not None and lease.is_current(token)
+        if t is _Many:
+            lease = self.engine.lease
+            return lease is not None and any(lease.is_current(x) for x in token)
+        return True  # a tick's (TupleEdges), or FREE
 
     def waited_for(self, token: Any) -> bool | None:
-        return type(token) is tuple and self.live(token)  # a tick is waited for by nobody
+        if token is FREE:
+            return None  # no tree: an unanchored emit upstream
+        return type(token) in (tuple, _Many) and self.live(token)  # a tick is waited for by nobody
 
     def _tree_failed(self, token: Any, cause: str | None) -> None:
         lease = self.engine.lease
-        if lease is not None and type(token) is tuple:  # not a tick's (TupleEdges)
-            lease.notice("fail", token, cause)
+        if lease is not None:
+            for tok in row_tokens((token,)):  # none for a tick's (TupleEdges) or FREE
+                lease.notice("fail", tok, cause)
 
     def unsent(self, task: ShellBoltTask, token: Any, cause: str) -> None:
         self._tree_failed(token, cause)
@@ -350,7 +392,7 @@ class _LeaseSink(BoltSink):
         cause names the process (its pid: the lease adds its stderr tail)."""
         tokens = list(task.in_flight.values())
         task.in_flight.clear()
-        rows = sum(1 for t in tokens if type(t) is tuple)
+        rows = len(row_tokens(tokens))
         if rows > 1:
             cause = f"{cause} (with {rows - 1} other rows in flight)"
         for token in tokens:
@@ -384,14 +426,20 @@ class _LeaseSink(BoltSink):
                 last_tok = None  # that may have failed the row: its next attempt must not get what follows
                 continue
             task.stats.emitted += 1
-            if lease is None or not plan[1]:
-                continue  # between partitions, or a stream not selected as output
+            if lease is None:
+                continue  # between partitions
+            if plan[2] is not None:  # to the next bolt of the chain
+                self._forward(task, lease, plan[2], values, stream, [in_flight[a] for a in ids] if ids else [],
+                              None, touched)
+                continue
+            if not plan[1]:
+                continue  # a stream not selected as output
             if ids and len(ids) == 1:
                 tok = in_flight[ids[0]]
                 if tok is last_tok:
                     last_row.outputs.append((name, stream, values))  # type: ignore[union-attr]
                     continue
-                if type(tok) is tuple:  # else a tick's: no tree, the emit goes out as unanchored
+                if type(tok) is tuple:  # else a tick's, FREE or several rows': the general call below
                     row = lease.current(tok)
                     if row is not None:
                         row.outputs.append((name, stream, values))
@@ -399,10 +447,26 @@ class _LeaseSink(BoltSink):
                     continue
             lease.direct_output((name, stream, values), [in_flight[a] for a in ids] if ids else [])
 
+    def _forward(self, task: ShellBoltTask, lease: "_Lease", sub: Any, values: list[Any], stream: str,
+                 toks: list[Any], targets: list[int] | None, touched: set[Task]) -> None:
+        """An emit to the next bolt of the chain: a tuple for each task the
+        grouping picks, the rows' trees one tuple larger for each."""
+        if targets is None:
+            targets = sub.choose(values)
+        tok = lease.forward(toks, len(targets))
+        if tok is None:
+            return  # a row whose attempt is over: the emit is void
+        tasks = self.engine.runtime.tasks
+        for target in targets:
+            t = tasks[target]
+            t.deliver(_new_tuple(Delivery, (values, task.name, stream, task.task_id, tok, False)))
+            touched.add(t)
+
     def emit(self, task: ShellBoltTask, ev: Emit, touched: set[Task]) -> list[int]:
         """An emit off the plain path: checked by the runtime (undeclared
         stream, wrong arity, a direct emit nobody can receive: reported, and
-        the trees it was anchored to fail), else an output."""
+        the trees it was anchored to fail), else an output or a tuple for
+        the next bolt."""
         toks = [task.in_flight[a] for a in ev.anchors]
         targets = task.runtime.targets(task, ev)
         if targets is None:
@@ -414,8 +478,11 @@ class _LeaseSink(BoltSink):
         task.stats.emitted += 1
         lease = self.engine.lease
         plan = self._out[ev.stream] if ev.stream in self._out else self._out_plan(ev.stream)
-        if lease is not None and plan is not None and plan[1]:
-            lease.direct_output((task.name, ev.stream, ev.values), toks)
+        if lease is not None and plan is not None:
+            if plan[2] is not None:
+                self._forward(task, lease, plan[2], ev.values, ev.stream, toks, targets, touched)
+            elif plan[1]:
+                lease.direct_output((task.name, ev.stream, ev.values), toks)
         return targets
 
 
@@ -446,12 +513,14 @@ class _Engine:
         self.outputs = set(spec.outputs)
         # The runtime calls _on_output only for streams nobody subscribes to.
         self.all_outputs = self.outputs == set(_select_outputs(topo, None))
-        #: the direct lane (_LeaseSink): the bolt's grouping over its tasks, or None
+        #: the direct lane (_LeaseSink): the first bolt's grouping over its tasks, or None
         self.direct: Any = None
-        comp = None if self.stateful else self._direct_shape(rt, spec)  # held acks need the acker
-        if comp is not None:
+        #: the direct lane's bolts, the first (reading the rows) first
+        self.chain: list[ComponentDef] = [] if self.stateful else self._lane_shape(rt, spec)  # held acks need the acker
+        for comp in self.chain:
             for t in comp.tasks:
                 rt.tasks[t] = ShellBoltTask(rt, comp, t, sink=_LeaseSink(self, comp))
+        if self.chain:
             self.direct = rt.router.subscribers(*spec.single_source)[0]  # type: ignore[misc]
         self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, SpoutTask)]
         self.lease: _Lease | None = None
@@ -462,23 +531,39 @@ class _Engine:
         _worker_log()
 
     @staticmethod
-    def _direct_shape(rt: Runtime, spec: _Spec) -> ComponentDef | None:
-        """The one shell bolt of a spec that the direct lane can run, or
-        None: the rows are one spout stream, acking is on, and the spec is a
-        single shell bolt subscribing to them by a grouping that picks one
-        task per row (not ``all``, not ``direct``). Off with
+    def _lane_shape(rt: Runtime, spec: _Spec) -> list[ComponentDef]:
+        """The shell bolts of a spec that the direct lane can run, in chain
+        order, or []: the rows are one spout stream, acking is on, and the
+        spec is one shell bolt subscribing to them, or a chain of shell bolts
+        each subscribing to the one before it, every subscription by a
+        grouping that picks one task per tuple (not ``all``, not ``direct``)
+        and every stream read by at most that one next bolt. A chain with
+        ``multilang.hold.emits.until.ack`` takes the general path. Off with
         ``MULTILANG_SPARK_DIRECT=0`` in the workers' environment."""
         if os.environ.get("MULTILANG_SPARK_DIRECT", "1").strip() == "0":
-            return None
+            return []
         single = spec.single_source
-        bolts = [c for c in rt.topology.components.values() if c.kind == "bolt"]
-        if single is None or not rt.acking or len(bolts) != 1 or not bolts[0].is_shell:
-            return None
-        comp = bolts[0]
-        subs = rt.router.subscribers(*single)
-        if len(comp.inputs) != 1 or len(subs) != 1 or subs[0].kind in ("all", "direct"):
-            return None
-        return comp
+        bolts = {c.name: c for c in rt.topology.components.values() if c.kind == "bolt"}
+        if single is None or not rt.acking or not bolts or not all(c.is_shell for c in bolts.values()):
+            return []
+        chain: list[ComponentDef] = []
+        source, streams = single[0], [single[1]]
+        while True:
+            subs = [(c, i) for st in streams for c, i in rt.topology.subscribers(source, st)]
+            if not subs:
+                break
+            if len(subs) != 1:
+                return []
+            comp, inp = subs[0]
+            if len(comp.inputs) != 1 or inp.grouping in ("all", "direct") or comp in chain:
+                return []
+            chain.append(comp)
+            source, streams = comp.name, list(comp.outputs)
+        if len(chain) != len(bolts):
+            return []
+        if len(chain) > 1 and any(rt.topology.conf_for(c.name).get("multilang.hold.emits.until.ack") for c in chain):
+            return []
+        return chain
 
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -542,9 +627,20 @@ class _Engine:
         flight whose tree already failed (a bolt that never acks it) does not
         count; unanchored tuples in flight (acking off) are waited for up to the
         message timeout after ``since``. In the direct lane every tuple is a
-        row's, so a lease without rows left is quiet."""
+        row's, so a lease without rows left is quiet, but for the chained
+        tuples of unanchored emits (FREE), waited for like those."""
         if self.direct is not None:
-            return self.lease is None or not self.lease.rows
+            if self.lease is not None and self.lease.rows:
+                return False
+            if len(self.chain) == 1:
+                return True
+            patient = since is None or trio.current_time() - since < self.runtime.acker.timeout
+            for t in self.bolt_tasks:
+                if any(d.edges is FREE for d in t.inbox):
+                    return False
+                if patient and any(tok is FREE for tok in t.in_flight.values()):
+                    return False
+            return True
         if any(f.queue for f in self.feeders.values()) or self.runtime.acker.pending:
             return False
         roots = self.runtime.acker.roots

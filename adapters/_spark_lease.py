@@ -13,7 +13,7 @@ import trio
 
 from multilang.shellbolt.tasks import Delivery
 
-from ._spark_engine import _STAT_KEYS, _Engine, _worker_log
+from ._spark_engine import _STAT_KEYS, FREE, _Engine, _Many, _worker_log, row_tokens
 from ._spark_spec import RowFailed, StatefulBoltCrashed, _Options, _short
 
 _new_tuple = tuple.__new__  # a named tuple's fields in order, without its keyword __new__
@@ -37,7 +37,7 @@ class _Multi:
 
 class _Row:
     __slots__ = ("source", "stream", "values", "attempt", "outputs", "sent_at", "done", "dead", "multi", "key",
-                 "cause")
+                 "cause", "pending")
 
     def __init__(self, source: str, stream: str, values: list[Any], key: Any = None) -> None:
         self.source = source
@@ -51,6 +51,9 @@ class _Row:
         self.multi = False  # some output is anchored to other rows too (a _Multi)
         self.key = key  # keyed leases: what the caller carries through (the keep columns)
         self.cause: str | None = None  # why the last attempt failed, as the runtime said
+        #: the direct lane: tuples of this attempt's tree not yet acked (the row's own, and in a
+        #: chain the ones its bolts emitted to the next bolt); the tree completes at 0
+        self.pending = 1
 
 
 #: keyed leases: the mark before an output tied to no row (unanchored)
@@ -310,7 +313,7 @@ class _Lease:
     def direct_output(self, rec: tuple[str, str, list[Any]], toks: list[Any]) -> None:
         """The direct lane's :meth:`output`: an emit anchored to the trees
         ``toks`` (none: unanchored, released at once)."""
-        toks = [t for t in toks if type(t) is tuple]  # a tick tuple belongs to no tree
+        toks = row_tokens(toks)  # a tick tuple belongs to no tree
         if not toks:
             self._unanchored(rec)
             return
@@ -322,9 +325,34 @@ class _Lease:
             rows.append(row)
         self._hold(rec, rows)
 
+    def forward(self, toks: list[Any], n: int) -> Any:
+        """The direct lane, a chain: a bolt emits, anchored to tuples with
+        ``toks``, to ``n`` tuples for the next bolt; returns their token (the
+        rows' trees grow by them), or None if a row's attempt is over (the
+        emit is void, as :meth:`direct_output`'s)."""
+        flat = row_tokens(toks)
+        if not flat:
+            return FREE
+        if len(flat) == 1:
+            row = self.current(flat[0])
+            if row is None:
+                return None
+            row.pending += n
+            return flat[0]
+        flat = list(dict.fromkeys(flat))
+        rows = [self.current(t) for t in flat]
+        if None in rows:
+            return None
+        for row in rows:
+            row.pending += n  # type: ignore[union-attr]
+        return flat[0] if len(flat) == 1 else _Many(flat)
+
     def acked(self, toks: list[Any]) -> None:
-        """The direct lane: :meth:`notice` of ``"ack"`` for a run of trees,
-        without a call per row when rows are released in any order."""
+        """The direct lane: :meth:`notice` of ``"ack"`` for a run of
+        tuples, without a call per row when rows are released in any order.
+        A row's tree completes when its last pending tuple is acked."""
+        if any(type(t) is _Many for t in toks):
+            toks = row_tokens(toks)
         if self.opts.ordered:
             for tok in toks:
                 if type(tok) is tuple:  # not a tick's
@@ -340,6 +368,9 @@ class _Lease:
             l, seq, attempt = tok
             row = rows.get(seq)
             if l != lid or row is None or row.attempt != attempt or row.done:
+                continue
+            row.pending -= 1
+            if row.pending:
                 continue
             n += 1
             del rows[seq]
@@ -371,6 +402,9 @@ class _Lease:
         if lid != self.id or row is None or row.attempt != attempt or row.done:
             return
         if kind == "ack":
+            row.pending -= 1
+            if row.pending:
+                return
             self.counters["acked"] += 1
             row.done = True
             self._resolve(seq, row)
@@ -383,6 +417,7 @@ class _Lease:
             row.outputs = []
             row.multi = False
             row.attempt += 1
+            row.pending = 1  # the next attempt's tree: its one tuple
             if row.attempt <= self.opts.max_retries:
                 self.counters["retried"] += 1
                 self._resend(seq, row)

@@ -426,23 +426,64 @@ def test_both_lanes_keep_every_guarantee(lane, monkeypatch, test_bolt, tmp_path)
     assert list(dead) == [("undeclared",)] and dead[("undeclared",)].attempts == 2
 
 
-def test_the_direct_lane_is_for_one_shell_bolt_fed_by_the_rows(monkeypatch):
+PASS_BOLT = textwrap.dedent("""\
+    from multilang import BasicBolt
+
+    class Pass(BasicBolt):
+        def process(self, tup):
+            self.emit(list(tup.values))
+
+    Pass().run()
+""")
+
+
+@pytest.mark.parametrize("where", ["first", "second"])
+def test_a_chain_on_the_direct_lane_keeps_every_guarantee(where, monkeypatch, test_bolt, tmp_path):
+    """A chain of two bolts takes the direct lane, with the fault-test bolt
+    first or second: a process killed in either replays its rows from the
+    first bolt (each row's words once, in order), a row failed or never
+    acked by the second bolt becomes a dead letter naming the cause."""
+    monkeypatch.setenv("MULTILANG_SPARK_DIRECT", "1")
+    script = tmp_path / "pass.py"
+    script.write_text(PASS_BOLT)
+    chain = [test_bolt, ["python", str(script)]] if where == "first" else [["python", str(script)], test_bolt]
+    lines = LINES[:40] + ["KILL-ME"] + LINES[40:80] + ["two BAD fish", "blue fish HANG"]
+    fn = shell_bolt_partition(chain, fields=["word"], dead_letter="record", max_retries=1, ordered=True,
+                              warm=False, counters=False, conf={"topology.message.timeout.secs": 2})
+    ok, dead = _in_process(fn, lines)
+    assert ok == [(w,) for line in lines[:-2] for w in words(line)]
+    assert (tmp_path / "killed.marker").exists()
+    assert set(dead) == {("two BAD fish",), ("blue fish HANG",)}
+    assert dead[("two BAD fish",)].error.startswith("failed") and dead[("two BAD fish",)].attempts == 2
+    assert dead[("blue fish HANG",)].error.startswith("timed out")
+
+
+def test_the_direct_lane_is_for_shell_bolts_fed_by_the_rows_one_after_another(monkeypatch):
     from multilang.adapters.spark import _Engine, _make_spec
     from multilang.shellbolt import Runtime
 
     def lane(spec, conf=None):
         s = _make_spec(spec, fields=None, input_fields=["sentence"], output=None, conf=conf, resource_dir=EXAMPLES,
                        cwd=None, env=None, max_in_flight=1000)
-        return _Engine._direct_shape(Runtime(s.topology()), s)
+        return [c.name for c in _Engine._lane_shape(Runtime(s.topology()), s)]
 
-    assert lane(RUBY_SPLIT).name == "split_bolt"
+    assert lane(RUBY_SPLIT) == ["split_bolt"]
     two = TopologyBuilder()
     two.set_bolt("split", ShellBolt(RUBY_SPLIT, fields=["word"]), parallelism=2).fields_grouping(INPUT, ["sentence"])
-    assert lane(two).name == "split"  # any grouping that picks one task per row
-    assert lane([RUBY_SPLIT, NODE_COUNT]) is None  # a chain: the general lane
+    assert lane(two) == ["split"]  # any grouping that picks one task per row
+    assert lane([RUBY_SPLIT, NODE_COUNT]) == ["split_bolt", "count_bolt"]  # a chain
+    assert lane([RUBY_SPLIT, NODE_COUNT], conf={"multilang.hold.emits.until.ack": True}) == []
+    fan = TopologyBuilder()  # two bolts reading the rows: a DAG, the general lane
+    fan.set_bolt("a", ShellBolt(RUBY_SPLIT, fields=["word"])).shuffle_grouping(INPUT)
+    fan.set_bolt("b", ShellBolt(RUBY_SPLIT, fields=["word"])).shuffle_grouping(INPUT)
+    assert lane(fan) == []
     every = TopologyBuilder()
     every.set_bolt("split", ShellBolt(RUBY_SPLIT, fields=["word"]), parallelism=2).all_grouping(INPUT)
-    assert lane(every) is None  # a row to every task: a tree of several tuples
-    assert lane(RUBY_SPLIT, conf={"topology.acker.executors": 0}) is None
+    assert lane(every) == []  # a row to every task: a tree of several tuples
+    tail = TopologyBuilder()
+    tail.set_bolt("split", ShellBolt(RUBY_SPLIT, fields=["word"])).shuffle_grouping(INPUT)
+    tail.set_bolt("count", ShellBolt(NODE_COUNT, fields=["word", "count"]), parallelism=2).all_grouping("split")
+    assert lane(tail) == []
+    assert lane(RUBY_SPLIT, conf={"topology.acker.executors": 0}) == []
     monkeypatch.setenv("MULTILANG_SPARK_DIRECT", "0")
-    assert lane(RUBY_SPLIT) is None
+    assert lane(RUBY_SPLIT) == []
