@@ -5,8 +5,8 @@
 
 Runs the variants of bench/spark_pipe.py (``pipe``: ``RDD.pipe`` with a
 line-oriented script; ``bolt+batch``: the same words through a multilang
-bolt in ``mapInArrow`` with acking and the batch extension) on the same
-cached data, and for each job reads the CPU time (user + system, from
+bolt in ``mapInArrow`` with acking and the batch extension; for ``line``
+also ``chain``, two bolts in one partition) on the same cached data, and for each job reads the CPU time (user + system, from
 /proc) that every process on the machine used during it, summed by kind:
 
   jvm        Spark's JVM (driver and executors: local mode)
@@ -51,10 +51,10 @@ def _cpu() -> dict[int, tuple[str, float, float]]:
     return out
 
 
-def _kind(cmd: str, bolt_script: str) -> str:
+def _kind(cmd: str, bolt_scripts: list[str]) -> str:
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
-    if bolt_script in cmd:
+    if any(s in cmd for s in bolt_scripts):
         return "bolt"
     if "pyspark" in cmd and ("daemon" in cmd or "worker" in cmd):
         return "workers"
@@ -80,13 +80,19 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     lines, rdd, df = sp.cached_data(spark, n_lines, 2)
     wl = args.workload
-    pipe_cmd, bolt_script = sp.programs(wl, tempfile.mkdtemp(prefix="bench-spark-cpu-"))
+    tmp = tempfile.mkdtemp(prefix="bench-spark-cpu-")
+    pipe_cmd, bolt_script = sp.programs(wl, tmp)
+    upper_script = os.path.join(tmp, "bolt_upper.py")
+    Path(upper_script).write_text(sp._PRELUDE + sp.UPPER_BOLT)
     col = "word" if wl == "split" else "line"
     variants = {
         "pipe": lambda: rdd.pipe(pipe_cmd, env=dict(os.environ)).count(),
         "bolt+batch": lambda: df.transform(multilang_bolts(["python", bolt_script],
                                                            output_schema=f"{col} string")).count(),
     }
+    if wl == "line":  # bench/spark_pipe.py's chain: [normalize, upper]
+        variants["chain"] = lambda: df.transform(multilang_bolts([["python", bolt_script], ["python", upper_script]],
+                                                                 output_schema=f"{col} string")).count()
     print(f"{wl}: {len(lines)} lines, 2 partitions, local[2]; CPU seconds per job by process kind")
     kinds = ["jvm", "workers", "bolt", "reaped", "other"]
     print(f"  {'variant':11s} {'wall':>6s} " + " ".join(f"{k:>8s}" for k in kinds) + f" {'total':>8s}")
@@ -102,7 +108,7 @@ def main() -> None:
             use = dict.fromkeys(kinds, 0.0)
             for pid, (cmd, own, reaped) in after.items():
                 _, own0, reaped0 = before.get(pid, (cmd, 0.0, 0.0))
-                use[_kind(cmd, bolt_script)] += own - own0
+                use[_kind(cmd, [bolt_script, upper_script])] += own - own0
                 use["reaped"] += reaped - reaped0
             print(f"  {name:11s} {wall:6.2f} " + " ".join(f"{use[k]:8.2f}" for k in kinds)
                   + f" {sum(use.values()):8.2f}   ({n} records)")
