@@ -314,6 +314,9 @@ def _exit_code(result: Any, signum: int | None) -> int:
               help="The live view shows a row per task too (Storm UI's executors).")
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write inputs given up on (after multilang.max.replays) here, as JSON lines.")
+@click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Record every frame each shell task reads and writes in DIR (a new or empty directory; bounded "
+                   "by multilang.record.*), for multilang replay (docs/OBSERVE.md).")
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
                    "to resume after a crash. Default: a temporary directory, gone after the run.")
@@ -342,7 +345,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
         state_dir: str | None, master: str, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
-        metrics_host: str | None = None) -> None:
+        metrics_host: str | None = None, record_dir: str | None = None) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
@@ -381,6 +384,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
+    recorder = _recorder(record_dir, engine, topology)
     if engine == "spark":
         raise SystemExit(_run_on_spark(topology, master=master, remote=remote, checkpoint=checkpoint,
                                        duration=duration, max_tuples=max_tuples, output=output,
@@ -394,6 +398,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         out.line(orjson.dumps(record))
 
     runtime, dead_file = _runtime(topology, out, dead_letter, on_output=emit)
+    runtime.recorder = recorder
     start = time.monotonic()
     try:
         async def go(nursery: Any) -> Any:
@@ -413,6 +418,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     finally:
         if dead_file is not None:
             dead_file.close()
+        if recorder is not None:
+            _recorded(recorder)
     for record in result.outputs:
         emit(record)
     out.flush()
@@ -782,3 +789,40 @@ def conform(role, fmt, vectors_dir, timeout, strict, select, cmd) -> None:  # fm
     else:
         click.echo(report.to_text())
     sys.exit(0 if report.ok else 1)
+
+
+# --- multilang run --record, multilang replay (docs/OBSERVE.md "Record and replay") --------------------
+
+
+def _recorder(path: str | None, engine: str, topology: Any) -> Any:
+    """``--record DIR``'s recorder (``shellbolt/record.py``), or None. Exit 2
+    on --engine spark and on a directory that exists and is not empty or
+    cannot be written: recordings are never mixed."""
+    if path is None:
+        return None
+    if engine == "spark":
+        click.echo("error: --record applies to the embedded engine: the Spark engine's processes run in Spark "
+                   "tasks; record the topology with --engine local", err=True)
+        raise SystemExit(EXIT_USAGE)
+    if not path.strip():
+        raise click.BadParameter("an empty path (an unset shell variable?)", param_hint="--record")
+    from .shellbolt.record import Recorder, RecordingError
+
+    try:
+        return Recorder(path, topology)
+    except (RecordingError, TopologyError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    except OSError as exc:
+        click.echo(f"error: --record {path}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def _recorded(recorder: Any) -> None:
+    """Close the recording and say where it is and how to replay it."""
+    recorder.close()
+    tasks = sorted(recorder.tasks)
+    comps = [name for name, c in recorder.meta["components"].items() if set(c["tasks"]) & set(tasks)]
+    click.echo(f"[record] frames of {len(tasks)} task(s) ({', '.join(comps) or 'none'}) recorded in "
+               f"{recorder.path}; replay one with: multilang replay {recorder.path} --component C [--task N] -- CMD",
+               err=True)

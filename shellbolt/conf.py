@@ -210,6 +210,10 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
             scope="topology"),
     ConfKey("multilang.max.replays", "an integer >= 0", _int(0), 3,
             "Times the host's own spouts replay a failing tuple before dead-lettering it."),
+    ConfKey("multilang.record.segment.bytes", "an integer >= 4096 (bytes)", lambda v: _is_int(v) and v >= 4096,
+            16 << 20, "--record: the largest segment file of a task's recording; a new segment starts past it."),
+    ConfKey("multilang.record.segments", "a positive integer", _int(1), 4,
+            "--record: segments kept per task; the oldest is deleted when a new one starts (docs/OBSERVE.md)."),
     ConfKey("multilang.spark.max.tuples.per.trigger", "an integer >= 1", _int(1), 5000,
             "--engine spark: the most tuples one spout task adds to a micro-batch (like Kafka's "
             "maxOffsetsPerTrigger); the memory of a stage is bounded by it.", scope="topology"),

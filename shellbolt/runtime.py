@@ -99,6 +99,9 @@ class Runtime:
         #: receives each DeadLetter (``multilang run --dead-letter FILE``)
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None
         self.dead_letters = 0
+        #: ``multilang run --record DIR``: a record.Recorder; each shell task's processes are then spawned with
+        #: their stdin and stdout recorded (record.py). None: spawned as they are
+        self.recorder: Any = None
         self._dead_letter_sample: list[DeadLetter] = []
         self._build()
         #: stateful bolts' checkpoints (§9.7); opens a named state store now

@@ -92,9 +92,11 @@ class ShellTask(Task):
         pid_dir = os.path.join(rt.pid_dir, f"{self.task_id}-{self._starts}")
         os.mkdir(pid_dir, 0o700)
         self._last_error = None
+        rec = rt.recorder  # --record: this task's recording taps the process's pipes (record.py)
         proc = ShellProcess(
             component=self.name, task=self.task_id, role=self.role, argv=argv, cwd=cwd, env=env,
             pid_dir=pid_dir, conf=self.pconf,
+            **({} if rec is None else {"spawn": rec.task(self.name, self.task_id, self.conf).spawn}),
         )
         self.proc = proc
         try:

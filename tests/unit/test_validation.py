@@ -179,6 +179,8 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "topology.state.provider.config": ([1, "not json", "[1]", ["dir"], True], [None, {}, {"dir": "state"},
                                                                               '{"dir": "state"}']),
     "multilang.max.replays": ([-1, 1.5, "3", True, None], [0, 3, 100]),
+    "multilang.record.segment.bytes": ([4095, 0, -1, 1.5, "16M", True, None], [4096, 16 << 20]),
+    "multilang.record.segments": ([0, -1, 1.5, "4", True, None], [1, 4, 100]),
     "multilang.spark.max.tuples.per.trigger": ([0, -5, 1.5, "100", True, None], [1, 5000]),
     "multilang.spark.max.trigger.delay.ms": ([0, -1, 2.5, "2000", False, None], [1, 2000]),
     "topology.metrics.consumer.register": (
