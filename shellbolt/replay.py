@@ -39,6 +39,7 @@ with what was recorded.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -211,6 +212,16 @@ class _Stream:
         return self._reader.feed(rest) if rest else []
 
 
+def _canon(value: Any) -> str:
+    """A value as canonical JSON text: compared as JSON values whatever the
+    wire format (msgpack, JSON), object keys in any order; ``true`` is not
+    ``1`` and ``1`` is not ``1.0`` (Python's ``==`` would say they are)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # an integer beyond 64 bits
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def _anchor_list(a: Any) -> list[str]:
     if a is None:
         return []
@@ -241,10 +252,11 @@ class _Tally:
         self.emits += 1
         stream = stream or "default"
         if self.spout:
-            self._put(("command", self.syncs), ("emit", stream, values, second, task))
+            self._put(("command", self.syncs), ("emit", stream, _canon(values), None if second is None else
+                                                _canon(second), task))
             return
         anchors = sorted(set(_anchor_list(second)))
-        event = ("emit", stream, values, tuple(anchors), task)
+        event = ("emit", stream, _canon(values), tuple(anchors), task)
         for a in anchors:
             self._put(("tuple", a), event)
         if not anchors:
@@ -421,11 +433,11 @@ def _show(ev: tuple[Any, ...], spout: bool) -> str:
     if ev[0] != "emit":
         return ev[0]
     _, stream, values, second, task = ev
-    text = f"emit {_clip(values)}"
+    text = f"emit {values if len(values) <= _CLIP else values[:_CLIP] + '...'}"
     if stream != "default":
         text += f" on stream {stream!r}"
     if spout:
-        text += f" id {_clip(second)}" if second is not None else " (unreliable)"
+        text += f" id {second}" if second is not None else " (unreliable)"
     elif second:
         text += f" anchored to {', '.join(second)}"
     else:
