@@ -97,8 +97,14 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
         extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
                                                             ("dead letters", s.dead_letters),
                                                             ("skipped (committed by an earlier run)", s.skipped)) if n)
+        exts = getattr(result, "extensions", {}).get(name)
+        if exts is not None:  # a shell component: what its processes negotiated (§9.2)
+            extra += f"; extensions {', '.join(exts)}" if exts else "; standard protocol"
         click.echo(f"[summary]   {name}: emitted {s.emitted}, executed {s.executed}, acked {s.acked}, "
                    f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
+        if s.metrics:  # the last `metrics` frame of each name (§3.7)
+            shown = ", ".join(f"{k}={orjson.dumps(v, default=repr).decode()}" for k, v in sorted(s.metrics.items()))
+            click.echo(f"[summary]     {name} metrics: {_clip(shown)}", err=True)
     if result.dead_letters:
         where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"
         click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "

@@ -137,6 +137,10 @@ class RunResult:
     checkpoints: int = 0
     rollbacks: int = 0
     state_path: str | None = None
+    #: shell components: the protocol extensions their processes negotiated
+    #: (§9.2), in the order first accepted; [] = standard mode. In-process
+    #: components speak no protocol and are not listed.
+    extensions: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

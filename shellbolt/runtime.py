@@ -606,6 +606,11 @@ class Runtime:
         if self._key_index is not None:
             outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
         repeated = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.repeated_failures()]
+        extensions: dict[str, list[str]] = {}
+        for t in self.tasks.values():
+            if t.comp.is_shell:
+                seen = extensions.setdefault(t.name, [])
+                seen.extend(e for e in t.obs.extensions if e not in seen)
         return RunResult(
             stats=self.stats,
             completed=self.acker.stats["completed"],
@@ -618,5 +623,6 @@ class Runtime:
             dead_letter_sample=list(self._dead_letter_sample),
             repeated_failures=repeated,
             stopped_by=self._stopped_by or "request",
+            extensions=extensions,
             **(self.checkpoints.summary() if self.checkpoints is not None else {}),
         )

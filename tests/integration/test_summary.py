@@ -1,0 +1,48 @@
+"""The end-of-run summary of ``multilang run`` names what each shell
+component's processes negotiated (extensions, or standard protocol) and the
+last value of each of its ``metrics`` (issue "See what a topology is doing")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+COMPONENTS = Path(__file__).resolve().parent / "components"
+_SCRIPT = Path(sys.executable).parent / "multilang"
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang.cli import main; main()"]
+
+
+def test_the_summary_names_the_negotiated_extensions_and_the_metrics(tmp_path):
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("".join(f"line {i}\n" for i in range(40)))
+    topo = tmp_path / "t.toml"
+    topo.write_text(f"""\
+[spouts.lines]
+command = ["python", {json.dumps(str(EXAMPLES / "python" / "sentence_spout.py"))}, {json.dumps(str(sentences))}]
+fields = ["sentence"]
+
+[bolts.measured]
+command = ["python", {json.dumps(str(COMPONENTS / "metrics_bolt.py"))}]
+fields = ["sentence"]
+inputs = [{{ source = "lines", grouping = "shuffle" }}]
+
+[bolts.plain]
+command = ["python", {json.dumps(str(EXAMPLES / "python" / "split_bolt.py"))}]
+fields = ["word"]
+inputs = [{{ source = "measured", grouping = "shuffle" }}]
+conf = {{ "multilang.extensions" = [] }}
+""")
+    p = subprocess.run(ML + ["run", str(topo), "--no-progress"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = {ln.split(":", 1)[0].split()[-1]: ln for ln in p.stderr.splitlines() if ln.startswith("[summary]   ")}
+    assert lines["lines"].endswith("; extensions batch")  # our Python library accepts batch when offered
+    assert lines["measured"].endswith("; extensions batch")
+    assert lines["plain"].endswith("; standard protocol")  # offered nothing: multilang.extensions = []
+    metrics = [ln for ln in p.stderr.splitlines() if ln.startswith("[summary]     measured metrics: ")]
+    assert len(metrics) == 1
+    assert 'seen=40' in metrics[0] and '"nested":{"x":2}' in metrics[0] and 'note="a string"' in metrics[0]
