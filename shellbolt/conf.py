@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping
 from multilang.errors import TopologyError
 
 __all__ = ["ConfKey", "SCHEMA", "EXTENSIONS", "ProcessConf", "check_conf", "check_value", "near_miss", "suggest",
-           "did_you_mean", "unknown_key_message"]
+           "did_you_mean", "unknown_key_message", "java_consumer"]
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -150,7 +150,16 @@ def _consumer_problem(entry: Any) -> str | None:
     if kind == "prometheus":
         return None if _host_port(arg) is not None else \
             f"class 'prometheus' takes a port (0-65535) or 'HOST:PORT' as its argument, got {_show(arg)}"
+    if java_consumer(kind):
+        return None  # a Storm (Java) consumer of a Flux file: skipped with a warning (shellbolt/metrics.py)
     return f"unknown consumer class {kind!r}; the classes are 'json' (a file of JSON lines) and 'prometheus'"
+
+
+def java_consumer(kind: Any) -> bool:
+    """Whether a metrics consumer class is a Java class name (Storm's
+    ``org.apache.storm.metric.LoggingMetricsConsumer`` in a Flux file): it
+    cannot run here, and a Storm topology file must still run unchanged."""
+    return isinstance(kind, str) and "." in kind and all(part.isidentifier() for part in kind.split("."))
 
 
 def _consumers(v: Any) -> bool:

@@ -34,7 +34,7 @@ import orjson
 
 from multilang.errors import TopologyError
 
-from .conf import _consumer_problem, _host_port
+from .conf import _consumer_problem, _host_port, java_consumer
 
 __all__ = ["json_line", "prometheus_text", "CONTENT_TYPE", "ConsumerSpec", "consumers_from_conf", "MetricsReporter",
            "CONSUMER_KEY", "INTERVAL_KEY", "DEFAULT_HOST"]
@@ -264,6 +264,10 @@ def consumers_from_conf(value: Any) -> list[ConsumerSpec]:
         problem = _consumer_problem(entry)
         if problem is not None:
             raise TopologyError(f"{where}: {problem}")
+        if java_consumer(entry["class"]):
+            log.warning("%s: the Storm (Java) metrics consumer %s cannot run here and is skipped; use class = "
+                        "'json' or 'prometheus' (docs/OBSERVE.md)", where, entry["class"])
+            continue
         if entry["class"] == "json":
             out.append(ConsumerSpec("json", where, path=entry["argument"]))
         else:

@@ -233,8 +233,19 @@ def test_consumers_from_conf():
     assert consumers_from_conf(None) == []
 
 
+def test_a_storm_java_consumer_of_a_flux_file_is_skipped_with_a_warning(caplog):
+    """Flux files register Storm's Java consumers; the file must still run."""
+    conf = [{"class": "org.apache.storm.metric.LoggingMetricsConsumer", "parallelism.hint": 1},
+            {"class": "json", "argument": "m.jsonl"}]
+    assert check_value("topology.metrics.consumer.register", conf) is None
+    with caplog.at_level("WARNING", logger="multilang.shellbolt"):
+        specs = consumers_from_conf(conf)
+    assert [c.kind for c in specs] == ["json"]
+    assert "org.apache.storm.metric.LoggingMetricsConsumer cannot run here and is skipped" in caplog.text
+
+
 @pytest.mark.parametrize("bad, said", [
-    ([{"class": "org.apache.storm.metric.LoggingMetricsConsumer"}], "unknown consumer class"),
+    ([{"class": "LoggingMetricsConsumer"}], "unknown consumer class"),
     ([{"class": "json"}], "class 'json' takes a file path"),
     ([{"class": "prometheus", "argument": 70000}], "class 'prometheus' takes a port"),
     ([{"class": "prometheus", "argument": "host"}], "class 'prometheus' takes a port"),
