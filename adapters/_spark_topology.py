@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -322,6 +323,7 @@ class _Progress:
         self.directory = directory
         self.echo = echo
         self.seen = -1
+        self.latencies: deque[float] = deque(maxlen=20)  # ms, the last batches' (Spark's triggerExecution)
         self.spouts: dict[str, int] = {}
         self.counters: dict[str, dict[str, int]] = {}
         self.batches = 0
@@ -363,9 +365,11 @@ class _Progress:
         self.dead += dead
         n_in = sum(spouts.values())
         self.run_tuples += n_in
+        secs = (p or {}).get("durationMs", {}).get("triggerExecution", 0) / 1000
+        if secs > 0:
+            self.latencies.append(secs * 1000)
         if self.echo is None:
             return
-        secs = (p or {}).get("durationMs", {}).get("triggerExecution", 0) / 1000
         took = f" in {secs:.1f}s ({n_in / secs:,.0f}/s)" if secs > 0 else ""  # Spark's progress of the batch, if kept
         parts = [f"{c}: emitted {n:,}" for c, n in sorted(spouts.items())]
         parts += [f"{c}: in {d.get('rows_in', 0):,}, emitted {d.get('emitted', 0):,}, acked {d.get('acked', 0):,}, "
@@ -376,6 +380,37 @@ class _Progress:
                   for c, d in sorted(bolts.items())]
         self.echo(f"[progress] batch {b}: {n_in:,} spout tuples{took} | " + " | ".join(parts)
                   + (f" | dead letters {dead}" if dead else "") + f" | elapsed {time.monotonic() - self.t0:.0f}s")
+
+
+    def snapshot(self, topology: Topology) -> dict[str, Any]:
+        """The run so far in the shape of :func:`multilang.shellbolt.observe.snapshot`,
+        for the live view (docs/OBSERVE.md): committed micro-batches only. A
+        spout tuple's tree completes with its batch, so the complete latency
+        is the batches' duration; what is in flight in the running batch, the
+        bolts' execute latency, capacity and a stall are not known here."""
+        none = {"p50": None, "p99": None, "count": 0}
+        lats = sorted(self.latencies)
+        lat = {"p50": lats[len(lats) // 2], "p99": lats[-1], "count": len(lats)} if lats else none
+        comps: dict[str, Any] = {}
+        for name in topology.components:
+            c = topology.components[name]
+            row = {"kind": c.kind, "tasks": list(c.tasks), "emitted": 0, "executed": 0, "acked": 0, "failed": 0,
+                   "restarts": 0, "errors": 0, "in_flight": None, "queued": None, "execute_latency_ms": none,
+                   "complete_latency_ms": none, "capacity": None, "last_error": None, "extensions": [],
+                   "metrics": {}}
+            if c.kind == "spout":
+                n = self.spouts.get(name, 0)
+                row.update(emitted=n, acked=n, complete_latency_ms=lat)
+            else:
+                d = self.counters.get(name, {})
+                row.update(emitted=d.get("emitted", 0), executed=d.get("rows_in", 0), acked=d.get("acked", 0),
+                           failed=d.get("failed", 0), restarts=d.get("restarts", 0))
+            comps[name] = row
+        return {"topology": topology.name or "topology", "elapsed_s": time.monotonic() - self.t0,
+                "trees": {"in_flight": None, "completed": sum(self.spouts.values()), "failed": self.dead,
+                          "timed_out": 0, "complete_latency_ms": lat, "stalled_s": 0.0},
+                "components": comps, "tasks": {}, "stalled": False, "stall_secs": 0.0, "remaining": None,
+                "eta_s": None}
 
 
 def _read(path: str, kinds: list[str]) -> Any:
@@ -432,7 +467,7 @@ def run_topology(
     checkpoint: str | None = None, duration: float | None = None, max_tuples: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None, on_snapshot: Callable[[dict[str, Any]], None] | None = None,
 ) -> SparkRunResult:
     """Run a topology (e.g. from ``load_topology``) as a Structured Streaming query.
 
@@ -444,7 +479,8 @@ def run_topology(
     the last committed micro-batch; the output view covers every committed
     batch); default a temporary one, removed at the end. ``master`` /
     ``remote`` (Spark Connect) are used when ``spark`` is not given; local
-    masters get task retries. ``on_progress`` gets one line per micro-batch.
+    masters get task retries. ``on_progress`` gets one line per micro-batch;
+    ``on_snapshot`` the run so far (:meth:`_Progress.snapshot`) twice a second.
     """
     from pyspark.sql import SparkSession
 
@@ -484,6 +520,8 @@ def run_topology(
             while True:
                 ended = q.awaitTermination(0.5)
                 progress.poll(q.recentProgress)
+                if on_snapshot is not None:
+                    on_snapshot(progress.snapshot(topology))
                 if ended:
                     break
                 if duration is not None and time.monotonic() - start >= duration:
@@ -502,6 +540,8 @@ def run_topology(
         if exc is not None:
             raise exc
         progress.poll(q.recentProgress)
+        if on_snapshot is not None:
+            on_snapshot(progress.snapshot(topology))
         records, dead = _view(topology, directory, _committed(directory))
         if on_record is not None:
             for rec in records:

@@ -31,8 +31,10 @@ _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
 
 
-def fmt_count(n: float) -> str:
-    """1234 -> '1234', 12345 -> '12.3k', 1234567 -> '1.2M'."""
+def fmt_count(n: float | None) -> str:
+    """1234 -> '1234', 12345 -> '12.3k', 1234567 -> '1.2M'; None (not known) -> '-'."""
+    if n is None:
+        return "-"
     n = round(n)
     if abs(n) < 10_000:
         return str(n)
@@ -135,7 +137,11 @@ class LiveView:
             if self.tty:
                 self(runtime)
         finally:
-            self._unwrap()
+            self.close()
+
+    def close(self) -> None:
+        """Done drawing: the last frame stays, logging writes as before."""
+        self._unwrap()
 
     def show(self, snap: dict[str, Any]) -> None:
         """Draw one snapshot (a frame, or plain lines)."""
@@ -173,7 +179,8 @@ class LiveView:
         width = max(width - 1, 20)  # never the last column: a full line would wrap
         trees = snap["trees"]
         elapsed = snap["elapsed_s"]
-        head = (f"{snap['topology']}  {fmt_duration(elapsed)}  trees: {fmt_count(trees['in_flight'])} in flight, "
+        flight = "" if trees["in_flight"] is None else f"{fmt_count(trees['in_flight'])} in flight, "
+        head = (f"{snap['topology']}  {fmt_duration(elapsed)}  trees: {flight}"
                 f"{fmt_count(trees['completed'])} completed, {fmt_count(trees['failed'])} failed")
         if trees["complete_latency_ms"]["count"]:
             head += f"  complete {_pair(trees['complete_latency_ms'])} ms"
@@ -257,7 +264,8 @@ class LiveView:
         """Plain ``[progress]`` lines (no ANSI), each at most ~100 characters."""
         el = f"[progress] {fmt_duration(snap['elapsed_s'])}"
         trees = snap["trees"]
-        head = f"{el} trees: {trees['in_flight']} in flight, {trees['completed']} completed, {trees['failed']} failed"
+        flight = "" if trees["in_flight"] is None else f"{trees['in_flight']} in flight, "
+        head = f"{el} trees: {flight}{trees['completed']} completed, {trees['failed']} failed"
         if trees["complete_latency_ms"]["count"]:
             head += f", complete {_pair(trees['complete_latency_ms'])}ms"
         if snap.get("eta_s") is not None:
@@ -267,8 +275,9 @@ class LiveView:
             out.append(_clip(f"{el} {self._stall_text(snap)}", PLAIN_WIDTH))
         for key, row in self._rows(snap):
             rate = self._rate(key, snap["elapsed_s"], row["emitted"])
-            text = (f"{el} {key}: emitted {row['emitted']} ({rate:.0f}/s) acked {row['acked']} failed {row['failed']}"
-                    f" in flight {row['in_flight']}")
+            text = f"{el} {key}: emitted {row['emitted']} ({rate:.0f}/s) acked {row['acked']} failed {row['failed']}"
+            if row["in_flight"] is not None:
+                text += f" in flight {row['in_flight']}"
             if row["queued"]:
                 text += f" queued {row['queued']}"
             lat = _lat(row)

@@ -75,16 +75,14 @@ def _setup_logging(level: str) -> None:
     )
 
 
-class _Progress:
+def _live_view() -> Any:
     """The live view on stderr (multilang/_live.py): rows updated in place on
     a terminal, plain ``[progress]`` lines elsewhere; ``--progress-tasks``
     adds a row per task."""
+    from ._live import LiveView
 
-    def __new__(cls) -> Any:
-        from ._live import LiveView
-
-        ctx = click.get_current_context(silent=True)
-        return LiveView(sys.stderr, tasks=bool(ctx is not None and ctx.meta.get("multilang.progress_tasks")))
+    ctx = click.get_current_context(silent=True)
+    return LiveView(sys.stderr, tasks=bool(ctx is not None and ctx.meta.get("multilang.progress_tasks")))
 
 
 def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
@@ -410,7 +408,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         async def go(nursery: Any) -> Any:
             nursery.start_soon(_flush_every, out)
             return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
-                                     progress=_Progress() if progress else None, metrics=metrics)
+                                     progress=_live_view() if progress else None, metrics=metrics)
 
         result, signum = _run_trio(go, runtime)
         if result is None:  # stopped at once by a second signal: what it had
@@ -588,11 +586,17 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
                 signal.signal(s, on_signal)
         return stop["signal"] is not None
 
+    view = None
+    if progress and sys.stderr.isatty():  # the live view, from the committed micro-batches (docs/OBSERVE.md)
+        from ._live import LiveView
+
+        view = LiveView(sys.stderr, tty=True)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = run_topology(topology, master=master, remote=remote, checkpoint=checkpoint, duration=duration,
-                              max_tuples=max_tuples, on_record=emit, on_progress=echo if progress else None,
-                              should_stop=should_stop)
+                              max_tuples=max_tuples, on_record=emit,
+                              on_progress=echo if progress and view is None else None,
+                              on_snapshot=view.show if view is not None else None, should_stop=should_stop)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return EXIT_SIGTERM if stop["signal"] == signal.SIGTERM else EXIT_SIGINT
@@ -605,6 +609,8 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if view is not None:
+            view.close()
     output.flush()
     where = f"remote {remote}" if remote else master
     click.echo(f"[summary] spark ({where}) {time.monotonic() - start:.1f}s, {result.batches} micro-batches, "

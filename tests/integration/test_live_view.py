@@ -133,3 +133,54 @@ inputs = [{{ source = "sentences", grouping = "shuffle" }}]
     assert any(ln.split(" ", 2)[2].startswith("stuck: emitted 0 ") and " in flight 10" in ln for ln in progress)
     assert any(" stuck:" in ln for ln in progress)  # --progress-tasks: a line per task too
     assert all(len(ln) <= 100 for ln in progress)
+
+
+DOUBLE = '''\
+from multilang import BasicBolt
+
+class Double(BasicBolt):
+    def process(self, tup):
+        self.emit([tup.values[0] + "."])
+        self.emit([tup.values[0] + ","])
+
+Double().run()
+'''
+
+
+def test_a_deadlocked_cycle_is_reported_stalled(tmp_path):
+    """Two bolts feeding each other, each emitting two tuples per input:
+    the trees never complete, and the inboxes fill until each bolt waits
+    for room in the other's (backpressure deadlock). The view says
+    STALLED once nothing has completed for the stall time."""
+    (tmp_path / "double.py").write_text(DOUBLE)
+    (tmp_path / "seeds.txt").write_text("a\nb\nc\n")
+    toml = tmp_path / "cycle.toml"
+    toml.write_text(f'''
+[topology]
+name = "cycle"
+[topology.conf]
+"multilang.progress.stall.secs" = 0.5
+"multilang.shutdown.grace.secs" = 0
+"multilang.kill.grace.secs" = 0.2
+[spouts.seeds]
+command = ["python", {str(ROOT / "examples" / "python" / "sentence_spout.py")!r}, "seeds.txt"]
+fields = ["line"]
+[bolts.a]
+command = ["python", "double.py"]
+fields = ["line"]
+inputs = [{{ source = "seeds", grouping = "shuffle" }}, {{ source = "b", grouping = "shuffle" }}]
+[bolts.b]
+command = ["python", "double.py"]
+fields = ["line"]
+inputs = [{{ source = "a", grouping = "shuffle" }}]
+'''.replace("'", '"'))
+    p = subprocess.run([*ML, "run", str(toml), "--duration", "3", "-o", "/dev/null"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    stalled = [ln for ln in p.stderr.splitlines() if ln.startswith("[progress]") and "STALLED" in ln]
+    assert stalled, p.stderr[-3000:]
+    assert re.search(r"STALLED: 3 trees in flight, none completed for [\d.]+s \(over 0.5s\)", stalled[0]), stalled[0]
+    summary = next(ln for ln in p.stderr.splitlines() if ln.startswith("[summary] "))
+    assert "trees completed 0" in summary and "abandoned at stop 3" in summary
+    queued = [ln for ln in p.stderr.splitlines() if re.match(r"\[progress\] [\d.]+s [ab]: ", ln)]
+    assert any(" queued " in ln for ln in queued), queued  # the cycle is full: tuples wait in the inboxes
