@@ -95,11 +95,12 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
         extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
                                                             ("dead letters", s.dead_letters),
                                                             ("skipped (committed by an earlier run)", s.skipped)) if n)
-        exts = getattr(result, "extensions", {}).get(name)
-        if exts is not None:  # a shell component: what its processes negotiated (§9.2)
-            extra += f"; extensions {', '.join(exts)}" if exts else "; standard protocol"
         click.echo(f"[summary]   {name}: emitted {s.emitted}, executed {s.executed}, acked {s.acked}, "
                    f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
+        exts = getattr(result, "extensions", {}).get(name)
+        if exts is not None:  # a shell component: what its processes negotiated (§9.2)
+            click.echo(f"[summary]     {name} protocol: " + (f"extensions {', '.join(exts)}" if exts else "standard"),
+                       err=True)
         if s.metrics:  # the last `metrics` frame of each name (§3.7)
             shown = ", ".join(f"{k}={orjson.dumps(v, default=repr).decode()}" for k, v in sorted(s.metrics.items()))
             click.echo(f"[summary]     {name} metrics: {_clip(shown)}", err=True)
