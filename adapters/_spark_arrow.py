@@ -19,7 +19,7 @@ import orjson
 from multilang.errors import TopologyError
 from multilang.shellbolt.topology import ANY_FIELDS
 
-from ._spark_counters import COUNTERS_COLUMN, BoltCounters, _default_counters, is_connect
+from ._spark_counters import COUNTERS_COLUMN, BoltCounters, _default_counters
 from ._spark_lease import _Dead, _Row
 from ._spark_pool import _run_partition
 from ._spark_spec import DEAD_LETTER_COLUMNS, OutputSchemaError, _make_spec, _Options, _options, _short, _Spec

@@ -58,7 +58,6 @@ from multilang.framing import DEFAULT_MAX_FRAME_SIZE, FrameReader, LengthPrefixe
 from multilang.messages import (
     Ack,
     Batch,
-    ConnectionClosed,
     Emit,
     Fail,
     Handshake,
