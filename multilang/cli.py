@@ -641,6 +641,13 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
 _LONG_NUMBER = re.compile(rb"\d{19}")
 
 
+def _not_json(name: str) -> Any:
+    """``json.loads``' hook for NaN, Infinity and -Infinity, which Python reads
+    and JSON does not have: refused, rather than sent on as null (orjson's
+    writing of a float NaN), which would change the line's meaning."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 class _StdinFeed:
     """``multilang pipe``'s input: an open-ended source for the stdin spout.
 
@@ -742,8 +749,8 @@ class _StdinFeed:
             return None
         if not self.json_input:
             return [line] + [None] * (self.n_fields - 1)
-        try:  # the standard library decides what orjson refused
-            values = json.loads(line)
+        try:  # the standard library decides what orjson refused (NaN and Infinity are not JSON: refused too)
+            values = json.loads(line, parse_constant=_not_json)
         except ValueError as exc:
             runtime.dead_letter(spout, None, [line], f"stdin line {number} is not JSON (--json-input): {exc}; "
                                 "it was not sent", 0)

@@ -167,6 +167,20 @@ def test_a_line_that_is_not_json_with_json_input_is_a_dead_letter_and_the_rest_g
     assert letter["input"] == ["not json"] and "stdin line 101 is not JSON" in letter["cause"]
 
 
+def test_nan_and_infinity_with_json_input_are_dead_letters_not_nulls(tmp_path):
+    """Python's json module reads NaN and Infinity, which JSON does not
+    have; sent on they would come out as null (a changed value)."""
+    dead = tmp_path / "dead.jsonl"
+    lines = ['["a"]', "[NaN]", '["b", Infinity]', "[-Infinity]", "[1.5]"]
+    proc = subprocess.run(ML + ["pipe", "--json-input", "--dead-letter", str(dead), "--", *POISON_BOLT, "raise"],
+                          input="".join(f"{x}\n" for x in lines), capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "null" not in proc.stdout and len(proc.stdout.splitlines()) == 2
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert [x["input"] for x in letters] == [["[NaN]"], ['["b", Infinity]'], ["[-Infinity]"]]
+    assert "stdin line 2 is not JSON (--json-input): NaN is not a JSON number" in letters[0]["cause"]
+
+
 def test_a_line_that_is_not_utf8_is_a_dead_letter_and_the_rest_goes_through(tmp_path):
     dead = tmp_path / "dead.jsonl"
     data = b"".join(f"line{i}\n".encode() for i in range(100)) + b"caf\xe9\n" + b"".join(
