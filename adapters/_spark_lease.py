@@ -351,20 +351,20 @@ class _Lease:
         """The direct lane: :meth:`notice` of ``"ack"`` for a run of
         tuples, without a call per row when rows are released in any order.
         A row's tree completes when its last pending tuple is acked."""
-        if any(type(t) is _Many for t in toks):
-            toks = row_tokens(toks)
         if self.opts.ordered:
-            for tok in toks:
-                if type(tok) is tuple:  # not a tick's
-                    self.notice("ack", tok)
+            for tok in row_tokens(toks):  # not a tick's or FREE
+                self.notice("ack", tok)
             return
         rows = self.rows
         lid = self.id
         ready = self.ready
         n = out = 0
+        many: list[Any] | None = None  # the row tokens of tuples anchored to several rows
         for tok in toks:
             if type(tok) is not tuple:
-                continue
+                if type(tok) is _Many:
+                    many = [*(many or ()), *tok]
+                continue  # else a tick's, or FREE: no row
             l, seq, attempt = tok
             row = rows.get(seq)
             if l != lid or row is None or row.attempt != attempt or row.done:
@@ -384,7 +384,10 @@ class _Lease:
         c = self.counters
         c["acked"] += n
         c["tuples_out"] += out
-        self.wake()
+        if many:
+            self.acked(many)
+        else:
+            self.wake()
 
     def is_current(self, msg_id: Any) -> bool:
         """Whether the lease still waits for this attempt of its row."""

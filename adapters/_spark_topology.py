@@ -37,6 +37,7 @@ import orjson
 
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
+from multilang.shellbolt.observe import blank_row
 from multilang.shellbolt.results import hashable, sort_key
 from multilang.shellbolt.topology import ANY_FIELDS, PythonBolt, ShellBolt, Topology
 
@@ -388,16 +389,12 @@ class _Progress:
         spout tuple's tree completes with its batch, so the complete latency
         is the batches' duration; what is in flight in the running batch, the
         bolts' execute latency, capacity and a stall are not known here."""
-        none = {"p50": None, "p99": None, "count": 0}
         lats = sorted(self.latencies)
-        lat = {"p50": lats[len(lats) // 2], "p99": lats[-1], "count": len(lats)} if lats else none
+        lat = {"p50": lats[len(lats) // 2], "p99": lats[-1], "count": len(lats)} if lats else \
+            {"p50": None, "p99": None, "count": 0}
         comps: dict[str, Any] = {}
-        for name in topology.components:
-            c = topology.components[name]
-            row = {"kind": c.kind, "tasks": list(c.tasks), "emitted": 0, "executed": 0, "acked": 0, "failed": 0,
-                   "restarts": 0, "errors": 0, "in_flight": None, "queued": None, "execute_latency_ms": none,
-                   "complete_latency_ms": none, "capacity": None, "last_error": None, "extensions": [],
-                   "metrics": {}}
+        for name, c in topology.components.items():
+            row = comps[name] = blank_row(c.kind, c.tasks)
             if c.kind == "spout":
                 n = self.spouts.get(name, 0)
                 row.update(emitted=n, acked=n, complete_latency_ms=lat)
@@ -405,7 +402,6 @@ class _Progress:
                 d = self.counters.get(name, {})
                 row.update(emitted=d.get("emitted", 0), executed=d.get("rows_in", 0), acked=d.get("acked", 0),
                            failed=d.get("failed", 0), restarts=d.get("restarts", 0))
-            comps[name] = row
         return {"topology": topology.name or "topology", "elapsed_s": time.monotonic() - self.t0,
                 "trees": {"in_flight": None, "completed": sum(self.spouts.values()), "failed": self.dead,
                           "timed_out": 0, "complete_latency_ms": lat, "stalled_s": 0.0},

@@ -47,8 +47,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from spark_topology import wordcount_copy  # noqa: E402  (the same word count, the same corpus)
+
 _CLI = ["-c", "from multilang.cli import main; main()", "run"]
 _SUMMARY = re.compile(r"\[summary\] ([\d.]+)s; trees completed (\d+), failed (\d+)")
 _SERVING = re.compile(r"\[metrics\] serving (http://\S+)")
@@ -150,13 +152,7 @@ def main() -> None:
     variants = ["quiet", "live", "lines", "metrics"] + (["before"] if args.baseline_python else [])
     with tempfile.TemporaryDirectory(prefix="bench-observe-") as d:
         work = Path(d)
-        (work / "data").mkdir()
-        corpus = (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8")
-        (work / "data" / "alice.txt").write_text(corpus * args.copies, encoding="utf-8")
-        for lang in ("python", "ruby", "node"):
-            os.symlink(EXAMPLES / lang, work / lang)
-        toml = work / "wordcount.toml"
-        toml.write_text((EXAMPLES / "wordcount.toml").read_text(encoding="utf-8"), encoding="utf-8")
+        toml = wordcount_copy(work, args.copies)
         best: dict[str, float] = {}
         best_cpu: dict[str, float] = {}
         notes: dict[str, str] = {}

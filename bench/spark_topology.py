@@ -26,6 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+def wordcount_copy(work: Path, copies: int) -> Path:
+    """examples/wordcount.toml in ``work`` over ``copies`` copies of its
+    corpus (the example components linked in); returns the file's path."""
+    (work / "data").mkdir()
+    corpus = (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8")
+    (work / "data" / "alice.txt").write_text(corpus * copies, encoding="utf-8")
+    for lang in ("python", "ruby", "node"):
+        os.symlink(EXAMPLES / lang, work / lang)
+    toml = work / "wordcount.toml"
+    toml.write_text((EXAMPLES / "wordcount.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    return toml
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=30)
@@ -34,13 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-spark-topology-") as d:
         work = Path(d)
-        (work / "data").mkdir()
-        corpus = (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8")
-        (work / "data" / "alice.txt").write_text(corpus * args.copies, encoding="utf-8")
-        for lang in ("python", "ruby", "node"):
-            os.symlink(EXAMPLES / lang, work / lang)
-        toml = work / "wordcount.toml"
-        toml.write_text((EXAMPLES / "wordcount.toml").read_text(encoding="utf-8"), encoding="utf-8")
+        toml = wordcount_copy(work, args.copies)
         cli = [sys.executable, "-c", "from multilang.cli import main; main()", "run", "--no-progress", str(toml)]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         best: dict[str, float] = {}

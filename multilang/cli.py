@@ -75,14 +75,13 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _live_view() -> Any:
+def _live_view(tasks: bool) -> Any:
     """The live view on stderr (multilang/_live.py): rows updated in place on
-    a terminal, plain ``[progress]`` lines elsewhere; ``--progress-tasks``
-    adds a row per task."""
+    a terminal, plain ``[progress]`` lines elsewhere; ``tasks``
+    (``--progress-tasks``): a row per task too."""
     from ._live import LiveView
 
-    ctx = click.get_current_context(silent=True)
-    return LiveView(sys.stderr, tasks=bool(ctx is not None and ctx.meta.get("multilang.progress_tasks")))
+    return LiveView(sys.stderr, tasks=tasks)
 
 
 def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
@@ -314,8 +313,7 @@ def _exit_code(result: Any, signum: int | None) -> int:
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="The live view on stderr: rows updated in place on a terminal, plain [progress] lines elsewhere "
                    "(docs/OBSERVE.md).")
-@click.option("--progress-tasks", is_flag=True, expose_value=False,
-              callback=lambda ctx, param, v: ctx.meta.__setitem__("multilang.progress_tasks", v),
+@click.option("--progress-tasks", is_flag=True,
               help="The live view shows a row per task too (Storm UI's executors).")
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write inputs given up on (after multilang.max.replays) here, as JSON lines.")
@@ -350,7 +348,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
         state_dir: str | None, master: str, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
-        metrics_host: str | None = None, record_dir: str | None = None) -> None:
+        metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     import os
 
@@ -409,7 +407,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         async def go(nursery: Any) -> Any:
             nursery.start_soon(_flush_every, out)
             return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
-                                     progress=_live_view() if progress else None, metrics=metrics)
+                                     progress=_live_view(progress_tasks) if progress else None, metrics=metrics)
 
         result, signum = _run_trio(go, runtime)
         if result is None:  # stopped at once by a second signal: what it had

@@ -298,8 +298,9 @@ class PythonBoltTask(Task):
                 except Exception as exc:
                     self.stats.failed += 1
                     self.stats.errors += 1
-                    cause = f"{self.where()}: {type(exc).__name__}: {exc}"
-                    self.stats.error(f"{type(exc).__name__}: {exc}", trio.current_time())
+                    what = f"{type(exc).__name__}: {exc}"
+                    cause = f"{self.where()}: {what}"
+                    self.stats.error(what, trio.current_time())
                     rt.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s: %s on %r: %s",
                                   self.where(), type(exc).__name__, d.values, exc)
                     acker.fail(d.edges, cause)

@@ -36,7 +36,7 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["Histogram", "TaskObs", "RunObs", "snapshot", "WINDOW", "MAX_PROBES", "STALL_KEY", "DEFAULT_STALL_SECS"]
+__all__ = ["Histogram", "TaskObs", "RunObs", "snapshot", "blank_row", "WINDOW", "MAX_PROBES", "STALL_KEY", "DEFAULT_STALL_SECS"]
 
 #: seconds per latency / capacity window; two windows are kept (current, previous)
 WINDOW = 5.0
@@ -292,8 +292,20 @@ def _task_row(runtime: Any, task: Any, now: float) -> dict[str, Any]:
 _SUMMED = ("emitted", "executed", "acked", "failed", "restarts", "errors", "in_flight", "queued")
 
 
+def blank_row(kind: str, task_ids: Iterable[int]) -> dict[str, Any]:
+    """A component row of :func:`snapshot` with nothing in it: zero counts,
+    empty latencies, and None where a value is not known. An engine that
+    can tell less than the runtime (the Spark engine's live view) fills in
+    what it knows."""
+    empty = Histogram().summary()
+    return {"kind": kind, "tasks": list(task_ids), "emitted": 0, "executed": 0, "acked": 0, "failed": 0,
+            "restarts": 0, "errors": 0, "in_flight": None, "queued": None, "execute_latency_ms": empty,
+            "complete_latency_ms": empty if kind == "spout" else None, "capacity": None, "last_error": None,
+            "extensions": [], "metrics": {}}
+
+
 def _component_row(kind: str, task_ids: list[int], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    row: dict[str, Any] = {"kind": kind, "tasks": task_ids}
+    row = blank_row(kind, task_ids)
     for k in _SUMMED:
         row[k] = sum(r[k] for r in rows)
     lat = Histogram()

@@ -23,7 +23,7 @@ from .acker import Acker, TupleEdges
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
 from .grouping import Grouping, Router
-from .observe import RunObs
+from .observe import RunObs, snapshot
 from .ratelog import RateLimitedLog
 from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, sort_key
 from .spouts import PythonSpoutTask, ShellSpoutTask
@@ -606,11 +606,8 @@ class Runtime:
         if self._key_index is not None:
             outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
         repeated = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.repeated_failures()]
-        extensions: dict[str, list[str]] = {}
-        for t in self.tasks.values():
-            if t.comp.is_shell:
-                seen = extensions.setdefault(t.name, [])
-                seen.extend(e for e in t.obs.extensions if e not in seen)
+        rows = snapshot(self)["components"]
+        extensions = {name: rows[name]["extensions"] for name, c in self.topology.components.items() if c.is_shell}
         return RunResult(
             stats=self.stats,
             completed=self.acker.stats["completed"],

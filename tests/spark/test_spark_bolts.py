@@ -384,6 +384,17 @@ SHAPES_BOLT = textwrap.dedent("""\
 """)
 
 
+def _assert_the_fault_rows(ok, dead, lines, tmp_path):
+    """The fault-test bolt's rows (KILL-ME, then BAD and HANG last): each
+    row's words once, in order, the killed process's rows replayed, the
+    failed and the hung row dead letters naming their cause."""
+    assert ok == [(w,) for line in lines[:-2] for w in words(line)]
+    assert (tmp_path / "killed.marker").exists()
+    assert set(dead) == {("two BAD fish",), ("blue fish HANG",)}
+    assert dead[("two BAD fish",)].error.startswith("failed") and dead[("two BAD fish",)].attempts == 2
+    assert dead[("blue fish HANG",)].error.startswith("timed out")
+
+
 def _in_process(fn, lines):
     out = list(fn(iter(lines)))
     return [r for r in out if not isinstance(r, DeadLetter)], {tuple(r.input): r for r in out if isinstance(r, DeadLetter)}
@@ -404,11 +415,7 @@ def test_both_lanes_keep_every_guarantee(lane, monkeypatch, test_bolt, tmp_path)
     fn = shell_bolt_partition(test_bolt, fields=["word"], dead_letter="record", max_retries=1, ordered=True,
                               warm=False, counters=False, conf={"topology.message.timeout.secs": 2})
     ok, dead = _in_process(fn, lines)
-    assert ok == [(w,) for line in lines[:-2] for w in words(line)]
-    assert (tmp_path / "killed.marker").exists()
-    assert set(dead) == {("two BAD fish",), ("blue fish HANG",)}
-    assert dead[("two BAD fish",)].error.startswith("failed") and dead[("two BAD fish",)].attempts == 2
-    assert dead[("blue fish HANG",)].error.startswith("timed out")
+    _assert_the_fault_rows(ok, dead, lines, tmp_path)
 
     script = tmp_path / "shapes.py"
     script.write_text(SHAPES_BOLT)
@@ -451,11 +458,7 @@ def test_a_chain_on_the_direct_lane_keeps_every_guarantee(where, monkeypatch, te
     fn = shell_bolt_partition(chain, fields=["word"], dead_letter="record", max_retries=1, ordered=True,
                               warm=False, counters=False, conf={"topology.message.timeout.secs": 2})
     ok, dead = _in_process(fn, lines)
-    assert ok == [(w,) for line in lines[:-2] for w in words(line)]
-    assert (tmp_path / "killed.marker").exists()
-    assert set(dead) == {("two BAD fish",), ("blue fish HANG",)}
-    assert dead[("two BAD fish",)].error.startswith("failed") and dead[("two BAD fish",)].attempts == 2
-    assert dead[("blue fish HANG",)].error.startswith("timed out")
+    _assert_the_fault_rows(ok, dead, lines, tmp_path)
 
 
 def test_the_direct_lane_is_for_shell_bolts_fed_by_the_rows_one_after_another(monkeypatch):
