@@ -19,21 +19,11 @@ The sans-IO protocol core lives in :mod:`multilang.connection`,
 the host runtime in :mod:`multilang.shellbolt`; engines in :mod:`multilang.adapters`.
 """
 
+from . import errors
 from ._state import Role, Side, State
 from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt
 from .connection import NEED_DATA, Connection
-from .errors import (
-    ComponentCrashed,
-    ComponentError,
-    ComponentReportedError,
-    FrameTooLarge,
-    HeartbeatTimeout,
-    LocalProtocolError,
-    MultilangError,
-    ProtocolError,
-    RemoteProtocolError,
-    TopologyError,
-)
+from .errors import *  # every exception: errors.__all__ names them
 from .messages import Tick, TopologyContext, Tuple, Tuples
 from .state import KeyValueState
 
@@ -60,15 +50,8 @@ __all__ = [
     "INFO",
     "WARN",
     "ERROR",
-    "MultilangError",
-    "ProtocolError",
-    "LocalProtocolError",
-    "RemoteProtocolError",
-    "FrameTooLarge",
-    "TopologyError",
-    "ComponentError",
-    "ComponentCrashed",
-    "HeartbeatTimeout",
-    "ComponentReportedError",
     "__version__",
 ]
+#: The exceptions (multilang/errors.py lists them); this form, unlike a
+#: starred entry above, is one that type checkers read.
+__all__ += errors.__all__
