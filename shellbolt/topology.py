@@ -64,15 +64,27 @@ MAX_PARALLELISM = 4096
 # --- components ----------------------------------------------------------------
 
 
-def _streams(fields: Iterable[str] | None, streams: Mapping[str, Iterable[str]] | None) -> dict[str, list[str]]:
-    out = {k: list(v) for k, v in (streams or {}).items()}
-    if fields is not None:
-        out.setdefault(DEFAULT_STREAM, list(fields))
-    return out
+class _Declares:
+    """The ``outputs`` of a component class below, from the ``fields`` and
+    ``streams`` it declares. Not a dataclass: each component keeps its own
+    first field first, so ``ShellBolt(command, fields)``,
+    ``PythonBolt(fn, fields)`` and ``PythonSpout(source, fields)`` stay
+    positional."""
+
+    fields: list[str] | None
+    streams: dict[str, list[str]] | None
+
+    @property
+    def outputs(self) -> dict[str, list[str]]:
+        """Stream name -> output fields: ``streams``, and ``fields`` as the default stream's."""
+        out = {k: list(v) for k, v in (self.streams or {}).items()}
+        if self.fields is not None:
+            out.setdefault(DEFAULT_STREAM, list(self.fields))
+        return out
 
 
 @dataclass
-class ShellBolt:
+class ShellBolt(_Declares):
     """A bolt run as a subprocess speaking multilang (Storm's ``ShellBolt``).
 
     ``command`` is an argv list (no shell). ``fields`` declares the default
@@ -84,10 +96,6 @@ class ShellBolt:
     cwd: str | None = None
     env: dict[str, str] | None = None
 
-    @property
-    def outputs(self) -> dict[str, list[str]]:
-        return _streams(self.fields, self.streams)
-
 
 @dataclass
 class ShellSpout(ShellBolt):
@@ -95,7 +103,7 @@ class ShellSpout(ShellBolt):
 
 
 @dataclass
-class PythonBolt:
+class PythonBolt(_Declares):
     """An in-process bolt: ``fn(values) -> iterable of output value lists``.
 
     Outputs are anchored to the input, which is acked when ``fn`` returns and
@@ -105,23 +113,15 @@ class PythonBolt:
     fields: list[str] | None = None
     streams: dict[str, list[str]] | None = None
 
-    @property
-    def outputs(self) -> dict[str, list[str]]:
-        return _streams(self.fields, self.streams)
-
 
 @dataclass
-class PythonSpout:
+class PythonSpout(_Declares):
     """An in-process spout over an iterable of value lists. Each item is a
     reliable emit; failed items are replayed."""
 
     source: Iterable[list[Any]] | Callable[[], Iterable[list[Any]]]
     fields: list[str] | None = None
     streams: dict[str, list[str]] | None = None
-
-    @property
-    def outputs(self) -> dict[str, list[str]]:
-        return _streams(self.fields, self.streams)
 
 
 @dataclass
