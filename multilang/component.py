@@ -374,10 +374,15 @@ class Bolt(Component):
     ) -> list[int] | None:
         """Emit ``values`` anchored to ``anchors`` (tuples or their ids).
 
+        Without ``anchors`` (None) the emit is anchored to the bolt's
+        implicit anchors: none for a :class:`Bolt`, the current input for a
+        :class:`BasicBolt` (``anchors=[]`` emits unanchored in both).
         With ``need_task_ids=True`` this returns the ids of the tasks the tuple
         went to, at the cost of a round trip to the host; the default does not
         wait (as in pystorm).
         """
+        if anchors is None:
+            anchors = self._implicit_anchors()
         wants = need_task_ids and direct_task is None
         data = self._conn.send_emit(
             values if type(values) is list else list(values),
@@ -392,6 +397,11 @@ class Bolt(Component):
             self._out.append(data)
         if wants:
             return self._wait_task_ids()
+        return None
+
+    def _implicit_anchors(self) -> list[Tuple] | None:
+        """The anchors of an emit that names none (:meth:`emit` with
+        ``anchors=None``): none here, a :class:`Bolt` anchors explicitly."""
         return None
 
     def emit_direct(
@@ -412,16 +422,16 @@ class Bolt(Component):
         if data:
             self._out.append(data)
 
-    _fast_emit: Any = None
-
     def _bind_fast_paths(self) -> None:
         """Make ``self.emit`` / ``self.ack`` the connection's hot-path closures
         (unless a subclass overrides them): the common emit and ack then cost
         one Python call each instead of two. Behaviour is unchanged; every
-        other case goes to :meth:`Bolt.emit` / :meth:`Bolt.ack`."""
-        emit, ack = self._conn.bolt_fast_paths(self._out, partial(Bolt.emit, self), partial(Bolt.ack, self))
-        self._fast_emit = emit
+        other case goes to :meth:`Bolt.emit` / :meth:`Bolt.ack`. A subclass
+        with implicit anchors (:class:`BasicBolt`) hands its hook over, so
+        that its emits without anchors take the fast path too."""
         cls = type(self)
+        implicit = None if cls._implicit_anchors is Bolt._implicit_anchors else self._implicit_anchors
+        emit, ack = self._conn.bolt_fast_paths(self._out, partial(Bolt.emit, self), partial(Bolt.ack, self), implicit)
         if cls.emit is Bolt.emit:
             self.emit = emit  # type: ignore[method-assign]
         if cls.ack is Bolt.ack:
@@ -561,17 +571,11 @@ class BasicBolt(Bolt):
             raise TypeError(f"{cls.__name__}: a BasicBolt acks each tuple after process(); "
                             "process_batch is for Bolt, which acks explicitly")
 
-    def emit(
-        self,
-        values: list[Any],
-        stream: str | None = None,
-        anchors: Iterable[Tuple | str] | None = None,
-        direct_task: int | None = None,
-        need_task_ids: bool = False,
-    ) -> list[int] | None:
-        if anchors is None and self._current is not None:
-            anchors = [self._current]
-        return (self._fast_emit or super().emit)(values, stream, anchors, direct_task, need_task_ids)
+    def _implicit_anchors(self) -> list[Tuple] | None:
+        """An emit without anchors is anchored to the input being processed
+        (none outside :meth:`process` and :meth:`process_tick`)."""
+        current = self._current
+        return None if current is None else [current]
 
     def process_tick(self, tup: Tick) -> None:
         """Handle a tick tuple; it is acked afterwards. The default does nothing."""

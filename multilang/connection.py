@@ -756,13 +756,13 @@ class Connection:
             self.ledger.owe()  # §3.4, once the frame exists: a refused emit is owed nothing
         return self.close_batch() + frame if self._open_n else frame
 
-    def bolt_fast_paths(
-        self, out: list[bytes], emit: Callable[..., Any], ack: Callable[[Any], None]
-    ) -> tuple[Callable[..., Any], Callable[[Any], None]]:
+    def bolt_fast_paths(self, out: list[bytes], emit: Callable[..., Any], ack: Callable[[Any], None],
+                        implicit: Callable[[], Any] | None = None) -> tuple[Callable[..., Any], Callable[[Any], None]]:
         """Component bolt: ``(emit, ack)`` functions for the per-tuple hot path.
 
         They take the arguments of :meth:`multilang.Bolt.emit` and
-        :meth:`multilang.Bolt.ack` and append frames to ``out``. The common
+        :meth:`multilang.Bolt.ack` and append frames to ``out``; an emit with
+        ``anchors=None`` takes ``implicit()``'s (a BasicBolt's current input). The common
         case (ready, default stream, one anchor given as a pending
         :class:`Tuple` or id, no task ids wanted) is checked here as
         :meth:`send_emit` / :meth:`send_ack` would (§3.5, §3.6), and encoded
@@ -793,6 +793,8 @@ class Connection:
         def fast_emit(values: Any, stream: Any = None, anchors: Any = None, direct_task: Any = None,
                       need_task_ids: bool = False) -> Any:
             nonlocal last_tup, last_id, last_enc
+            if anchors is None and implicit is not None:
+                anchors = implicit()
             if stream is not None or direct_task is not None or need_task_ids or anchors.__class__ is not list:
                 return emit(values, stream, anchors, direct_task, need_task_ids)
             try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises

@@ -472,7 +472,7 @@ _BOLT_STEP = st.one_of(
 class _Side:
     """One component connection with what user code holds: the tuples it got."""
 
-    def __init__(self, mode, fast):
+    def __init__(self, mode, fast, implicit=False):
         self.host, self.conn = pair(BOLT, mode)
         self.got = []
         self.out = []
@@ -480,10 +480,13 @@ class _Side:
         self.deliver("1")
         self.deliver("2")
         self.deliver(HB_ID)
-        me = SimpleNamespace(_conn=self.conn, _out=self.out, _wait_task_ids=lambda: None)
+        # the anchors of an emit that names none: a Bolt's (none), or as a
+        # BasicBolt's, the input being processed (here the last one delivered)
+        hook = (lambda: [self.got[-1]]) if implicit else (lambda: None)
+        me = SimpleNamespace(_conn=self.conn, _out=self.out, _wait_task_ids=lambda: None, _implicit_anchors=hook)
         emit, ack = partial(Bolt.emit, me), partial(Bolt.ack, me)  # the general path, as Bolt binds it
         if fast:
-            emit, ack = self.conn.bolt_fast_paths(self.out, emit, ack)
+            emit, ack = self.conn.bolt_fast_paths(self.out, emit, ack, hook if implicit else None)
         self.emit, self.ack = emit, ack
 
     def deliver(self, tid):
@@ -515,12 +518,13 @@ class _Side:
 
 
 @FAST
-@given(mode=ALL_MODES, steps=st.lists(_BOLT_STEP, max_size=12))
-def test_bolt_fast_paths_agree_with_bolt_emit_and_ack(mode, steps):
-    """fast_emit / fast_ack (bound as a Bolt's emit and ack) against the
-    Bolt.emit / Bolt.ack they fall back to: the same frames in ``out`` after
-    every call, the same errors, the same pending ids and owed lists."""
-    fast, slow = _Side(mode, True), _Side(mode, False)
+@given(mode=ALL_MODES, steps=st.lists(_BOLT_STEP, max_size=12), implicit=st.booleans())
+def test_bolt_fast_paths_agree_with_bolt_emit_and_ack(mode, steps, implicit):
+    """fast_emit / fast_ack (bound as a Bolt's or a BasicBolt's emit and ack)
+    against the Bolt.emit / Bolt.ack they fall back to: the same frames in
+    ``out`` after every call, the same errors, the same pending ids and owed
+    lists. ``implicit``: emits without anchors take the hook's, as a BasicBolt's."""
+    fast, slow = _Side(mode, True, implicit), _Side(mode, False, implicit)
     for kind, arg in steps:
         if kind == "deliver":
             assert attempt(fast.deliver, arg) == attempt(slow.deliver, arg)
