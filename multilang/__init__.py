@@ -23,7 +23,7 @@ from . import errors
 from ._state import Role, Side, State
 from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt
 from .connection import NEED_DATA, Connection
-from .errors import *  # every exception: errors.__all__ names them
+from .errors import *  # noqa: F403 - every exception: errors.__all__ names them
 from .messages import Tick, TopologyContext, Tuple, Tuples
 from .state import KeyValueState
 
