@@ -18,6 +18,7 @@ import trio
 
 from multilang.errors import MultilangError
 from multilang.messages import DEFAULT_STREAM, Emit
+from multilang.shellbolt.acker import roots_of
 from multilang.shellbolt.bolts import ShellBoltTask
 from multilang.shellbolt.ratelog import RateLimitedLog, kind_of
 from multilang.shellbolt.sinks import BoltSink
@@ -649,10 +650,11 @@ class _Engine:
             if t.inbox:
                 return False
             for edges in t.in_flight.values():
-                if not edges.ids:
+                ids = roots_of(edges)
+                if not ids:
                     if patient or since is None:
                         return False
-                elif any(r in roots for r in edges.ids):
+                elif any(r in roots for r in ids):
                     return False
         return True
 

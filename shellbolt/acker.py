@@ -15,6 +15,17 @@ accumulates the edge ids of the tuples later anchored to it (``ack_val``).
 
 Order of init and updates does not matter (XOR commutes), which is what lets
 the runtime register a root after its first edges are already on their way.
+
+**One-hop tokens.** A reliable spout tuple sent to one task is most often
+the whole of what its task does with it before acking (a bolt whose emits
+are topology outputs, ``multilang pipe``). So :meth:`Acker.spout_emits` and
+:meth:`Acker.spout_root` give such a tuple its root id ``r`` as its edge id
+too, and hand out the bare ``int`` ``r`` as its token instead of a
+``TupleEdges({r: r})``: the same tree (its value is ``r``; acking the token
+XORs ``r`` back out), without an object per tuple. Every method that takes a
+token takes either; :func:`edges_of` turns a one-hop token into its
+``TupleEdges`` the first time something is anchored to it (the caller keeps
+the result as the token from then on: anchoring adds to its ``ack_val``).
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Acker", "Root", "TupleEdges", "new_edge_id"]
+__all__ = ["Acker", "Root", "TupleEdges", "new_edge_id", "edges_of", "roots_of"]
 
 _MASK = (1 << 64) - 1
 
@@ -43,6 +54,17 @@ class TupleEdges:
 
     ids: dict[int, int] = field(default_factory=dict)
     ack_val: int = 0
+
+
+def edges_of(token: "int | TupleEdges") -> "TupleEdges":
+    """A tuple's token as :class:`TupleEdges`: a one-hop token ``r`` is
+    ``TupleEdges({r: r})``; anything else is returned as it is."""
+    return TupleEdges({token: token}) if type(token) is int else token  # type: ignore[dict-item,return-value]
+
+
+def roots_of(token: "int | TupleEdges") -> Any:
+    """The root ids a tuple's token belongs to (none: a tick or an unanchored tuple)."""
+    return (token,) if type(token) is int else token.ids  # type: ignore[union-attr]
 
 
 @dataclass(slots=True)
@@ -114,26 +136,34 @@ class Acker:
         self.init(root, value, spout_task, msg_id, now)
         return root, edges
 
-    def spout_emits(self, spout_task: int, msg_ids: list[Any], now: float) -> list[TupleEdges]:
-        """:meth:`spout_emit` for a run of reliable emits to one task each:
-        one :class:`TupleEdges` per emit, in one call (bench/host_pipe.py)."""
+    def spout_root(self, spout_task: int, msg_id: Any, now: float) -> int:
+        """A reliable spout emit to one task: its one-hop token (the root id)."""
+        root = self.new_id()
+        self.init(root, root, spout_task, msg_id, now)
+        return root
+
+    def spout_emits(self, spout_task: int, msg_ids: list[Any], now: float) -> list[int]:
+        """:meth:`spout_root` for a run of reliable emits to one task each,
+        in one call: one one-hop token per emit (bench/host_pipe.py)."""
         new_id, roots, early, deadline = self.new_id, self.roots, self._early, now + self.timeout
         self._now = max(self._now, now)
         out = []
         for msg_id in msg_ids:
-            root, e = new_id(), new_id()
+            root = new_id()
             if early and root in early:  # acks before the registration (§7.1): the general path
-                self.init(root, e, spout_task, msg_id, now)
+                self.init(root, root, spout_task, msg_id, now)
             else:
-                roots[root] = Root(e, spout_task, msg_id, deadline)
-            out.append(TupleEdges({root: e}))
+                roots[root] = Root(root, spout_task, msg_id, deadline)
+            out.append(root)
         return out
 
     # -- bolt side ----------------------------------------------------------
 
     def anchor(self, anchors: list[TupleEdges], n_targets: int) -> list[TupleEdges]:
         """A bolt emit anchored to ``anchors``: one new :class:`TupleEdges` per
-        target task, with the anchors' ``ack_val`` updated (§7.1, §7.2)."""
+        target task, with the anchors' ``ack_val`` updated (§7.1, §7.2). A
+        one-hop token must be made a :class:`TupleEdges` (:func:`edges_of`),
+        kept as the anchor's token, first."""
         if n_targets == 1 and len(anchors) == 1:  # the common case, without the loops
             a = anchors[0]
             if not a.ids:
@@ -157,29 +187,46 @@ class Acker:
             out.append(TupleEdges(ids))
         return out
 
-    def ack(self, t: TupleEdges) -> None:
+    def ack(self, t: "int | TupleEdges") -> None:
         """The tuple was acked by the task it was delivered to."""
-        for r, tid in t.ids.items():
-            root = self.roots.get(r)
-            if root is None:
-                # Not registered yet (XOR commutes, §7.1), or a late ack of a
-                # finished tree (§7.4): kept aside, and dropped after the
-                # message timeout if no registration claims it.
-                early = self._early.get(r)
-                if early is None:
-                    self._early[r] = [tid ^ t.ack_val, self._now + self.timeout]
-                else:
-                    early[0] ^= tid ^ t.ack_val
-                continue
-            root.value ^= tid ^ t.ack_val
-            if root.value == 0:
-                self._complete(r)
+        if type(t) is int:  # a one-hop token: its root's one edge
+            self._ack_root(t, t)
+            return
+        for r, tid in t.ids.items():  # type: ignore[union-attr]
+            self._ack_root(r, tid ^ t.ack_val)  # type: ignore[union-attr]
 
-    def ack_many(self, ts: list[TupleEdges]) -> None:
+    def _ack_root(self, r: int, x: int) -> None:
+        root = self.roots.get(r)
+        if root is None:
+            # Not registered yet (XOR commutes, §7.1), or a late ack of a
+            # finished tree (§7.4): kept aside, and dropped after the
+            # message timeout if no registration claims it.
+            early = self._early.get(r)
+            if early is None:
+                self._early[r] = [x, self._now + self.timeout]
+            else:
+                early[0] ^= x
+            return
+        root.value ^= x
+        if root.value == 0:
+            self._complete(r)
+
+    def ack_many(self, ts: "list[int | TupleEdges]") -> None:
         """:meth:`ack` for a run of tuples, in one call."""
         roots, ack = self.roots, self.ack
+        done, last, n = self._acked, None, 0
         for t in ts:
-            ids = t.ids
+            if type(t) is int:  # a one-hop token, inline: its one edge completes its tree
+                root = roots.get(t)
+                if root is not None and root.value == t:
+                    del roots[t]
+                    done.append((root.spout_task, root.msg_id))
+                    last = root
+                    n += 1
+                    continue
+                ack(t)
+                continue
+            ids = t.ids  # type: ignore[union-attr]
             if len(ids) == 1:  # the common case, inline: one root, registered
                 for r, tid in ids.items():
                     root = roots.get(r)
@@ -191,12 +238,15 @@ class Acker:
                     ack(t)
             elif ids:
                 ack(t)
+        if n:  # what _complete does for each, once for the run
+            self.last_done = last
+            self.stats["completed"] += n
 
-    def fail(self, t: TupleEdges, cause: str | None = None) -> None:
+    def fail(self, t: "int | TupleEdges", cause: str | None = None) -> None:
         """The tuple was failed (explicitly, or its process died).
         ``cause``, if known, travels with the failure to the spout's host
         (a dead letter says why its input was given up on)."""
-        for r in t.ids:
+        for r in roots_of(t):
             self.fail_root(r, cause)
 
     def fail_root(self, r: int, cause: str | None = None) -> None:
@@ -208,12 +258,14 @@ class Acker:
             self._failed.append((root.spout_task, root.msg_id))
             self._causes.append(cause)
 
-    def is_live(self, t: TupleEdges) -> bool:
+    def is_live(self, t: "int | TupleEdges") -> bool:
         """False if ``t`` belongs to trees that have all completed, failed or
         timed out: delivering it would only do work nobody waits for (and,
         once its tree is replayed, do it twice). An unanchored tuple (no
         roots) is always live."""
-        ids = t.ids
+        if type(t) is int:
+            return t in self.roots
+        ids = t.ids  # type: ignore[union-attr]
         return not ids or not self.roots.keys().isdisjoint(ids)
 
     def expire(self, now: float) -> int:

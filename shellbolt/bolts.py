@@ -20,6 +20,7 @@ from .process import ShellProcess
 from .results import brief
 from .shell_task import ShellTask
 from .checkpoint import init_frames
+from .acker import edges_of
 from .observe import pick_probe
 from .sinks import AckerSink, BoltSink
 from .tasks import Task, log, new_tuple_id
@@ -164,6 +165,7 @@ class ShellBoltTask(ShellTask):
             batch: list[Tuple] = []
             dropped = 0
             held_back = False  # a suspect waits for the process to hold nothing else
+            isolating = sink.isolating()
             while inbox and len(batch) < room:
                 d = inbox.popleft()
                 token = d.edges
@@ -171,7 +173,7 @@ class ShellBoltTask(ShellTask):
                     dropped += 1
                     continue
                 by_itself = False
-                if alone(token):
+                if isolating and alone(token):
                     # §8.4: a suspect goes alone, so a crash on it is its own.
                     if batch or self._others_in_flight():
                         inbox.appendleft(d)
@@ -291,10 +293,11 @@ class PythonBoltTask(Task):
                     self.stats.expired += 1
                     continue
                 self.stats.executed += 1
+                edges = edges_of(d.edges)  # its emits are anchored to it
                 try:
                     outputs = list(impl.fn(d.values) or ())
                     for values in outputs:
-                        rt.route(self, Emit(values=list(values), need_task_ids=False), [d.edges], touched)
+                        rt.route(self, Emit(values=list(values), need_task_ids=False), [edges], touched)
                 except Exception as exc:
                     self.stats.failed += 1
                     self.stats.errors += 1
@@ -303,10 +306,10 @@ class PythonBoltTask(Task):
                     self.stats.error(what, trio.current_time())
                     rt.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s: %s on %r: %s",
                                   self.where(), type(exc).__name__, d.values, exc)
-                    acker.fail(d.edges, cause)
+                    acker.fail(edges, cause)
                 else:
                     self.stats.acked += 1
-                    rt.acker.ack(d.edges)
+                    rt.acker.ack(edges)
             self.obs.ran(t0, trio.current_time(), batch)
             self._space.unpark_all()
             rt.settle()

@@ -34,7 +34,7 @@ import trio
 from multilang.errors import ComponentError
 from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
 
-from .acker import TupleEdges
+from .acker import TupleEdges, edges_of, roots_of
 from .results import Cause
 from .sinks import AckerSink
 from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_config
@@ -67,7 +67,7 @@ class Checkpointer:
         self._tmpdir: str | None = None
         self.tasks: dict[int, "ShellBoltTask"] = {}  # every stateful task seen
         self.ready: set[int] = set()  # stateful tasks whose current process has its init
-        self.held: list[TupleEdges] = []  # acks held until the next commit
+        self.held: list[int | TupleEdges] = []  # acks (tokens) held until the next commit
         self._held_xor: dict[int, int] = {}  # root -> XOR the held acks would apply
         #: roots of tuples written to a stateful task since the last commit (the acker watches them)
         self.touched: set[int] = runtime.acker.watch
@@ -169,6 +169,10 @@ class Checkpointer:
     def hold(self, edges: list[TupleEdges]) -> None:
         held, hx = self.held, self._held_xor
         for e in edges:
+            if type(e) is int:  # a one-hop token (acker.py): its root's one edge
+                held.append(e)
+                hx[e] = hx.get(e, 0) ^ e
+                continue
             ids = e.ids
             if not ids:
                 continue  # a tick or an unanchored tuple: no tree waits for it
@@ -333,7 +337,7 @@ class Checkpointer:
             self.tasks[task_id].send_state(StateRollback(txid=txid))
         roots = set(self.touched)
         for e in self.held:
-            roots.update(e.ids)
+            roots.update(roots_of(e))
         self.held, self._held_xor = [], {}
         self.touched.clear()
         self.activity = False
@@ -393,7 +397,7 @@ class StatefulSink(AckerSink):
         roots, touched = runtime.acker.roots, checkpointer.touched
 
         def live(token: Any) -> bool:  # the writer asks per tuple, just before writing it
-            ids = token.ids
+            ids = roots_of(token)
             if ids:
                 if roots.keys().isdisjoint(ids):
                     return False
@@ -409,7 +413,7 @@ class StatefulSink(AckerSink):
             self.cp.hold([pop(tid) for tid in tids])
             return
         for tid in tids:  # hold mode too: release the emits, hold the ack
-            edges = pop(tid)
+            edges = edges_of(pop(tid))
             self._release(task, tid, edges, touched)
             self.cp.hold([edges])
 

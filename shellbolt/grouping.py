@@ -69,6 +69,27 @@ class Grouping:
         raise ValueError(f"unknown grouping {kind!r}")
 
 
+    def choose_each(self, values_list: list[list[Any]]) -> list[int]:
+        """The one target task of each of a run of emits, for a kind that
+        picks one task per tuple (shuffle, local_or_shuffle, none, fields,
+        global): what :meth:`choose` picks for each, in one call."""
+        kind = self.kind
+        tasks = self.tasks
+        n, m = len(tasks), len(values_list)
+        if kind == "shuffle" or kind == "local_or_shuffle" or kind == "none":
+            i = self._next
+            self._next = (i + m) % n
+            if n == 1:
+                return tasks * m
+            return [tasks[(i + k) % n] for k in range(m)]
+        if kind == "global":
+            return [tasks[0]] * m
+        if kind == "fields":
+            fi = self.field_index
+            return [tasks[fields_task_index([v[i] for i in fi], n)] for v in values_list]
+        raise ValueError(f"the {kind} grouping does not pick one task per tuple")
+
+
 class Router:
     """Routes (source component, stream) to subscribers' tasks."""
 

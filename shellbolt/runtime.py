@@ -19,7 +19,7 @@ import trio
 from multilang.errors import ComponentError, ComponentReportedError, TopologyError
 from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
 
-from .acker import Acker, TupleEdges
+from .acker import Acker, TupleEdges, roots_of
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
 from .grouping import Grouping, Router
@@ -190,7 +190,7 @@ class Runtime:
             cause = self._last_emit_error
             if anchors:
                 for a in anchors:
-                    self.acker.fail(TupleEdges(dict(a.ids)), cause)
+                    self.acker.fail(a, cause)
             elif emit.id is not None and isinstance(src, SpoutTask):
                 # The host's own check fails the same way on every replay.
                 src.notify("fail", emit.id, Cause.make(cause or "", final=src.host_replays))
@@ -236,26 +236,32 @@ class Runtime:
         src.stats.emitted += n
         self.emitted_by_spouts += n
         src.pending_roots += n  # type: ignore[attr-defined]  (a spout: route_spout_burst)
-        edges = self.acker.spout_emits(src.task_id, msg_ids, now)
-        tasks, name, src_task, choose = self.tasks, src.name, src.task_id, grouping.choose
-        for values, e in zip(values_list, edges):
-            (target,) = choose(values)
-            t = tasks[target]
-            t.inbox.append(_new_tuple(Delivery, (values, name, DEFAULT_STREAM, src_task, e, False)))
+        tokens = self.acker.spout_emits(src.task_id, msg_ids, now)
+        targets = grouping.choose_each(values_list)
+        tasks, name, src_task = self.tasks, src.name, src.task_id
+        if len(grouping.tasks) == 1:  # one bolt task: its inbox takes the burst in one step
+            t = tasks[targets[0]]
+            t.inbox.extend([_new_tuple(Delivery, (values, name, DEFAULT_STREAM, src_task, e, False))
+                            for values, e in zip(values_list, tokens)])
             touched.add(t)
+        else:
+            for values, e, target in zip(values_list, tokens, targets):
+                t = tasks[target]
+                t.inbox.append(_new_tuple(Delivery, (values, name, DEFAULT_STREAM, src_task, e, False)))
+                touched.add(t)
         for t in touched:
             t.kick()
 
-    def route_emits(self, src: Task, emits: list[list[Any]], in_flight: dict[str, TupleEdges],
-                    touched: set[Task]) -> None:
+    def route_emits(self, src: Task, emits: list[list[Any]], touched: set[Task]) -> None:
         """A bolt's batch of emits (§9.5, or a run from ``take_outputs``), each
         ``[values, anchor ids or None, stream or None]``, anchored to tuples
-        in ``in_flight`` (the connection checked they are pending): each as
+        in ``src.in_flight`` (the connection checked they are pending): each as
         :meth:`route_plain` would. The common case of a topology output (a
         stream nobody subscribes to, with tracked outputs, one anchor) is
         handed over here, without the calls of the general route: a Spark
         ``split`` partition makes two dozen per row."""
         plain = src.plain
+        in_flight = src.in_flight
         on_output = self.on_tracked_output
         name = src.name
         outputs = 0
@@ -267,10 +273,11 @@ class Runtime:
             plan = plain.get(stream)
             if (on_output is not None and plan is not None and plan[1] is None and ids and len(ids) == 1
                     and (plan[0] < 0 or len(values) == plan[0])):
-                on_output(name, stream, values, list(in_flight[ids[0]].ids))
+                tok = in_flight[ids[0]]
+                on_output(name, stream, values, [tok] if type(tok) is int else list(tok.ids))
                 outputs += 1
             else:
-                self.route_plain(src, values, stream, [in_flight[a] for a in ids] if ids else [], touched)
+                self.route_plain(src, values, stream, [src.edges(a) for a in ids] if ids else [], touched)
         src.stats.emitted += outputs
 
     def _deliver(self, src: Task, values: list[Any], stream: str, targets: list[int],
@@ -286,7 +293,11 @@ class Runtime:
         if anchors is None:  # a spout emit
             self.emitted_by_spouts += 1
             if msg_id is not None and self.acking:
-                _, edges = self.acker.spout_emit(src.task_id, msg_id, n, trio.current_time() if now is None else now)
+                now = trio.current_time() if now is None else now
+                if n == 1:  # a one-hop token (acker.py)
+                    edges = [self.acker.spout_root(src.task_id, msg_id, now)]
+                else:
+                    _, edges = self.acker.spout_emit(src.task_id, msg_id, n, now)
                 src.pending_roots += 1  # type: ignore[attr-defined]
             else:
                 if msg_id is not None:  # §4.7: acking off, acked after this command's sync
@@ -318,9 +329,9 @@ class Runtime:
             if not anchors:
                 roots = []
             elif len(anchors) == 1:
-                roots = list(anchors[0].ids)
+                roots = list(roots_of(anchors[0]))
             else:
-                roots = list({r for a in anchors for r in a.ids})
+                roots = list({r for a in anchors for r in roots_of(a)})
             self.on_tracked_output(src.name, stream, values, roots)
         else:
             self._output(src.name, stream, values, anchors)
@@ -351,7 +362,7 @@ class Runtime:
             key = tuple(hashable(values[i]) for i in self._key_index)
             cp = self.checkpoints
             if cp is not None and cp.tasks:  # durable with the state: kept until its checkpoint commits
-                cp.output(key, record, frozenset(r for a in anchors or () for r in a.ids))
+                cp.output(key, record, frozenset(r for a in anchors or () for r in roots_of(a)))
             else:
                 self.outputs_by_key[key] = record
         elif self.on_output is not None:

@@ -7,7 +7,8 @@ What a token means, and what becomes of the bolt's emits, acks and fails, is
 the sink's business:
 
 * :class:`AckerSink`, the general lane: tokens are acker edges
-  (:class:`~multilang.shellbolt.acker.TupleEdges`); emits go to the router
+  (:class:`~multilang.shellbolt.acker.TupleEdges`, or a one-hop token:
+  an ``int``, acker.py); emits go to the router
   (groupings, other tasks' inboxes, topology outputs) with new edges; acks
   and fails go to the XOR acker (§7); a crash is blamed as §8.4 says;
   ``multilang.hold.emits.until.ack`` holds emits until their input is acked.
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from multilang.messages import DEFAULT_STREAM, Emit
 
-from .acker import TupleEdges
+from .acker import TupleEdges, edges_of, roots_of
 from .results import Cause, id_key
 from .tasks import TICK_EDGES, Task, plain_emit
 
@@ -66,6 +67,11 @@ class BoltSink:
 
     def cleared(self, token: Any) -> None:
         """The tuple of :meth:`alone` is written alone."""
+
+    def isolating(self) -> bool:
+        """Whether :meth:`alone` may be true of any tuple now (the writer
+        asks once per batch, and :meth:`alone` per tuple only if so)."""
+        return False
 
     def emits(self, task: "ShellBoltTask", emits: list[list[Any]], touched: set[Task]) -> None:
         """A run of plain emits (a §9.5 batch, or a run of standard emits
@@ -124,15 +130,16 @@ class AckerSink(BoltSink):
     def waited_for(self, token: Any) -> bool | None:
         if token is TICK_EDGES:
             return False
-        if not token.ids:
+        if type(token) is not int and not token.ids:
             return None
         return self.acker.is_live(token)
 
+    def isolating(self) -> bool:
+        return bool(self._suspects)
+
     def alone(self, token: Any) -> bool:
-        if not self._suspects:
-            return False
         roots, suspects = self.acker.roots, self._suspects
-        for r in token.ids:
+        for r in roots_of(token):
             root = roots.get(r)
             if root is not None and (root.spout_task, id_key(root.msg_id)) in suspects:
                 return True
@@ -140,7 +147,7 @@ class AckerSink(BoltSink):
 
     def cleared(self, token: Any) -> None:
         roots = self.acker.roots
-        for r in token.ids:
+        for r in roots_of(token):
             root = roots.get(r)
             if root is not None:
                 self._suspects.discard((root.spout_task, id_key(root.msg_id)))
@@ -154,11 +161,11 @@ class AckerSink(BoltSink):
                 stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
                 self.emit(task, plain_emit(e[0], stream, tuple(e[1]) if n > 1 and e[1] else ()), touched)
         else:
-            self.runtime.route_emits(task, emits, task.in_flight, touched)
+            self.runtime.route_emits(task, emits, touched)
 
     def emit(self, task: "ShellBoltTask", ev: Emit, touched: set[Task]) -> list[int]:
         rt = self.runtime
-        anchors = [task.in_flight[a] for a in ev.anchors]  # the connection checked they are pending
+        anchors = [task.edges(a) for a in ev.anchors]  # the connection checked they are pending
         if not (self.hold and ev.anchors):
             return rt.route(task, ev, anchors, touched)
         targets = rt.targets(task, ev)
@@ -175,7 +182,7 @@ class AckerSink(BoltSink):
             self.acker.ack_many([pop(tid) for tid in tids])
             return
         for tid in tids:  # one at a time: a held emit takes the anchors still in flight (_release)
-            edges = pop(tid)
+            edges = edges_of(pop(tid))
             self._release(task, tid, edges, touched)
             self.acker.ack(edges)
 
@@ -205,8 +212,8 @@ class AckerSink(BoltSink):
         # Every input in flight is (still) a suspect: its next try goes alone.
         roots, suspects = self.acker.roots, self._suspects
         for e in live:
-            if type(e) is TupleEdges and len(suspects) < _MAX_SUSPECTS:
-                for r in e.ids:
+            if len(suspects) < _MAX_SUSPECTS:
+                for r in roots_of(e):
                     root = roots.get(r)
                     if root is not None:
                         suspects.add((root.spout_task, id_key(root.msg_id)))
@@ -233,7 +240,7 @@ class AckerSink(BoltSink):
             if held.done:
                 continue
             held.done = True
-            anchors = [in_flight[a] for a in held.anchors if a in in_flight and a != tid]
+            anchors = [task.edges(a) for a in held.anchors if a in in_flight and a != tid]
             anchors.append(edges)
             if not any(is_live(a) for a in anchors):
                 task.stats.expired += 1

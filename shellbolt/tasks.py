@@ -16,7 +16,7 @@ import trio
 
 from multilang.errors import ComponentError
 
-from .acker import TupleEdges
+from .acker import TupleEdges, edges_of
 from .grouping import Grouping
 from .observe import TaskObs
 from .topology import ComponentDef
@@ -67,7 +67,7 @@ class Delivery(NamedTuple):
     source: str | None
     stream: str
     source_task: int
-    edges: TupleEdges
+    edges: int | TupleEdges  # the token: acker edges, or a one-hop token (acker.py)
     tick: bool = False
 
 
@@ -104,12 +104,22 @@ class Task:
         self.capacity = INBOX_CAPACITY
         self._space = trio.lowlevel.ParkingLot()
         self._work = trio.lowlevel.ParkingLot()
-        self.in_flight: dict[str, TupleEdges] = {}
+        self.in_flight: dict[str, int | TupleEdges] = {}  # tuple id -> its token
         #: stream -> (fields, subscriptions, direct targets); see Runtime._stream_info
         self.streams: dict[str, tuple[list[str] | None, list[Grouping], set[int]]] = {}
         #: stream -> (fields, subscription) for Runtime.route_plain
         self.plain: dict[str, tuple[int, Any]] = {}
         self.idle = True  # spouts: the last `next` emitted nothing and nothing is owed
+
+    def edges(self, tid: str) -> TupleEdges:
+        """The token of tuple ``tid`` in flight, as an emit anchored to it
+        needs it: a one-hop token becomes its :class:`TupleEdges` here and
+        stays so in ``in_flight`` (anchoring adds to its ``ack_val``;
+        acker.edges_of)."""
+        tok = self.in_flight[tid]
+        if type(tok) is int:
+            tok = self.in_flight[tid] = edges_of(tok)
+        return tok
 
     def deliver(self, d: Delivery) -> None:
         self.inbox.append(d)

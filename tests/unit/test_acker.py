@@ -3,7 +3,11 @@
 The Hypothesis test builds random tuple trees the way a topology does (spout
 roots fanned out to several tasks, bolt emits anchored to one or more live
 tuples, possibly of the same tree, fanned out again, unanchored emits mixed
-in) and acks every tuple in a random order. A model that only knows which
+in) and acks every tuple in a random order. A spout tuple sent to one task
+gets, at random, a one-hop token (``spout_emits``/``spout_root``: a bare int,
+made a TupleEdges only when an emit is anchored to it, as a task does) or
+TupleEdges (``spout_emit``), and is acked by ``ack`` or ``ack_many``: the two
+kinds of token must make the same trees. A model that only knows which
 tuples are still unacked says exactly when each tree must complete: at the
 ack of its last live tuple, not one ack earlier.
 """
@@ -17,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang.shellbolt import Acker
-from multilang.shellbolt.acker import TupleEdges, new_edge_id
+from multilang.shellbolt.acker import TupleEdges, edges_of, new_edge_id, roots_of
 
 T0 = 1000.0  # an arbitrary "now"; the acker never reads a clock
 
@@ -37,7 +41,7 @@ def drained_ids(acker: Acker) -> tuple[list, list]:
 class _Live:
     """Model of one delivered tuple: its acker edges and the roots it belongs to."""
 
-    def __init__(self, edges: TupleEdges, roots: frozenset) -> None:
+    def __init__(self, edges: int | TupleEdges, roots: frozenset) -> None:
         self.edges = edges
         self.roots = roots
 
@@ -51,7 +55,15 @@ def test_random_tree_completes_exactly_at_its_last_ack(data, seed):
     expected_done: set = set()
     for msg_id in range(n_roots):
         fan_out = data.draw(st.integers(0, 3), label="spout fan-out")
-        _, edges = acker.spout_emit(7, msg_id, fan_out, T0)
+        how = data.draw(st.sampled_from(["edges", "root", "burst"]) if fan_out == 1 else st.just("edges"),
+                        label="token kind")
+        if how == "root":
+            edges = [acker.spout_root(7, msg_id, T0)]
+        elif how == "burst":
+            edges = acker.spout_emits(7, [msg_id], T0)
+        else:
+            _, edges = acker.spout_emit(7, msg_id, fan_out, T0)
+        assert all(list(roots_of(e)) for e in edges)
         live.extend(_Live(e, frozenset([msg_id])) for e in edges)
         if fan_out == 0:
             expected_done.add(msg_id)  # §7.1: a reliable emit to no task completes at once
@@ -74,6 +86,8 @@ def test_random_tree_completes_exactly_at_its_last_ack(data, seed):
                             label="anchors")
             anchors = [live[i] for i in idx]
             fan_out = data.draw(st.integers(0, 3), label="bolt fan-out")
+            for a in anchors:  # as Task.edges does: the token becomes TupleEdges for good
+                a.edges = edges_of(a.edges)
             new = acker.anchor([a.edges for a in anchors], fan_out)
             assert len(new) == fan_out
             roots = frozenset().union(*(a.roots for a in anchors)) if anchors else frozenset()
@@ -83,7 +97,10 @@ def test_random_tree_completes_exactly_at_its_last_ack(data, seed):
         else:
             i = data.draw(st.integers(0, len(live) - 1), label="ack one")
             t = live.pop(i)
-            acker.ack(t.edges)
+            if data.draw(st.booleans(), label="ack_many?"):
+                acker.ack_many([t.edges])
+            else:
+                acker.ack(t.edges)
             now_done = {r for r in t.roots if r not in roots_alive()}
             acked, failed = drained_ids(acker)
             assert failed == []

@@ -172,3 +172,28 @@ def test_router_subscribers_and_direct_targets():
     assert r.subscribers("nobody", "default") == []
     assert r.direct_targets("spout", "default") == {4, 5}
     assert r.direct_targets("spout", "other") == set()
+
+
+_ONE_TASK_KINDS = ["shuffle", "local_or_shuffle", "none", "fields", "global"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(_ONE_TASK_KINDS), n_tasks=st.integers(1, 5), start=st.integers(0, 4),
+       runs=st.lists(st.lists(st.tuples(st.text(max_size=3), st.integers(-5, 5)), max_size=8), max_size=4))
+def test_choose_each_picks_what_choose_picks_tuple_by_tuple(kind, n_tasks, start, runs):
+    """The burst path (an in-process spout's run of emits) against the
+    per-emit path: the same tasks, and the round-robin left where it would be."""
+    tasks = [10 + 3 * i for i in range(n_tasks)]
+    one = Grouping(kind=kind, target="b", tasks=tasks, field_index=[0] if kind == "fields" else [])
+    each = Grouping(kind=kind, target="b", tasks=tasks, field_index=one.field_index)
+    one._next = each._next = start % n_tasks
+    for run in runs:
+        values_list = [list(v) for v in run]
+        assert each.choose_each(values_list) == [t for v in values_list for t in one.choose(v)]
+    assert each._next == one._next
+
+
+@pytest.mark.parametrize("kind", ["all", "direct"])
+def test_choose_each_refuses_a_kind_that_does_not_pick_one_task(kind):
+    with pytest.raises(ValueError, match=kind):
+        Grouping(kind=kind, target="b", tasks=[1, 2]).choose_each([["x"]])
