@@ -248,6 +248,21 @@ class _Output:
             if self._size >= self.LIMIT:
                 self._spill()
 
+    def values(self, component: str, stream: str, values: list[Any], roots: list[int]) -> None:
+        """A bolt's output (``multilang pipe``; Runtime's on_tracked_output) as
+        one line: its values in order, its declared output fields or any
+        number of values. The per-tuple path: :meth:`line` inline."""
+        if self.closed:
+            return
+        try:
+            data = orjson.dumps(values)
+        except TypeError:  # integers beyond 64 bits: the standard library writes them
+            data = json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode()
+        self._lines.append(data)
+        self._size += len(data)
+        if self._size >= self.LIMIT:
+            self._spill()
+
     def _spill(self) -> None:
         lines, self._lines, self._size = self._lines, [], 0
         if lines and not self.closed:
@@ -484,17 +499,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         raise SystemExit(EXIT_USAGE) from None
 
     out = _Output(sys.stdout)
-
-    line, dumps = out.line, orjson.dumps
-
-    def emit(component: str, stream: str, values: list[Any], roots: list[int]) -> None:
-        # A line is the bolt's values in order: its declared output fields, or any number of values.
-        try:
-            line(dumps(values))
-        except TypeError:  # integers beyond 64 bits: the standard library writes them
-            line(json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode())
-
-    runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=emit)
+    runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=out.values)
     start = time.monotonic()
     try:
         (spout,) = [t for t in runtime.tasks.values() if t.name == "stdin"]
@@ -676,12 +681,19 @@ class _StdinFeed:
         return self
 
     def __next__(self) -> list[Any]:
-        if not self.items:
+        got = self.take(1)
+        if not got:
             raise StopIteration  # nothing now; pump() resumes the spout
-        values = self.items.popleft()
-        if self._room is not None and len(self.items) <= self.CAPACITY // 2:
+        return got[0]
+
+    def take(self, n: int) -> list[list[Any]]:
+        """Up to ``n`` lines' values, in order; fewer: that is all for now
+        (the spout's burst in one call, PythonSpoutTask)."""
+        items = self.items
+        got = [items.popleft() for _ in range(min(n, len(items)))]
+        if self._room is not None and len(items) <= self.CAPACITY // 2:
             self._room.set()
-        return values
+        return got
 
     async def pump(self, runtime: Any, spout: Any) -> None:
         import os

@@ -172,7 +172,10 @@ class PythonSpoutTask(SpoutTask):
     An open-ended source (``multilang pipe``'s stdin, the asyncio feed) is an
     iterator whose ``StopIteration`` means "nothing now": while its ``open``
     attribute is true the run does not count the spout as finished, and the
-    source calls :meth:`resume` when it has more."""
+    source calls :meth:`resume` when it has more. Such a source may also
+    offer ``take(n)``: up to ``n`` value lists in order, fewer meaning
+    "that is all for now", each a list the spout may keep (a burst in one
+    call instead of a ``next`` per item; ``multilang pipe``'s stdin feed)."""
 
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
@@ -180,6 +183,7 @@ class PythonSpoutTask(SpoutTask):
         assert isinstance(impl, PythonSpout)
         src = impl.source() if callable(impl.source) else impl.source
         self._items = iter(src)
+        self._take = getattr(self._items, "take", None) if getattr(self._items, "open", None) is not None else None
         self._values: dict[int, list[Any]] = {}
         self._replay: deque[int] = deque()
         self._seq = 0
@@ -276,7 +280,17 @@ class PythonSpoutTask(SpoutTask):
             if rt.max_tuples is not None:
                 fresh = min(fresh, rt.max_tuples - rt.emitted_by_spouts - len(ids))
             items, values_of = self._items, self._values
-            for _ in range(fresh):
+            if self._take is not None:
+                got = self._take(fresh) if fresh > 0 else []
+                if len(got) < fresh:
+                    self._exhausted = True  # nothing more now
+                seq = self._seq
+                for values in got:
+                    values_of[seq] = values
+                    ids.append(seq)
+                    seq += 1
+                self._seq = seq
+            for _ in range(fresh if self._take is None else 0):
                 try:
                     values = list(next(items))
                 except StopIteration:
