@@ -151,20 +151,40 @@ def select(path: str, component: str, task: int | None = None, session: int | No
         raise ReplayUsageError(f"{component} task {task}: {what}; nothing to replay (a larger "
                                f"multilang.record.segment.bytes or multilang.record.segments keeps more)")
     numbers = [s.number for s in complete]
+    role = Role.SPOUT if comps[component].get("kind") == "spout" else Role.BOLT
+    notes = list(log.notes)
     if session is None:
-        chosen = complete[-1]
+        chosen = _last_with_tuples(complete, role)
+        if chosen is not complete[-1]:
+            idle = [s.number for s in complete if s.number > chosen.number]
+            notes.append(f"{component} task {task}: session{'s' if len(idle) > 1 else ''} "
+                         f"{', '.join(map(str, idle))} took no tuple; replaying the last one that did")
     elif session in numbers:
         chosen = log.sessions[session]
     else:
         why = "its start was rotated away" if session in log.sessions else "no such session"
         raise ReplayUsageError(f"{component} task {task}: session {session}: {why}; complete sessions: "
                                f"{', '.join(map(str, numbers))}")
-    notes = list(log.notes)
     if len(log.sessions) > 1:
         notes.append(f"{component} task {task}: sessions {', '.join(map(str, numbers))} can be replayed "
                      f"(--session K); replaying session {chosen.number} (pid {chosen.pid})")
-    role = Role.SPOUT if comps[component].get("kind") == "spout" else Role.BOLT
     return Selection(path=path, component=component, task=task, role=role, log=log, session=chosen, notes=notes)
+
+
+def _last_with_tuples(complete: list[Session], role: Role) -> Session:
+    """The default session: the last complete one, unless it is a bolt's
+    that took no tuple (a process restarted near the end of the run, say),
+    then the last that took one. A session that does not decode counts as
+    one that did: replaying it says what is wrong with it."""
+    if role is Role.SPOUT:
+        return complete[-1]
+    for s in reversed(complete):
+        try:
+            if plan(s, role).inputs:
+                return s
+        except ReplayUsageError:
+            return s
+    return complete[-1]
 
 
 def resolve_argv(argv: list[str]) -> list[str]:

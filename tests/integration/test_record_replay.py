@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from click.testing import CliRunner
 
 from multilang.cli import main as cli_main
 from multilang.connection import Role
-from multilang.shellbolt.record import HOST, read_task
+from multilang.shellbolt.record import HOST, RecordingError, read_task
 from multilang.shellbolt.replay import plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,3 +290,63 @@ def test_a_command_that_hangs_is_a_clear_failure(wordcount_recording):
            "python", "-c", "import time; time.sleep(60)")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the command did not answer the handshake" in r.stdout and "0.5s handshake timeout" in r.stdout
+
+
+def _wait_for(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _sessions(task_dir: Path) -> list:
+    try:
+        return read_task(str(task_dir)).complete
+    except RecordingError:  # nothing written yet
+        return []
+
+
+def test_replay_by_default_skips_a_last_session_that_took_no_tuple(tmp_path):
+    """A bolt process killed after its work was done is restarted and takes
+    nothing more: by default, replay picks the last session that took tuples
+    (replaying the idle one would say "no difference: 0 tuples")."""
+    data = tmp_path / "five.txt"
+    data.write_text("a b\nc d\ne f\ng h\ni j\n")
+    toml = tmp_path / "topo.toml"
+    toml.write_text(textwrap.dedent(f"""
+        [topology]
+        name = "idle-last"
+        [spouts.sentences]
+        command = ["python", {str(EXAMPLES / "python" / "sentence_spout.py")!r}, {str(data)!r}]
+        fields = ["sentence"]
+        [bolts.split]
+        command = ["python", {str(EXAMPLES / "python" / "split_bolt.py")!r}]
+        fields = ["word"]
+        inputs = [{{ source = "sentences", grouping = "shuffle" }}]
+    """))
+    rec = tmp_path / "rec"
+    run = subprocess.Popen(ML + ["run", str(toml), "--no-progress", "--duration", "120", "--record", str(rec)],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        task_dir = rec / "split" / "task-2"
+        _wait_for(lambda: len(_sessions(task_dir)) == 1 and plan(_sessions(task_dir)[0], Role.BOLT).recorded.acks == 5,
+                  "the split bolt to ack the 5 sentences")
+        os.kill(_sessions(task_dir)[0].pid, signal.SIGKILL)
+        _wait_for(lambda: len(_sessions(task_dir)) == 2, "the restarted split process's handshake")
+    finally:
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    second = _sessions(task_dir)[1]
+    assert not plan(second, Role.BOLT).inputs
+
+    r = ml("replay", str(rec), "--component", "split", "--", "python", str(EXAMPLES / "python" / "split_bolt.py"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("no difference: 5 tuples, 10 emits, 5 acks, 0 fails"), r.stdout + r.stderr
+    assert "session 2 took no tuple; replaying the last one that did" in r.stderr
+    assert "replaying session 1" in r.stderr
+    # the idle session is still there to be chosen
+    r = ml("replay", str(rec), "--component", "split", "--session", "2", "--",
+           "python", str(EXAMPLES / "python" / "split_bolt.py"))
+    assert r.returncode == 0 and r.stdout.startswith("no difference: 0 tuples"), r.stdout + r.stderr
