@@ -555,6 +555,29 @@ def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | 
     return reporter or None
 
 
+def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
+    """Why a Spark Connect server cannot be reached at ``remote``
+    (sc://host[:port]...; port 15002 by default), or None: a TCP connection
+    is tried first, because PySpark's client retries a refused connection
+    for minutes before it gives up."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        url = urlparse(remote)
+        host, port = url.hostname, url.port or 15002
+    except ValueError as exc:
+        return f"not a Spark Connect URL ({exc})"
+    if not host:
+        return "no host in the URL (sc://host[:port])"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        return f"cannot reach a Spark Connect server at {host}:{port} ({why}); is it running?"
+    return None
+
+
 def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint: str | None,
                   duration: float | None, max_tuples: int | None, output: Any, progress: bool,
                   dead_letter: str | None) -> int:
@@ -567,6 +590,11 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         click.echo(f"error: --remote {remote!r}: a Spark Connect URL is sc://host[:port][/;params], or local[N] "
                    "for a local Connect server", err=True)
         return EXIT_USAGE
+    if remote is not None and remote.startswith("sc://"):
+        unreachable = _unreachable(remote)
+        if unreachable:
+            click.echo(f"error: --remote {remote}: {unreachable}", err=True)
+            return EXIT_USAGE
 
     def emit(rec: dict[str, Any]) -> None:
         output.write(orjson.dumps(rec).decode() + "\n")

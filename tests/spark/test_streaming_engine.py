@@ -142,6 +142,9 @@ def test_flag_mistakes_are_usage_errors(tmp_path):
         ([str(toml), "--checkpoint", str(ck)], "holds a run of another topology"),
         ([str(toml), "--state-dir", str(tmp_path / "st")], "--checkpoint"),
         ([str(toml), "--remote", "localhost:15002"], "a Spark Connect URL is sc://"),
+        # nothing listens there: said at once, not after PySpark's minutes of retries
+        ([str(toml), "--remote", "sc://127.0.0.1:1"], "cannot reach a Spark Connect server at 127.0.0.1:1"),
+        ([str(toml), "--remote", "sc://:15002"], "no host in the URL"),
     ]:
         proc = _run(args, timeout=60)
         assert proc.returncode == 2, proc.stderr.decode()[-2000:]
