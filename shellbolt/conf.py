@@ -355,11 +355,13 @@ def unknown_key_message(keys: Iterable[Any], known: Iterable[str], what: str = "
 # --- the pass -----------------------------------------------------------------------------------
 
 
-def check_conf(conf: Any, where: str, *, component: bool = False) -> None:
+def check_conf(conf: Any, where: str, *, component: bool = False, warn: bool = True) -> None:
     """Check a conf mapping. ``where`` prefixes every message (file and
     component). Raises TopologyError on the first bad value; logs a warning
     for each unknown key that is a near miss of a known one, and, with
-    ``component=True``, for topology-only keys (they have no effect there)."""
+    ``component=True``, for topology-only keys (they have no effect there).
+    ``warn=False``: the values only (a part of a conf whose whole is checked
+    again, so that a warning is given once)."""
     if not isinstance(conf, Mapping):
         raise TopologyError(f"{where}: conf must be a table of key = value, got {_show(conf)}")
     for key, value in conf.items():
@@ -369,6 +371,8 @@ def check_conf(conf: Any, where: str, *, component: bool = False) -> None:
         if cause is not None:
             raise TopologyError(f"{where}: {cause}")
         spec = SCHEMA.get(key)
+        if not warn:
+            continue
         if spec is None:
             if key not in _STORM_PASSTHROUGH:
                 hit = suggest(key, SCHEMA)

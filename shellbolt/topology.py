@@ -595,7 +595,7 @@ def load_topology(path: str | os.PathLike[str], overrides: Mapping[str, Any] | N
         raise TopologyError(f"{path}: [topology] name must be a non-empty string, got {name!r}")
     conf = _table(top, "conf", f"{path}: [topology.conf]")
     if overrides:
-        check_conf(overrides, f"{path}: conf overrides")
+        check_conf(overrides, f"{path}: conf overrides", warn=False)  # warned once, in the whole conf
     # Each part is checked under its own name: a -c override is not in the file.
     _no_flux_keys(conf, f"{path}: [topology.conf]")
     _no_flux_keys(overrides or {}, f"{path}: conf overrides")

@@ -315,6 +315,14 @@ def test_near_miss_in_a_component_conf_names_file_and_component(tmp_path, caplog
     assert "did you mean 'multilang.hold.emits.until.ack'" in msg
 
 
+def test_near_miss_in_a_conf_override_warns_once(tmp_path, caplog):
+    # checked as an override (its values, named as such) and in the whole conf: warned once
+    caplog.set_level(logging.WARNING, logger="multilang.shellbolt")
+    load_topology(wordcount(tmp_path), {"topology.message.timeout.sec": 5})
+    msgs = [r.getMessage() for r in caplog.records if r.name == "multilang.shellbolt" and "did you mean" in r.getMessage()]
+    assert len(msgs) == 1 and "'topology.message.timeout.sec'" in msgs[0], msgs
+
+
 def test_topology_only_key_in_a_component_conf_warns(caplog):
     caplog.set_level(logging.WARNING, logger="multilang.shellbolt")
     b = TopologyBuilder()
