@@ -34,6 +34,7 @@ import click
 import orjson
 
 from .errors import MultilangError, TopologyError
+from ._pipe_input import StdinFeed
 
 __all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SIGINT", "EXIT_SIGTERM", "EXIT_OUTPUT_CLOSED"]
 
@@ -108,7 +109,7 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
         click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "
                    f"multilang.max.replays, or refused before they were sent (0 attempts){where}:", err=True)
         for d in result.dead_letter_sample:
-            click.echo(f"[summary]   {d.component}: {_clip(orjson.dumps(d.input).decode())} "
+            click.echo(f"[summary]   {d.component}: {_clip(_json_text(d.input))} "
                        f"({d.attempts} attempts): {d.cause}", err=True)
         if result.dead_letters > len(result.dead_letter_sample):
             click.echo(f"[summary]   ... and {result.dead_letters - len(result.dead_letter_sample)} more", err=True)
@@ -127,6 +128,20 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
         click.echo(f"[summary] gave up: {err}", err=True)
 
 
+def _json_text(obj: Any) -> str:
+    """JSON text for the summary and --dead-letter: integers beyond 64 bits
+    exact (orjson refuses them); a value JSON cannot hold at all (a lone
+    surrogate, nesting deeper than the encoders go) as the string of its
+    bounded repr, rather than an error that loses the letter."""
+    from .codec import dumps
+    from .shellbolt.results import short_repr
+
+    try:
+        return dumps(obj).decode()
+    except MultilangError:
+        return json.dumps(short_repr(obj))
+
+
 def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -143,7 +158,7 @@ def _dead_letter_writer(path: str | None) -> tuple[Any, Any]:
         raise SystemExit(EXIT_USAGE) from None
 
     def write(letter: Any) -> None:
-        f.write(orjson.dumps(letter.to_json()).decode() + "\n")
+        f.write(_json_text(letter.to_json()) + "\n")
         f.flush()
 
     return write, f
@@ -478,7 +493,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         raise click.UsageError(f"--fields declares {len(in_fields)} fields, but without --json-input each line is "
                                "one value; add --json-input (a JSON list per line) or give one field")
 
-    feed = _StdinFeed(len(in_fields), json_input)
+    feed = StdinFeed(len(in_fields), json_input)
     builder = TopologyBuilder()
     builder.set_spout("stdin", PythonSpout(feed, fields=in_fields))
     # Without --output-fields the bolt may emit tuples of any length ("*").
@@ -665,152 +680,6 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     if stop["signal"] is not None:
         return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
     return EXIT_OK if result.ok else EXIT_FAILED
-
-
-#: A run of 19 or more digits: maybe an integer beyond 64 bits, which orjson
-#: reads as a float; the standard library keeps it exact for the bolt.
-_LONG_NUMBER = re.compile(rb"\d{19}")
-
-
-def _not_json(name: str) -> Any:
-    """``json.loads``' hook for NaN, Infinity and -Infinity, which Python reads
-    and JSON does not have: refused, rather than sent on as null (orjson's
-    writing of a float NaN), which would change the line's meaning."""
-    raise ValueError(f"{name} is not a JSON number")
-
-
-class _StdinFeed:
-    """``multilang pipe``'s input: an open-ended source for the stdin spout.
-
-    stdin is read in a worker thread, in chunks of whatever is there, so a
-    read never blocks the host: outputs stream while a slow producer (a
-    ``tail -f``) keeps stdin open, and signals are handled at once. Lines
-    wait here (at most ``CAPACITY``: the reader waits for room) until the
-    spout takes them; ``open`` stays true until EOF (PythonSpoutTask). A
-    line that is not UTF-8 cannot become a tuple: it is a dead letter at
-    once, naming its line number, and so is a line that is not JSON with
-    --json-input."""
-
-    CAPACITY = 4096
-
-    def __init__(self, n_fields: int, json_input: bool) -> None:
-        from collections import deque
-
-        self.items: Any = deque()
-        self.open = True
-        self.n_fields = n_fields
-        self.json_input = json_input
-        self._room: Any = None  # a trio.Event while the reader waits for room
-        #: the longest line taken (multilang.max.frame.bytes): a longer one is
-        #: a dead letter, and what is read of it is not kept (memory is bounded)
-        self.max_line = 64 << 20
-
-    def __iter__(self) -> "_StdinFeed":
-        return self
-
-    def __next__(self) -> list[Any]:
-        got = self.take(1)
-        if not got:
-            raise StopIteration  # nothing now; pump() resumes the spout
-        return got[0]
-
-    def take(self, n: int) -> list[list[Any]]:
-        """Up to ``n`` lines' values, in order; fewer: that is all for now
-        (the spout's burst in one call, PythonSpoutTask)."""
-        items = self.items
-        got = [items.popleft() for _ in range(min(n, len(items)))]
-        if self._room is not None and len(items) <= self.CAPACITY // 2:
-            self._room.set()
-        return got
-
-    async def pump(self, runtime: Any, spout: Any) -> None:
-        import os
-
-        import trio
-
-        fd, buf, number = sys.stdin.fileno(), bytearray(), 0
-        loads, append = orjson.loads, self.items.append
-        skipping = False  # inside a line over max_line: its bytes are dropped up to its end
-        while True:
-            while len(self.items) >= self.CAPACITY:
-                self._room = trio.Event()
-                await self._room.wait()
-                self._room = None
-            chunk = await trio.to_thread.run_sync(os.read, fd, 1 << 16, abandon_on_cancel=True)
-            lines: list[bytes] = []
-            start = len(buf)  # a newline can only be in what was just read
-            buf += chunk
-            if skipping and (nl := buf.find(b"\n", start)) >= 0:
-                del buf[: nl + 1]  # the end of the over-long line, reported already
-                skipping, start = False, 0
-            # Split only when a line ended: a long partial line is scanned once
-            # per chunk for a newline, not split again and again.
-            if not skipping and buf.find(b"\n", start) >= 0:
-                lines = bytes(buf).split(b"\n")  # one copy per read, not one per line
-                buf = bytearray(lines.pop())
-            if not chunk and buf and not skipping:
-                lines.append(bytes(buf))  # the last line, without its newline
-            too_long = b""
-            if chunk and not skipping and len(buf) > self.max_line:
-                too_long, skipping = bytes(buf[:100]), True
-            if skipping or not chunk:
-                buf.clear()
-            if self.json_input and lines and not _LONG_NUMBER.search(b"\n".join(lines)):
-                # The common case in one loop: JSON lines orjson reads (a trailing \r is JSON
-                # whitespace); _values decides about any other line.
-                for raw in lines:
-                    number += 1
-                    try:
-                        values = loads(raw)
-                    except ValueError:
-                        values = self._values(raw[:-1] if raw.endswith(b"\r") else raw, number, runtime, spout)
-                        if values is None:
-                            continue
-                    else:
-                        if type(values) is not list:
-                            values = [values]
-                    append(values)
-            else:
-                for raw in lines:
-                    number += 1
-                    values = self._values(raw[:-1] if raw.endswith(b"\r") else raw, number, runtime, spout)
-                    if values is not None:
-                        append(values)
-            if too_long:
-                number += 1
-                runtime.dead_letter(spout, None, [too_long.decode("utf-8", "backslashreplace") + "..."],
-                                    f"stdin line {number} is longer than multilang.max.frame.bytes "
-                                    f"({self.max_line} bytes); it was not sent", 0)
-            spout.resume()
-            if not chunk:
-                break
-        self.open = False
-        spout.resume()
-
-    def _values(self, raw: bytes, number: int, runtime: Any, spout: Any) -> list[Any] | None:
-        if self.json_input and not _LONG_NUMBER.search(raw):
-            try:
-                values = orjson.loads(raw)  # checks the UTF-8 too
-            except ValueError:
-                pass  # not UTF-8, not JSON, or beyond orjson (NaN): see below
-            else:
-                return values if isinstance(values, list) else [values]
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            runtime.dead_letter(spout, None, [raw.decode("utf-8", "backslashreplace")],
-                                f"stdin line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start}; "
-                                "shown with \\x escapes); it was not sent", 0)
-            return None
-        if not self.json_input:
-            return [line] + [None] * (self.n_fields - 1)
-        try:  # the standard library decides what orjson refused (NaN and Infinity are not JSON: refused too)
-            values = json.loads(line, parse_constant=_not_json)
-        except ValueError as exc:
-            runtime.dead_letter(spout, None, [line], f"stdin line {number} is not JSON (--json-input): {exc}; "
-                                "it was not sent", 0)
-            return None
-        return values if isinstance(values, list) else [values]
 
 
 @main.command(

@@ -73,6 +73,9 @@ def dumps(obj: Any) -> bytes:
             return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
         except (TypeError, ValueError) as exc:
             raise LocalProtocolError(f"value is not JSON-serialisable: {exc}", frame=repr(obj), rule="values.json") from None
+        except RecursionError:
+            raise LocalProtocolError("value is not JSON-serialisable: nested too deeply", frame="(too deep to show)",
+                                     rule="values.json") from None
 
 
 # A body at least this long is parsed with the cyclic GC paused (_parse_paused).

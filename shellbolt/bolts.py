@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from multilang.connection import Role, State
+from multilang.errors import LocalProtocolError
 from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, StatePrepared, TaskIds, Tick, Tuple
 
 from .process import ShellProcess
@@ -196,7 +197,11 @@ class ShellBoltTask(ShellTask):
                 self.runtime.nudge()
             if batch:
                 # One frame for the lot if the process accepted `batch` (§9.5).
-                for frame, tuples in conn.send_tuples(batch, self.max_frame):
+                try:
+                    written = conn.send_tuples(batch, self.max_frame)
+                except LocalProtocolError:  # a value no frame can carry (all or none): the tuples one by one
+                    written = self._send_each(conn, batch)
+                for frame, tuples in written:
                     if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
                         tid = tuples[0].id
                         msg = (f"a {len(frame)}-byte tuple from {tuples[0].component} exceeds "
@@ -216,6 +221,23 @@ class ShellBoltTask(ShellTask):
                 await proc.write(b"".join(parts))
             if held_back and not batch:
                 await self._work.park()  # an ack, a fail or the next heartbeat wakes it
+
+    def _send_each(self, conn: Any, batch: list[Tuple]) -> list[tuple[bytes, list[Tuple]]]:
+        """The frames of a batch that the connection refused as a whole
+        (a value no frame can carry: a lone surrogate, nesting deeper than
+        the encoder goes), tuple by tuple: a tuple refused alone is failed
+        with the reason, as one too large for a frame is (§1.3), and its
+        input is replayed or given up on; the others go on."""
+        out = []
+        for tup in batch:
+            try:
+                out.extend(conn.send_tuples([tup], self.max_frame))
+            except LocalProtocolError as exc:
+                msg = f"a tuple from {tup.component} cannot be sent: {exc}"
+                log.error("%s: %s; failed", self.where(), msg)
+                self.stats.failed += 1
+                self.sink.unsent(self, self.in_flight.pop(tup.id), f"{self.where()}: {msg}")
+        return out
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
         touched: set[Task] = set()

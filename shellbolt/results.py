@@ -3,12 +3,13 @@ and the cause a spout hears when a tree fails. Pure: no trio, no I/O."""
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from multilang.errors import ComponentError
 
-__all__ = ["ComponentStats", "TaskStats", "DeadLetter", "RunResult", "Cause", "brief", "first_line", "hashable", "sort_key", "id_key"]
+__all__ = ["ComponentStats", "TaskStats", "DeadLetter", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
 
 
 class TaskStats:
@@ -150,6 +151,17 @@ class RunResult:
 
 def first_line(text: str) -> str:
     return text.split("\n", 1)[0]
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 8, 40, 40, 40
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 300, 300, 300
+
+
+def short_repr(value: Any) -> str:
+    """``repr`` for a log line, bounded in depth and length: an input nested
+    a thousand levels deep is shown, not a RecursionError."""
+    return _REPR.repr(value)
 
 
 def brief(text: str, limit: int = 300) -> str:

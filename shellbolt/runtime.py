@@ -25,7 +25,7 @@ from .checkpoint import Checkpointer
 from .grouping import Grouping, Router
 from .observe import RunObs, snapshot
 from .ratelog import RateLimitedLog
-from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, sort_key
+from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
 from .spouts import PythonSpoutTask, ShellSpoutTask
 from .tasks import TICK_EDGES, Delivery, SpoutTask, Task, log, plain_emit
 from .topology import ANY_FIELDS, ComponentDef, Topology
@@ -452,10 +452,10 @@ class Runtime:
         if attempts:
             self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
                             "%s: gave up on input %s after %d attempt(s); last cause: %s",
-                            spout.where(), brief(repr(values)), attempts, letter.cause)
+                            spout.where(), brief(short_repr(values)), attempts, letter.cause)
         else:
             self.errlog.log(spout.where(), logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
-                            spout.where(), brief(repr(values)), letter.cause)
+                            spout.where(), brief(short_repr(values)), letter.cause)
         if self.on_dead_letter is not None:
             self.on_dead_letter(letter)
 

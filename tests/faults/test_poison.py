@@ -191,3 +191,27 @@ def test_a_line_that_is_not_utf8_is_a_dead_letter_and_the_rest_goes_through(tmp_
     assert len(proc.stdout.splitlines()) == 200
     (letter,) = [json.loads(x) for x in dead.read_text().splitlines()]
     assert letter["input"] == ["caf\\xe9"] and "stdin line 101 is not valid UTF-8" in letter["cause"]
+
+
+def test_json_input_lines_no_frame_can_carry_are_dead_letters_and_the_rest_goes_through(tmp_path):
+    """A lone surrogate, a number beyond a float (it would go as null) and
+    nesting deeper than 200 levels: each a dead letter naming its line, not
+    the end of the run (a lone surrogate used to stop it, losing every line)
+    nor a changed value. A big integer in a dead letter is written exactly."""
+    dead = tmp_path / "dead.jsonl"
+    deep = "[" * 300 + "]" * 300
+    lines = ['["a"]', '["\\ud800"]', "[1e400]", deep, '["b"]', '[{"k": 1}, 12345678901234567890123]']
+    proc = subprocess.run(ML + ["pipe", "--json-input", "--dead-letter", str(dead), "--", *POISON_BOLT, "raise",
+                                "{"],  # the last line is poison: a dict's str starts with "{"
+                          input="".join(f"{x}\n" for x in lines), capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    # the poison bolt's own traceback is reported; none of the host's
+    assert "multilang/cli.py" not in proc.stderr and "shellbolt/" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stdout.split() == ['["A"]', '["B"]']
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    causes = {x["input"][0] if x["attempts"] == 0 else "poison": x["cause"] for x in letters}
+    assert "stdin line 2 has a value no frame can carry" in causes['["\\ud800"]']
+    assert "stdin line 3 has a number beyond a float's range" in causes["[1e400]"]
+    assert "stdin line 4 is nested deeper than 200 levels" in causes[deep]
+    (poison,) = [x for x in letters if x["attempts"]]
+    assert poison["input"] == [{"k": 1}, 12345678901234567890123] and poison["attempts"] == 4
