@@ -523,8 +523,14 @@ class Topology:
             raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: {msg}"))
         env = dict(os.environ)
         env.update(impl.env or {})
-        if shutil.which(argv[0], path=env.get("PATH")) is None and not os.path.exists(os.path.join(cwd, argv[0])):
-            raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} not found on PATH"))
+        if shutil.which(argv[0], path=env.get("PATH")) is None:
+            path = os.path.join(cwd, argv[0])
+            if not os.path.exists(path):
+                raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} not found on PATH"))
+            if os.path.isdir(path) or not os.access(path, os.X_OK):  # else every start fails: a crash loop
+                what = "is a directory" if os.path.isdir(path) else "is not executable (chmod +x it, or name its " \
+                    "interpreter first, e.g. python script.py)"
+                raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} {what}"))
         script = _script_argument(argv)
         if script is not None and not os.path.exists(os.path.join(cwd, script)):
             # Else the interpreter exits at once, every restart: a crash loop ending in exit 1.

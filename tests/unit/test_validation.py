@@ -791,3 +791,23 @@ def test_cli_a_missing_script_is_a_usage_error_before_any_process_starts(tmp_pat
     result = _cli("run", str(p), "--no-progress")
     assert result.exit_code == 2, result.output
     assert f"error: {p}: {message}" in result.output
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    (0o644, "bolt 'split': command './split.rb' is not executable (chmod +x it"),
+    (None, "bolt 'split': command './split.rb' is a directory"),
+])
+def test_cli_a_command_that_cannot_be_executed_is_a_usage_error(tmp_path, mode, message):
+    """Exit 2 at once, not a crash loop of 'Permission denied' ending in exit 1."""
+    for entry in EXAMPLES.iterdir():
+        (tmp_path / entry.name).symlink_to(entry)
+    if mode is None:
+        (tmp_path / "split.rb").mkdir()
+    else:
+        (tmp_path / "split.rb").write_text((EXAMPLES / "ruby" / "split_bolt.rb").read_text())
+        (tmp_path / "split.rb").chmod(mode)
+    p = tmp_path / "wc.toml"
+    p.write_text(WORDCOUNT_TEXT.replace('["ruby", "ruby/split_bolt.rb"]', '["./split.rb"]'))
+    result = _cli("run", str(p), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert f"error: {p}: {message}" in result.output
