@@ -469,7 +469,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
               help="Comma-separated input fields of the tuples the bolt gets. Default: one field, line; with "
                    "--json-input, as many values as each line's list has.")
 @click.option("--output-fields", default=None, help="Comma-separated fields the bolt emits (default: any number of values).")
-@click.option("--json-input", is_flag=True, help="Each input line is a JSON list of values instead of one string.")
+@click.option("--json-input", is_flag=True, help="Each input line is a JSON list of values instead of one string "
+                                                  "(any other JSON value, such as an object, is one value).")
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
@@ -486,9 +487,11 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
     _setup_logging(log_level)
     if fields is None:
         fields = "*" if json_input else "line"  # "*": any number of values (a JSON list per line)
-    in_fields = [f for f in fields.split(",") if f]
+    in_fields = fields.split(",") if fields else []
     if not in_fields:
         raise click.UsageError("--fields names no field")
+    if "" in in_fields:
+        raise click.UsageError(f"--fields {fields!r} has an empty field name (two commas, or one at an end)")
     if len(in_fields) > 1 and not json_input:
         raise click.UsageError(f"--fields declares {len(in_fields)} fields, but without --json-input each line is "
                                "one value; add --json-input (a JSON list per line) or give one field")

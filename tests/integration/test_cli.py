@@ -392,3 +392,6 @@ def test_pipe_json_input_takes_lists_of_any_length_unless_fields_are_given(tmp_p
     p = subprocess.run(ML + ["pipe", "--fields", "", "--", "cat"], input="x\n", cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "--fields names no field" in p.stderr
+    p = subprocess.run(ML + ["pipe", "--json-input", "--fields", "a,,b", "--", "cat"], input="[1, 2]\n", cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--fields 'a,,b' has an empty field name" in p.stderr
