@@ -119,7 +119,7 @@ class StdinFeed:
                 for raw in lines:
                     number += 1
                     try:
-                        if len(raw) > 2 * _MAX_DEPTH and _maybe_deep(raw):
+                        if len(raw) > 2 * _MAX_DEPTH and _maybe_deep(raw):  # the length test inline: per line
                             raise ValueError("maybe too deep")  # _values measures it
                         values = loads(raw)
                     except (ValueError, RecursionError):
@@ -177,14 +177,11 @@ class StdinFeed:
 
 def _unsendable(values: Any) -> str | None:
     """Why values the standard library read cannot go to a bolt as they are,
-    or None: a number that overflows a float (1e400: it would go as null), a
-    lone surrogate (no UTF-8 for it), nesting deeper than a frame may hold."""
+    or None: nesting deeper than _MAX_DEPTH, a number that overflows a float
+    (1e400: it would go as null), a value no frame can carry (a lone
+    surrogate: no UTF-8 for it)."""
     from .codec import dumps
 
-    try:
-        dumps(values)
-    except (ValueError, TypeError, MultilangError) as exc:
-        return f"has a value no frame can carry ({exc})"
     stack = [(values, 1)]
     while stack:
         v, depth = stack.pop()
@@ -194,4 +191,8 @@ def _unsendable(values: Any) -> str | None:
             if depth > _MAX_DEPTH:
                 return f"is nested deeper than {_MAX_DEPTH} levels"
             stack.extend((x, depth + 1) for x in (v if isinstance(v, list) else v.values()))
+    try:
+        dumps(values)
+    except (ValueError, TypeError, MultilangError) as exc:
+        return f"has a value no frame can carry ({exc})"
     return None

@@ -203,13 +203,9 @@ class ShellBoltTask(ShellTask):
                     written = self._send_each(conn, batch)
                 for frame, tuples in written:
                     if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
-                        tid = tuples[0].id
-                        msg = (f"a {len(frame)}-byte tuple from {tuples[0].component} exceeds "
-                               f"multilang.max.frame.bytes ({self.max_frame})")
-                        log.error("%s: %s; failed", self.where(), msg)
-                        conn.pending.discard(tid)
-                        self.stats.failed += 1
-                        sink.unsent(self, in_flight.pop(tid), f"{self.where()}: {msg}")
+                        conn.pending.discard(tuples[0].id)
+                        self._unsent(tuples[0], f"a {len(frame)}-byte tuple from {tuples[0].component} exceeds "
+                                                f"multilang.max.frame.bytes ({self.max_frame})")
                         continue
                     parts.append(frame)
                 self.stats.executed += len(batch)
@@ -233,11 +229,15 @@ class ShellBoltTask(ShellTask):
             try:
                 out.extend(conn.send_tuples([tup], self.max_frame))
             except LocalProtocolError as exc:
-                msg = f"a tuple from {tup.component} cannot be sent: {exc}"
-                log.error("%s: %s; failed", self.where(), msg)
-                self.stats.failed += 1
-                self.sink.unsent(self, self.in_flight.pop(tup.id), f"{self.where()}: {msg}")
+                self._unsent(tup, f"a tuple from {tup.component} cannot be sent: {exc}")
         return out
+
+    def _unsent(self, tup: Tuple, msg: str) -> None:
+        """A tuple taken for writing that cannot be written: logged, and failed
+        through the sink (its input is replayed or given up on)."""
+        log.error("%s: %s; failed", self.where(), msg)
+        self.stats.failed += 1
+        self.sink.unsent(self, self.in_flight.pop(tup.id), f"{self.where()}: {msg}")
 
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
         touched: set[Task] = set()

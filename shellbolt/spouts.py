@@ -280,26 +280,23 @@ class PythonSpoutTask(SpoutTask):
             if rt.max_tuples is not None:
                 fresh = min(fresh, rt.max_tuples - rt.emitted_by_spouts - len(ids))
             items, values_of = self._items, self._values
-            if self._take is not None:
+            if self._take is not None:  # the burst in one call; fewer than asked: nothing more now
                 got = self._take(fresh) if fresh > 0 else []
-                if len(got) < fresh:
-                    self._exhausted = True  # nothing more now
-                seq = self._seq
-                for values in got:
-                    values_of[seq] = values
-                    ids.append(seq)
-                    seq += 1
-                self._seq = seq
-            for _ in range(fresh if self._take is None else 0):
-                try:
-                    values = list(next(items))
-                except StopIteration:
-                    self._exhausted = True
-                    break
-                msg_id = self._seq
-                self._seq += 1
-                values_of[msg_id] = values
-                ids.append(msg_id)
+            else:
+                got = []
+                for _ in range(fresh):
+                    try:
+                        got.append(list(next(items)))
+                    except StopIteration:
+                        break
+            if len(got) < fresh:
+                self._exhausted = True
+            seq = self._seq
+            for values in got:
+                values_of[seq] = values
+                ids.append(seq)
+                seq += 1
+            self._seq = seq
             if ids:
                 rt.route_spout_burst(self, [values_of[i] for i in ids], ids, touched, trio.current_time())
             rt.settle()
