@@ -271,6 +271,7 @@ def test_near_terminator_is_not_a_terminator(started):
     # the frame "{...}\nend \n" is not JSON: a protocol error, not an ack
     c.read_eof()
     assert c.wait() != 0
+    c.wait_closed(5)  # stderr fully drained: the exit can come before the last stderr bytes are read
     assert b"RemoteProtocolError" in c.stderr and b"end " in c.stderr
 
 
@@ -558,6 +559,7 @@ def test_plain_bolt_exception_error_then_nonzero_exit(started, tmp_path):
     assert err["command"] == "error" and "boom-7" in err["msg"] and "ValueError" in err["msg"]
     c.read_eof()
     assert c.wait() != 0
+    c.wait_closed(5)
     assert b"boom-7" in c.stderr
 
 
