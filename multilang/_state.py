@@ -39,7 +39,7 @@ from .messages import (
     UnknownCommand,
 )
 
-__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "Ledger", "StateLedger", "STATE_RULES", "HEARTBEAT_MEMORY"]
+__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "Ledger", "StateLedger", "STATE_RULES", "HEARTBEAT_MEMORY"]
 
 
 class Role(enum.Enum):
@@ -99,6 +99,12 @@ TRANSITIONS: dict[Role, dict[tuple[State, type], State]] = {
         **{(s, m): s for s in (State.IDLE, State.BUSY) for m in _SPOUT_ANYTIME},
     },
 }
+
+#: TRANSITIONS by role, then by state: each message legal there -> the state it leads to
+ALLOWED: dict[Role, dict[State, dict[type, State]]] = {}
+for _role, _table in TRANSITIONS.items():
+    for (_state, _msg), _new in _table.items():
+        ALLOWED.setdefault(_role, {}).setdefault(_state, {})[_msg] = _new
 
 
 # --- the rules that need memory (§3.4-§3.6, §4.1, §5.1) -----------------------------

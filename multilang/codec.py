@@ -60,6 +60,7 @@ __all__ = [
     "encode_json",
     "decode_component_frame",
     "decode_host_frame",
+    "name_unencodable",
 ]
 
 
@@ -76,6 +77,23 @@ def dumps(obj: Any) -> bytes:
         except RecursionError:
             raise LocalProtocolError("value is not JSON-serialisable: nested too deeply", frame="(too deep to show)",
                                      rule="values.json") from None
+
+
+def name_unencodable(emits: Any, exc: LocalProtocolError, frame: Any = dumps) -> LocalProtocolError:
+    """``exc`` (an output batch no frame could carry, §9.5) told as the first
+    emit in ``emits`` whose values or anchors cannot be written, and the
+    tuples it was anchored to: the batch is encoded long after the emit
+    call, so the batch's text alone would not say which ``process`` wrote it."""
+    for emit in emits:
+        try:
+            frame(emit)
+        except LocalProtocolError as inner:
+            cause = str(inner).split(" (frame: ", 1)[0]
+            second = emit[1] if len(emit) > 1 else None
+            whose = f"anchored to tuple(s) {', '.join(map(str, second))}" if isinstance(second, list) else "unanchored"
+            return LocalProtocolError(f"an emit {whose} holds a value no frame can carry: {cause}",
+                                      frame=repr(emit[0]), rule=exc.rule)
+    return exc
 
 
 # A body at least this long is parsed with the cyclic GC paused (_parse_paused).

@@ -44,7 +44,7 @@ from typing import Any, Iterable
 
 from ._state import Role, Side
 from .connection import _JUST_STR, _JUST_TUPLE, NEED_DATA, Connection, _first
-from .errors import RemoteProtocolError
+from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import (
     DEFAULT_STREAM,
     Ack,
@@ -101,6 +101,10 @@ def _ids(tuples: Any) -> Any:
 
 class _Closed(Exception):
     """stdin reached EOF: the host is gone or shutting us down (§5.4)."""
+
+
+class _Told(Exception):
+    """Ends the loop after the host was sent an error saying why: no second report."""
 
 
 class _LogWriter(io.TextIOBase):
@@ -243,9 +247,21 @@ class Component:
         if self._clock is not None:
             self._clock.due = False
         if self._conn.batching:
+            self._close_batch()
+        self._write_out()
+
+    def _close_batch(self) -> None:
+        """The open output batch (§9.5) to the output."""
+        try:
             batch = self._conn.close_batch()
-            if batch:
-                self._out.append(batch)
+        except LocalProtocolError as exc:  # an emit no frame can carry: the host hears why, then we end
+            self._out.append(self._conn.send(Error(msg=f"{type(self).__name__}: {exc}")))
+            self._write_out()
+            raise _Told(str(exc)) from exc
+        if batch:
+            self._out.append(batch)
+
+    def _write_out(self) -> None:
         if not self._out:
             return
         data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
@@ -521,16 +537,14 @@ class Bolt(Component):
                             self._flush()
                     if part is not tups:
                         self._flush()
-        except _Closed:  # stdin EOF while process() waited for task ids: not its fault
+        except (_Closed, _Told):  # stdin EOF while process() waited for task ids: not its fault
             raise
         except Exception:
             self._process_failed(tup[0], n if batch is not None else 0)
             raise
         conn = self._conn
         if n >= _CLOSE_PART_MIN and conn.batching:
-            data = conn.close_batch()
-            if data:
-                self._out.append(data)
+            self._close_batch()
         self._answered += n
         if 0 <= conn.queued <= self._flush_at:
             self._flush_at = -1

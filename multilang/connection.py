@@ -30,8 +30,8 @@ from operator import itemgetter
 import orjson
 from typing import Any, Callable, Collection, Iterable
 
-from ._state import SENDER, STATE_RULES, TRANSITIONS, Ledger, Role, Side, State
-from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json
+from ._state import ALLOWED, SENDER, STATE_RULES, Ledger, Role, Side, State
+from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json, name_unencodable
 from .codec import loads as json_loads
 from .codec import msgpack_frame, msgpack_loads
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -64,10 +64,6 @@ _STATE_TYPES = frozenset(STATE_MESSAGES.values())  # §9.7
 __all__ = ["Connection", "NEED_DATA", "Role", "Side", "State"]
 
 
-_BY_STATE: dict[Role, dict[State, dict[type, State]]] = {}
-for _role, _table in TRANSITIONS.items():
-    for (_state, _msg), _new in _table.items():
-        _BY_STATE.setdefault(_role, {}).setdefault(_state, {})[_msg] = _new
 _NOTHING: dict[type, State] = {}
 # Elements per output batch before it is closed: keeps a frame far below the
 # size limit for ordinary tuples (§9.5).
@@ -131,7 +127,7 @@ class Connection:
     def __init__(self, role: Role, side: Side, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.role = role
         self.side = side
-        self._by_state = _BY_STATE[role]
+        self._by_state = ALLOWED[role]
         #: Extension ``batch`` is on (§9.5).
         self.batching = False
         #: Extension ``msgpack`` is on (§9.6): frames are length-prefixed msgpack.
@@ -578,7 +574,10 @@ class Connection:
         if self._open_fails:
             obj["fails"] = self._open_fails
             self._open_fails = []
-        return self._frame(obj)
+        try:
+            return self._frame(obj)
+        except LocalProtocolError as exc:  # the batch is dropped; say which emit broke it
+            raise name_unencodable(obj.get("emits", ()), exc, self._frame) from None
 
     def _batch_full(self, n: int = 1) -> bytes:
         """``n`` elements joined the open batch: close it if it is full (§9.5)."""

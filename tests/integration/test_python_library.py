@@ -537,6 +537,38 @@ def test_basic_bolt_exception_error_fail_and_keeps_running(started):
     assert c.proc.poll() is None
 
 
+@pytest.mark.parametrize("size", [3, 40])  # flushed before the next read / closed after a long part
+def test_under_batch_an_emit_no_frame_can_carry_is_an_error_naming_its_tuple(started, tmp_path, size):
+    """Under ``batch`` (§9.5) an emit is encoded when its output batch closes,
+    after ``process`` returned: a value that is not JSON (a set) must still
+    reach the host as an error naming the tuple it was anchored to, and end
+    the bolt as a raising ``process`` does, not crash it with no word."""
+    path = script(
+        tmp_path,
+        "unencodable.py",
+        """
+        from multilang import Bolt
+
+        class B(Bolt):
+            def process(self, tup):
+                self.emit([{1, 2}] if tup.values == ["bad"] else tup.values, anchors=[tup])
+                self.ack(tup)
+
+        B().run()
+        """,
+    )
+    c = started([PY, str(path)], handshake=False)
+    c.handshake(offer=["batch"], accept=["batch"])
+    ts = [tup(f"t{i}", ["bad" if i == 1 else i]) for i in range(size)]
+    c.send(tuple_batch(*ts))
+    err = c.read()
+    assert err["command"] == "error", err
+    assert "B: an emit anchored to tuple(s) t1 holds a value no frame can carry" in err["msg"], err
+    assert "set" in err["msg"], err
+    c.read_eof()
+    assert c.wait() == 1
+
+
 def test_plain_bolt_exception_error_then_nonzero_exit(started, tmp_path):
     path = script(
         tmp_path,
