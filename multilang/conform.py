@@ -193,13 +193,22 @@ def run_conformance(
     # silent command costs --timeout per vector, not the handshake allowance.
     handshake_timeout = max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)) if answered else timeout
     r = Role(role)
+    silent = ""  # set when a vector, after the probe, also got no pid reply: the rest are not run
     for v in vectors:
         why = _applicable(v, role, mode)
         if why:
             report.results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=NOT_APPLICABLE,
                                               reason=why, level=v.level))
             continue
-        report.results.append(_run_vector(v, argv, r, timeout, handshake_timeout, env, cwd_s))
+        if silent:
+            report.results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=FAILED,
+                                              rule="handshake.timeout", step="handshake", reason=silent, level=v.level))
+            continue
+        result = _run_vector(v, argv, r, timeout, handshake_timeout, env, cwd_s)
+        report.results.append(result)
+        if not answered and result.rule == "handshake.timeout":
+            silent = (f"not run: the component answered no handshake, neither the probe "
+                      f"({max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)):g} s) nor {v.id} ({timeout:g} s)")
     report.duration = time.monotonic() - t0
     return report
 

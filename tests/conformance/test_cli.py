@@ -56,6 +56,21 @@ def test_format_json():
     assert r["spec"] == ["3.1", "3.6"] and r["frames"] and r["step"] == "step 2"
 
 
+def test_a_command_that_never_answers_the_handshake_is_not_waited_for_per_check():
+    """`conform -- sleep 100`: no pid reply to the probe nor to the first
+    check; every other check is reported as not run for that reason, so the
+    run takes two waits, not one per check (43 of them, about 2 minutes)."""
+    res = invoke("--format", "json", "--timeout", "1", "--", PY, "-c", "import time; time.sleep(60)")
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.output)
+    failed = [r for r in doc["results"] if r["status"] == "failed"]
+    assert len(failed) > 10 and doc["passed"] == 0
+    assert all(r["rule"] == "handshake.timeout" for r in failed), failed
+    waited = [r for r in failed if not r["reason"].startswith("not run:")]
+    assert len(waited) == 1 and waited[0]["duration"] >= 1, waited
+    assert f"nor {waited[0]['id']} (1 s)" in failed[-1]["reason"], failed[-1]
+
+
 def test_format_junit():
     res = invoke("--format", "junit", "--timeout", "1", "-k", "handshake.pid", "--", *NUMERIC)
     assert res.exit_code == 0, res.output
