@@ -46,9 +46,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkpointer", "StatefulSink", "StateStoreFailed", "init_frames"]
 
-#: when every tree waits only for held acks and no spout emitted for this
-#: long, the checkpoint is taken at once (the end of the input, or spouts
-#: held back by topology.max.spout.pending): waiting would only idle
+#: when every tree waits only for held acks and no spout may emit (the end of
+#: the input, or spouts held back by topology.max.spout.pending or
+#: --max-tuples) for this long, the checkpoint is taken at once: waiting for
+#: the interval would only idle (_quiet_needed)
 _QUIET = 0.002
 #: keys per init chunk (§9.7 chunks; each frame also stays under the frame limit)
 _CHUNK_KEYS = 1000
@@ -212,9 +213,10 @@ class Checkpointer:
                     with trio.move_on_at(deadline):
                         await self._first_ready.wait()
                     continue
-                if self.held and self.quiescent():
+                quiet = self._quiet_needed() if self.held and self.quiescent() else None
+                if quiet is not None:
                     seen = rt.emitted_by_spouts
-                    await trio.sleep(_QUIET)
+                    await trio.sleep(quiet)
                     if rt.emitted_by_spouts == seen and self.quiescent():
                         break
                     continue
@@ -222,6 +224,27 @@ class Checkpointer:
                     await rt.wait_for_change()
             if self._something_to_commit():
                 await self.checkpoint()
+
+    def _quiet_needed(self) -> float | None:
+        """How long the spouts must stay quiet for a checkpoint before the
+        interval ends, or None (one may still emit: wait for the interval,
+        as Storm's checkpoint spout does). A spout that may not emit now
+        (stopped, max spout pending, --max-tuples) or whose input ended
+        frees nothing by waiting: _QUIET. One that only found nothing to
+        emit lately (a shell spout's empty ``next``, an open feed) may
+        emit again at any time: a tenth of the interval, so that a spout
+        emitting now and then does not get a checkpoint per tuple."""
+        rt = self.rt
+        quiet = _QUIET
+        for sp in rt.tasks.values():
+            if not isinstance(sp, SpoutTask) or rt.spouts_stopped or not rt.may_emit(sp):
+                continue
+            rest = sp.at_rest()
+            if rest is None:
+                return None
+            if rest == "dry":
+                quiet = max(quiet, self.interval / 10)
+        return quiet
 
     async def final(self) -> None:
         """At the end of a run: commit what the last interval changed (also

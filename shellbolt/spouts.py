@@ -80,6 +80,10 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         # Past max_tuples a shell spout with failed ids outstanding may still replay them.
         return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0 and not self.fail_counts))
 
+    def at_rest(self) -> str | None:
+        # A shell spout's input never ends as far as the host knows (Storm's neither).
+        return "dry" if not self.notices and self._empty_nexts >= 2 else None
+
     def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
         worst = sorted(self.fail_counts.values(), key=lambda e: -e[0])[:5]
         return [(self.name, e[2], e[0], e[1]) for e in worst if e[0] > 1]
@@ -216,6 +220,11 @@ class PythonSpoutTask(SpoutTask):
 
     def finished(self, limit_reached: bool) -> bool:
         return not self._replay and super().finished(limit_reached)
+
+    def at_rest(self) -> str | None:
+        if self.notices or self._replay or not self._exhausted:
+            return None
+        return "dry" if getattr(self._items, "open", False) else "done"
 
     def remaining(self) -> int | None:
         """Inputs still to emit (replays included) if the source can say

@@ -194,6 +194,12 @@ class SpoutTask(Task):
         idle (exhausted), or ``max_tuples`` was reached and its trees are done."""
         return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0))
 
+    def at_rest(self) -> str | None:
+        """Why it emits nothing now, for an early checkpoint (checkpoint.py):
+        ``"done"`` (its input ended: only replays may come), ``"dry"`` (its
+        last asks gave nothing, but more may come), None (it may emit)."""
+        return None
+
     def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
         """(component, msg id, times failed, last cause) of the ids that kept failing, for the summary."""
         return []

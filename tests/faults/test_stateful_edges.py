@@ -641,3 +641,21 @@ def test_a_checkpoint_abandoned_because_a_tree_began_during_prepare_keeps_the_pr
     assert not missing, (f"{len(missing)} of {n} spout tuples acked and committed as covered, but not in the "
                          f"state: {missing[:15]}")
     assert stored == {f"n{i}": 1 for i in range(n)}
+
+
+def test_a_slow_shell_spout_gets_one_checkpoint_per_interval_not_one_per_tuple(tmp_path):
+    # A spout that takes 20 ms per `next` (a remote source) leaves every tree
+    # waiting only for its held ack between two emits. That is no reason to
+    # checkpoint early: the spout is still emitting. Storm's checkpoint spout
+    # ticks once per interval; so do we, here one covering the whole run, then
+    # (once the spout's `next` emits nothing) the last one, a tenth of the
+    # interval later. Before: one checkpoint per tuple (30).
+    n = 30
+    b = TopologyBuilder()
+    b.set_spout("spout", ShellSpout(["python", str(SLOW_SPOUT), str(n), "--delay", "0.02"], fields=["n"]))
+    b.set_bolt("count", stateful_bolt()).shuffle_grouping("spout")
+    topo = build(b, tmp_path, output=("count", ["key"]), **{"topology.state.checkpoint.interval.ms": 6000})
+    run = run_topology(topo, limit=30)
+    assert_done_exactly(run, tmp_path, n)
+    assert 1 <= run.runtime.checkpoints.committed <= 2, run.runtime.checkpoints.committed
+    assert view(run) == expected_counts(range(n))
