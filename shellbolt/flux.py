@@ -396,6 +396,12 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
     subscribed: set[tuple[str, str]] = set()
     for i, s in enumerate(streams):
         subscribed.add(_stream(s, i, path, kinds, declarers))
+    fed = {s["to"] for s in streams}  # each checked by _stream
+    for name, kind in kinds.items():  # said here in Flux's words; validate() says it in the builder's
+        if kind == "bolt" and name not in fed:
+            first = next((n for n, k in kinds.items() if k == "spout"), "<spout>")
+            raise TopologyError(f"{path}: bolt {name!r}: has no inputs; add one under streams:, e.g. "
+                                f"- {{from: {first!r}, to: {name!r}, grouping: {{type: SHUFFLE}}}}")
 
     output = _output(conf, path, builder, impls, subscribed)
     return builder.create_topology(conf, name=topo_name or path.stem, output=output,
@@ -583,7 +589,8 @@ def _stream(s: Any, i: int, path: Path, kinds: Mapping[str, str],
     gtype = g["type"].upper()
     if gtype == "CUSTOM":
         cc = g.get("customClass") if isinstance(g.get("customClass"), dict) else {}
-        raise TopologyError(f"{where}: CUSTOM grouping {cc.get('className', '?')} is a Java class; use one of "
+        cls = cc.get("className") or "(customClass names no className)"
+        raise TopologyError(f"{where}: CUSTOM grouping {cls} is a Java class; use one of "
                             f"{', '.join(_GROUPINGS)}")
     if gtype not in _GROUPINGS:
         raise TopologyError(f"{where}: unknown grouping type {g['type']!r}{did_you_mean(gtype, _GROUPINGS)}; "

@@ -15,6 +15,7 @@ assigned as Storm does: components sorted by id, tasks numbered from 1.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -634,6 +635,10 @@ def load_topology(path: str | os.PathLike[str], overrides: Mapping[str, Any] | N
             setter = builder.set_spout if kind == "spouts" else builder.set_bolt
             decl = setter(cname, impl, spec.get("parallelism", 1), comp_conf)
             inputs = spec.get("inputs", [])
+            if kind == "bolts" and not inputs:  # said here in TOML's words; validate() says it in the builder's
+                first = next(iter(spouts), "<spout>")
+                raise TopologyError(f"{where}: has no inputs; add e.g. "
+                                    f"inputs = [{{ source = {json.dumps(first)}, grouping = \"shuffle\" }}]")
             if not isinstance(inputs, list):
                 raise TopologyError(f"{where}: inputs must be a list of {{ source = ..., grouping = ... }}, "
                                     f"got {inputs!r}")

@@ -484,7 +484,12 @@ def test_flux_typos(tmp_path, old, new, pattern):
      r"bolt 'split': needs a 'className' \(a string\)"),
     ('    from: "words"', "    from: [words]", r"'from: \['words'\]' is not the id of a spout or bolt"),
     ("      type: FIELDS", "      type: SHUFFLE\n      streamId: [x]", r"streamId must be a string"),
-    ("      type: FIELDS", "      type: CUSTOM\n      customClass: x", r"CUSTOM grouping \? is a Java class"),
+    ("      type: FIELDS", "      type: CUSTOM\n      customClass: x",
+     r"CUSTOM grouping \(customClass names no className\) is a Java class"),
+    ('streams:\n  - name: "words --> split"\n    from: "words"\n    to: "split"\n    grouping:\n      type: FIELDS\n'
+     '      args: ["word"]\n', "",
+     r"bolt 'split': has no inputs; add one under streams:, e\.g\. - \{from: 'words', to: 'split', grouping: "
+     r"\{type: SHUFFLE\}\}$"),
     ("streams:", "streams: 5\nx:", r"unknown key 'x'"),
     ("bolts:", "bolts: {a: 1}\nbolts2:", r"unknown key 'bolts2'"),
 ])
