@@ -253,8 +253,6 @@ class _Feeder(SpoutTask):
     queued, reliably (msg id = (lease, row, attempt)); acks and fails go
     straight to the lease (no replay here: the lease decides)."""
 
-    host_replays = True  # the lease decides about retries; an emit the host refuses is final
-
     def __init__(self, runtime: Runtime, comp: ComponentDef, task_id: int, engine: "_Engine") -> None:
         super().__init__(runtime, comp, task_id)  # notices stay empty: notify() acts at once
         self.idle = True

@@ -218,7 +218,7 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
             None, "The state provider's settings; sqlite: dir, the directory of its file (--state-dir).",
             scope="topology"),
     ConfKey("multilang.max.replays", "an integer >= 0", _int(0), 3,
-            "Times the host's own spouts replay a failing tuple before dead-lettering it."),
+            "Times the host's own spouts replay a failing tuple (and a shell spout an emit the host refuses) before dead-lettering it."),
     ConfKey("multilang.record.segment.bytes", "an integer >= 4096 (bytes)", lambda v: _is_int(v) and v >= 4096,
             16 << 20, "--record: the largest segment file of a task's recording; a new segment starts past it."),
     ConfKey("multilang.record.segments", "a positive integer", _int(1), 4,

@@ -25,7 +25,7 @@ from .checkpoint import Checkpointer
 from .grouping import Grouping, Router
 from .observe import RunObs, snapshot
 from .ratelog import RateLimitedLog
-from .results import Cause, ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
+from .results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
 from .spouts import PythonSpoutTask, ShellSpoutTask
 from .tasks import TICK_EDGES, Delivery, SpoutTask, Task, log, plain_emit
 from .topology import ANY_FIELDS, ComponentDef, Topology
@@ -192,8 +192,7 @@ class Runtime:
                 for a in anchors:
                     self.acker.fail(a, cause)
             elif emit.id is not None and isinstance(src, SpoutTask):
-                # The host's own check fails the same way on every replay.
-                src.notify("fail", emit.id, Cause.make(cause or "", final=src.host_replays))
+                src.refused(emit.id, emit.values, cause or "")
             return []
         self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
         return targets

@@ -46,6 +46,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         #: replays (Storm semantics); the host only names the ids that keep
         #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
         self.fail_counts: dict[Any, list[Any]] = {}
+        self.max_replays = int(self.conf.get("multilang.max.replays", 3))  # for emits the host refuses (refused)
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id))
@@ -79,6 +80,19 @@ class ShellSpoutTask(ShellTask, SpoutTask):
     def finished(self, limit_reached: bool) -> bool:
         # Past max_tuples a shell spout with failed ids outstanding may still replay them.
         return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0 and not self.fail_counts))
+
+    def refused(self, msg_id: Any, values: list[Any], cause: str) -> None:
+        # A shell spout decides about replays (Storm semantics), but one that
+        # replays an emit the host refuses would do so for ever: past
+        # multilang.max.replays the host gives up on it (a dead letter) and
+        # acks it, so that the spout forgets it.
+        entry = self.fail_counts.get(id_key(msg_id))
+        attempts = (entry[0] if entry is not None else 0) + 1
+        if attempts <= self.max_replays:
+            self.notify("fail", msg_id, cause)
+            return
+        self.runtime.dead_letter(self, msg_id, values, cause, attempts)
+        self.notify("ack", msg_id)
 
     def at_rest(self) -> str | None:
         # A shell spout's input never ends as far as the host knows (Storm's neither).
@@ -201,8 +215,6 @@ class PythonSpoutTask(SpoutTask):
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id, cause))
         self.kick()
-
-    host_replays = True
 
     def acked(self, msg_ids: list[Any]) -> None:
         # Done with these inputs at once: an ack needs no decision, so it

@@ -19,6 +19,7 @@ from multilang.errors import ComponentError
 from .acker import TupleEdges, edges_of
 from .grouping import Grouping
 from .observe import TaskObs
+from .results import Cause
 from .topology import ComponentDef
 
 if TYPE_CHECKING:
@@ -158,11 +159,6 @@ class SpoutTask(Task):
     flight (``pending_roots``, kept by the runtime), whether it has nothing
     more to emit (``idle``), and whether it is finished (``finished``)."""
 
-    #: A failure the host's own check finds (an emit to an undeclared
-    #: stream) is final, not replayed, for spouts whose replays the host
-    #: decides (its in-process spouts); a shell spout decides itself.
-    host_replays = False
-
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
         self.notices: deque[Any] = deque()  # acks and fails to deliver to the spout
@@ -183,6 +179,13 @@ class SpoutTask(Task):
         else:
             with trio.move_on_after(timeout):
                 await self._work.park()
+
+    def refused(self, msg_id: Any, values: list[Any], cause: str) -> None:
+        """The host refused an emit of this spout (an undeclared stream, a
+        wrong number of values, a normal emit on a direct stream): it would
+        be refused the same way on every replay. A spout whose replays the
+        host decides (its in-process spouts) gives up on it at once."""
+        self.notify("fail", msg_id, Cause.make(cause, final=True))
 
     def acked(self, msg_ids: list[Any]) -> None:
         """Trees of this spout completed (``notify("ack", ...)`` for each, in one call)."""

@@ -3,7 +3,8 @@ most ``multilang.max.replays`` times by the host's own spouts, then given up
 on (a dead letter), and the run ends by itself with exit 1 naming it. The
 same error repeated per tuple is logged once per kind, with a count.
 Shell spouts decide about replays themselves (Storm semantics); the host
-names the ids that keep failing in the summary."""
+names the ids that keep failing in the summary, and gives up on an emit it
+refuses itself (the same way on every replay) after as many replays."""
 
 from __future__ import annotations
 
@@ -87,6 +88,37 @@ def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_i
     named = [x for x in proc.stderr.splitlines() if "saw message id 7 fail" in x]
     assert named and "ValueError: cannot digest '7'" in named[0], proc.stderr[-3000:]
     assert len(proc.stderr.encode()) < 200_000
+
+
+@pytest.mark.parametrize("mistake", ["direct", "arity"])
+def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_and_acked(tmp_path, mistake):
+    # numbered_spout replays every failed id for ever. Its emits are refused
+    # by the host itself, the same way every time: a normal emit on a stream
+    # its bolt subscribes to with a direct grouping, or one value where two
+    # fields are declared. Before, the run never ended (100,000 errors in
+    # 20 s, --max-tuples never reached). Now each id is a dead letter after
+    # 1 + multilang.max.replays attempts, acked to the spout so that it
+    # forgets it, and the run ends by itself with exit 1.
+    spout = numbered_spout(5, events=False)
+    dead = tmp_path / "dead.jsonl"
+    fields, grouping = (["n"], "direct") if mistake == "direct" else (["n", "m"], "shuffle")
+    topo = tmp_path / "t.toml"
+    topo.write_text(
+        f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = {toml_str(fields)}\n'
+        f'[bolts.bolt]\ncommand = {toml_str(POISON_BOLT + ["raise", "7"])}\nfields = ["out"]\n'
+        f'inputs = [{{ source = "spout", grouping = "{grouping}" }}]\n'
+    )
+    proc = subprocess.run(ML + ["run", str(topo), "--no-progress", "--dead-letter", str(dead)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert sorted(d["input"] for d in letters) == [[i] for i in range(5)], letters
+    assert all(d["attempts"] == 4 and d["component"] == "spout" for d in letters), letters
+    cause = ("normal emit on stream 'default', which 'bolt' subscribes to with a direct grouping" if mistake == "direct"
+             else "emitted 1 values on stream 'default', which declares 2 fields")
+    assert all(cause in d["cause"] for d in letters), letters
+    assert "5 input(s) failed for good" in proc.stderr
+    assert len(proc.stderr.encode()) < 100_000
 
 
 CRASH_BOLT = ["python", str(COMPONENTS / "crash_bolt.py")]
