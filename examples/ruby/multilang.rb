@@ -1122,6 +1122,17 @@ module Multilang
       Wire.read_task_ids
     end
 
+    # The host's next frame that is an object: one that is not (a task-id list
+    # no emit waits for) is reported on stderr and skipped.
+    def next_command
+      loop do
+        msg = Wire.next_message
+        return msg if msg.is_a?(Hash)
+
+        warn "multilang: ignoring an unexpected frame (no emit is waiting for task ids): #{JSON.generate(msg)[0, 200]}"
+      end
+    end
+
     def define_hook(name, callable)
       define_singleton_method(name) { |*args| callable.call(*args, self) }
     end
@@ -1198,11 +1209,7 @@ module Multilang
 
     def main_loop
       loop do
-        msg = Wire.next_message
-        unless msg.is_a?(Hash)
-          warn "multilang: ignoring an unexpected frame (no emit is waiting for task ids): #{JSON.generate(msg)[0, 200]}"
-          next
-        end
+        msg = next_command
         if msg['stream'] == '__heartbeat'
           Wire.send_sync # never acked, never shown to user code
         elsif (batch = msg['tuples'])
@@ -1711,11 +1718,7 @@ module Multilang
 
     def main_loop
       loop do
-        msg = Wire.next_message
-        unless msg.is_a?(Hash)
-          warn "multilang: ignoring an unexpected frame (no emit is waiting for task ids): #{JSON.generate(msg)[0, 200]}"
-          next
-        end
+        msg = next_command
         command = msg['command']
         case command
         when 'next' then next_tuple
