@@ -5,7 +5,7 @@ exception for every input, would otherwise print the same ERROR record
 thousands of times a minute and bury everything else (issue 18). The first
 record of a kind is logged in full at once; later ones of the same kind are
 only counted, and the count is logged once the interval has passed
-("... and 1,234 more like it in the last 10s").
+("...: 1234 more like this in the last 10s, the last: <its first line>").
 
 A *kind* is the task plus the first line of the message with its numbers and
 quoted values masked, so "failed on tuple -4217..." and "failed on tuple
@@ -37,7 +37,7 @@ class RateLimitedLog:
     def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
         self.logger = logger
         self.interval = interval
-        # kind -> [window start, suppressed count, level, the first message's first line]
+        # kind -> [window start, suppressed count, level, the last message's start]
         self._kinds: dict[str, list[Any]] = {}
 
     def log(self, where: str, level: int, now: float, fmt: str, *args: Any) -> None:
@@ -46,13 +46,14 @@ class RateLimitedLog:
         state = self._kinds.get(kind)
         if state is not None and now - state[0] < self.interval:
             state[1] += 1
+            state[3] = msg[:400]  # the report quotes the last one (the first was logged in full)
             return
         if state is not None and state[1]:
             self._report(kind, state, now)
         if state is None and len(self._kinds) >= _MAX_KINDS:
             self.flush(now)
             self._kinds.pop(next(iter(self._kinds)))
-        self._kinds[kind] = [now, 0, level, msg.split("\n", 1)[0]]
+        self._kinds[kind] = [now, 0, level, msg[:400]]
         self.logger.log(level, "%s", msg)
 
     def flush(self, now: float) -> None:
@@ -64,6 +65,7 @@ class RateLimitedLog:
 
     def _report(self, kind: str, state: list[Any], now: float) -> None:
         where = kind.partition("|")[0]
-        sample = state[3] if len(state[3]) <= 160 else state[3][:160] + "..."
-        self.logger.log(state[2], "%s: %d more like this in the last %.0fs: %s",
+        last = state[3].split("\n", 1)[0]
+        sample = last if len(last) <= 160 else last[:160] + "..."
+        self.logger.log(state[2], "%s: %d more like this in the last %.0fs, the last: %s",
                         where, state[1], max(now - state[0], 0.0), sample)

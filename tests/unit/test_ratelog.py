@@ -31,7 +31,7 @@ def test_first_of_a_kind_logged_the_rest_counted_then_reported(caplog):
         assert _messages(caplog) == ["bolt:1 failed on tuple 0"]
         rl.log("bolt:1", logging.ERROR, 11.0, "bolt:1 failed on tuple %d", 5000)
     msgs = _messages(caplog)
-    assert msgs[1] == "bolt:1: 999 more like this in the last 11s: bolt:1 failed on tuple 0"
+    assert msgs[1] == "bolt:1: 999 more like this in the last 11s, the last: bolt:1 failed on tuple 999"
     assert msgs[2] == "bolt:1 failed on tuple 5000", "a new interval logs the next one in full"
 
 
