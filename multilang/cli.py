@@ -92,9 +92,10 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
         line += f", abandoned at stop {result.pending}"
     click.echo(line, err=True)
     for name, s in result.stats.items():
+        skipped = "skipped (already committed, or in flight from a process that died)"
         extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
                                                             ("dead letters", s.dead_letters),
-                                                            ("skipped (committed by an earlier run)", s.skipped)) if n)
+                                                            (skipped, s.skipped)) if n)
         click.echo(f"[summary]   {name}: emitted {s.emitted}, executed {s.executed}, acked {s.acked}, "
                    f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
         exts = getattr(result, "extensions", {}).get(name)

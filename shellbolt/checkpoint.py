@@ -89,6 +89,8 @@ class Checkpointer:
         self.rollbacks = 0
         self.keys_written = 0  # keys put or deleted by the checkpoints of this run (bench/stateful_wordcount.py)
         self._skip_spouts: dict[str, bool] = {}
+        #: spout task -> message id (msg_key) -> its tree, for spouts whose process died (spout_lost)
+        self._in_flight_ids: dict[int, dict[str, int]] = {}
         self.resuming = False  # the store holds a checkpoint of an earlier run
         if self.provider != "sqlite" or self.provider_config.get("dir"):
             self._open()  # a named store: resume from it, or refuse it now (a TopologyError)
@@ -117,8 +119,18 @@ class Checkpointer:
         """The committed output view of an earlier run (a resumed run prints it all)."""
         return list(self.store.outputs().values()) if self.store is not None and self.store.txid else []
 
-    def skip(self, spout: Task, msg_id: Any) -> bool:
-        """§9.7 step 4: the message id is already reflected in committed state."""
+    def skip(self, spout: Task, msg_id: Any) -> bool | None:
+        """§9.7 step 4: True if the message id is already reflected in
+        committed state (ack the emit), None if a tree of it is still in
+        flight from a process of the spout that died (that tree answers this
+        emit too), False to deliver it."""
+        index = self._in_flight_ids.get(spout.task_id)
+        if index is not None and (key := msg_key(msg_id)) is not None:
+            r = index.get(key)
+            if r is not None:
+                if r in self.rt.acker.roots:
+                    return None
+                del index[key]
         store = self.store
         if store is None:
             return False
@@ -348,6 +360,32 @@ class Checkpointer:
         self.activity = bool(self.held or self.touched)
         rt.acker.ack_many(released)
         rt.settle()
+
+    def spout_lost(self, spout: SpoutTask) -> None:
+        """A shell spout's process died. The next one may re-emit from its
+        source (a file read again from its start) message ids that a
+        checkpoint committed, or whose trees are still in flight. From now
+        on :meth:`skip` answers those emits: a committed one is acked at
+        once, one still in flight is folded into its tree (whose ack or
+        fail reaches the new process, §8.2). So each input counts once."""
+        index = self._in_flight_ids[spout.task_id] = {}
+        for r, root in self.rt.acker.roots.items():
+            if root.spout_task == spout.task_id and (key := msg_key(root.msg_id)) is not None:
+                index[key] = r
+        self._skip_spouts[spout.name] = True
+        self.rt.skip_committed()
+
+    def registered(self, spout: Task, msg_id: Any, root: int) -> None:
+        """A spout emit became tree ``root``: remembered while its spout is
+        watched for repeats (:meth:`spout_lost`), within what is in flight."""
+        index = self._in_flight_ids.get(spout.task_id)
+        if index is None or (key := msg_key(msg_id)) is None:
+            return
+        index[key] = root
+        if len(index) > 2 * spout.pending_roots + 64:  # forget finished trees: memory stays bounded
+            roots = self.rt.acker.roots
+            for k in [k for k, r in index.items() if r not in roots]:
+                del index[k]
 
     def rollback(self, cause: str) -> None:
         """Back to the last commit: every stateful process restores it, and

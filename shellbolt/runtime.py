@@ -110,7 +110,7 @@ class Runtime:
         except TopologyError as exc:  # named with the file it came from, as every topology error is
             source = topology.source
             raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None
-        #: a resumed run: (spout, msg id) -> whether an earlier run committed it
+        #: a resumed run, or a spout process restarted: (spout, msg id) -> whether a checkpoint committed it
         self._skip = self.checkpoints.skip if self.checkpoints is not None and self.checkpoints.resuming else None
         if self.checkpoints is not None and self._key_index is not None:
             for record in self.checkpoints.resumed_outputs():  # a resumed run prints the whole run's view
@@ -283,10 +283,13 @@ class Runtime:
                  anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
         """A valid emit to ``targets``: acker bookkeeping, then one Delivery
         per task, or the topology's output if nobody subscribes."""
-        if self._skip is not None and anchors is None and msg_id is not None and self._skip(src, msg_id):
-            src.stats.skipped += 1
-            src.notify("ack", msg_id)  # type: ignore[attr-defined]  (§9.7: committed by an earlier run)
-            return
+        if self._skip is not None and anchors is None and msg_id is not None:
+            skip = self._skip(src, msg_id)
+            if skip is not False:  # §9.7: committed already (acked now), or its tree is in flight (it answers)
+                src.stats.skipped += 1
+                if skip:
+                    src.notify("ack", msg_id)  # type: ignore[attr-defined]
+                return
         src.stats.emitted += 1
         n = len(targets)
         if anchors is None:  # a spout emit
@@ -294,10 +297,13 @@ class Runtime:
             if msg_id is not None and self.acking:
                 now = trio.current_time() if now is None else now
                 if n == 1:  # a one-hop token (acker.py)
-                    edges = [self.acker.spout_root(src.task_id, msg_id, now)]
+                    root = self.acker.spout_root(src.task_id, msg_id, now)
+                    edges = [root]
                 else:
-                    _, edges = self.acker.spout_emit(src.task_id, msg_id, n, now)
+                    root, edges = self.acker.spout_emit(src.task_id, msg_id, n, now)
                 src.pending_roots += 1  # type: ignore[attr-defined]
+                if self._skip is not None:
+                    self.checkpoints.registered(src, msg_id, root)  # type: ignore[union-attr]
             else:
                 if msg_id is not None:  # §4.7: acking off, acked after this command's sync
                     src.notify("ack", msg_id)  # type: ignore[attr-defined]
@@ -440,6 +446,12 @@ class Runtime:
     def restart_times(self, component: str) -> deque[float]:
         """The recent restart times of a component, shared by its tasks."""
         return self._restart_times.setdefault(component, deque())
+
+    def skip_committed(self) -> None:
+        """From now on a spout emit whose message id a checkpoint committed is
+        acked at once, not delivered (a restarted spout process, §9.7)."""
+        if self.checkpoints is not None:
+            self._skip = self.checkpoints.skip
 
     def dead_letter(self, spout: Task, msg_id: Any, values: list[Any], cause: str | None, attempts: int) -> None:
         """A spout of the host gives up on an input after multilang.max.replays."""

@@ -81,6 +81,11 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         # Past max_tuples a shell spout with failed ids outstanding may still replay them.
         return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0 and not self.fail_counts))
 
+    def session_lost(self, cause: str) -> None:
+        # With stateful bolts what the next process emits again must not count twice (§9.7).
+        if self.runtime.checkpoints is not None:
+            self.runtime.checkpoints.spout_lost(self)
+
     def refused(self, msg_id: Any, values: list[Any], cause: str) -> None:
         # A shell spout decides about replays (Storm semantics), but one that
         # replays an emit the host refuses would do so for ever: past

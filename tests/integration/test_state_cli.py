@@ -101,7 +101,7 @@ def counts(stdout: str) -> dict[str, int]:
 
 def skipped(stderr: str, spout: str = "sentences") -> int:
     line = next(ln for ln in stderr.splitlines() if ln.startswith(f"[summary]   {spout}:"))
-    marker = "skipped (committed by an earlier run) "
+    marker = "skipped (already committed, or in flight from a process that died) "
     return int(line.split(marker, 1)[1]) if marker in line else 0
 
 
