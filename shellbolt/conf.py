@@ -261,9 +261,19 @@ _STORM_PASSTHROUGH = frozenset({
     "topology.eventlogger.executors", "topology.multilang.serializer", "topology.stats.sample.rate",
     "topology.fall.back.on.java.serialization", "topology.skip.missing.kryo.registrations",
 })
+#: the dotted beginnings of the keys above ("topology", "topology.max", ...): a conf key that is one
+#: of them and holds a table was meant as a dotted key (_nested)
+_PREFIXES = frozenset(k.rsplit(".", i)[0] for k in (*SCHEMA, *_STORM_PASSTHROUGH) for i in range(1, k.count(".") + 1))
 
 
 # --- messages -----------------------------------------------------------------------------------
+
+
+def _json(v: Any) -> str:
+    try:
+        return json.dumps(v)[:80]
+    except (TypeError, ValueError):
+        return repr(v)[:80]
 
 
 def _show(v: Any) -> str:
@@ -355,6 +365,26 @@ def unknown_key_message(keys: Iterable[Any], known: Iterable[str], what: str = "
 # --- the pass -----------------------------------------------------------------------------------
 
 
+def _nested(key: str, table: Mapping[Any, Any]) -> str:
+    """What is wrong with conf key ``key`` holding a table: the dotted keys it
+    meant, and how to write them."""
+    flat: list[tuple[str, Any]] = []
+    stack = [(key, table)]
+    while stack and len(flat) < 3:
+        prefix, t = stack.pop()
+        for k, v in t.items():
+            name = f"{prefix}.{k}"
+            if isinstance(v, Mapping) and name in _PREFIXES:
+                stack.append((name, v))
+            else:
+                flat.append((name, v))
+    name, value = flat[0] if flat else (key, table)
+    v = _json(value)
+    return (f"conf key {key!r} is a table, not the dotted key {name!r}: an unquoted dotted key in TOML, or a "
+            f"nested mapping in YAML, makes tables; write the dotted name as one key (\"{name}\" = {v} in TOML, "
+            f"{name}: {v} in YAML)")
+
+
 def check_conf(conf: Any, where: str, *, component: bool = False, warn: bool = True) -> None:
     """Check a conf mapping. ``where`` prefixes every message (file and
     component). Raises TopologyError on the first bad value; logs a warning
@@ -367,6 +397,8 @@ def check_conf(conf: Any, where: str, *, component: bool = False, warn: bool = T
     for key, value in conf.items():
         if not isinstance(key, str):
             raise TopologyError(f"{where}: conf keys must be strings, got {_show(key)}")
+        if isinstance(value, Mapping) and key in _PREFIXES:
+            raise TopologyError(f"{where}: {_nested(key, value)}")
         cause = check_value(key, value)
         if cause is not None:
             raise TopologyError(f"{where}: {cause}")

@@ -287,6 +287,9 @@ def _check_impl(impl: Any, where: str) -> None:
                 raise TopologyError(f"{where}: stream {name!r}: fields must be a list of field names (strings), "
                                     f"got {fields!r}")
             _check_field_names(fields, f"{where}: stream {name!r}: fields")
+        if impl.fields is not None and DEFAULT_STREAM in streams and list(streams[DEFAULT_STREAM]) != list(impl.fields):
+            raise TopologyError(f"{where}: the default stream is declared twice, by fields {list(impl.fields)} and by "
+                                f"streams.{DEFAULT_STREAM} {list(streams[DEFAULT_STREAM])}; declare it once")
     if isinstance(impl, ShellBolt):
         cmd = impl.command
         if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd) or not cmd[0]:
@@ -404,7 +407,14 @@ class Topology:
         for stream, fields in c.outputs.items():
             if len(set(fields)) != len(fields):
                 raise TopologyError(f"{where}: stream {stream!r} declares duplicate fields {fields}")
+        seen: dict[tuple[str, str], str] = {}
         for inp in c.inputs:
+            first = seen.get((inp.source, inp.stream))
+            seen[(inp.source, inp.stream)] = inp.grouping
+            if first is not None:
+                raise TopologyError(f"{where}: subscribes to {inp.source!r}/{inp.stream} twice ({first} and "
+                                    f"{inp.grouping} grouping): each tuple would arrive twice; Storm keeps one grouping "
+                                    "per source stream, so remove one")
             src = self.components.get(inp.source)
             if src is None:
                 raise TopologyError(f"{where}: input from unknown component {inp.source!r}")

@@ -140,10 +140,28 @@ def test_bolt_subscribed_only_to_itself_is_refused():
                                "subscribe it to a spout, or to a bolt that a spout feeds")
 
 
+def test_a_source_stream_subscribed_twice_is_refused_not_delivered_twice():
+    # Storm's builder keeps one grouping per (source, stream); two here would
+    # deliver every tuple twice and double every count, silently.
+    b = basic_builder()
+    b.set_bolt("b", bolt()).shuffle_grouping("sentences").fields_grouping("sentences", ["sentence"])
+    with pytest.raises(TopologyError, match=r"bolt 'b': subscribes to 'sentences'/default twice \(shuffle and fields "
+                                            r"grouping\): each tuple would arrive twice"):
+        b.create_topology()
+
+
+def test_the_default_stream_declared_by_both_fields_and_streams_is_refused():
+    b = TopologyBuilder()
+    b.set_spout("src", ShellSpout(["python", "s.py"], fields=["sentence"], streams={"default": ["x", "y"]}))
+    with pytest.raises(TopologyError, match=r"spout 'src': the default stream is declared twice, by fields "
+                                            r"\['sentence'\] and by streams\.default \['x', 'y'\]; declare it once"):
+        b.create_topology()
+
+
 def test_bolts_feeding_only_each_other_are_refused_and_all_named():
     b = basic_builder()
     b.set_bolt("a", bolt()).shuffle_grouping("b")
-    b.set_bolt("b", bolt()).shuffle_grouping("a").shuffle_grouping("a")
+    b.set_bolt("b", bolt()).shuffle_grouping("a")
     b.set_bolt("c", bolt()).shuffle_grouping("b")
     with pytest.raises(TopologyError, match=r"bolt 'a' gets no input from any spout: its only inputs are \['b'\], "
                                             r"which no spout reaches either \(also unreachable: \['b', 'c'\]\)"):

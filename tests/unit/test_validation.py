@@ -123,6 +123,14 @@ def test_toml_typos_are_named_with_a_suggestion(tmp_path, old, new, pattern):
     ("[output]\ncomponent = \"count\"", "[output]\ncomponent = [\"count\"]", r"\[output\] component must be a string"),
     ('"topology.max.spout.pending" = 200', '"multilang.output.component" = "count"',
      r"\[topology\.conf\]: conf key 'multilang\.output\.component' applies to Flux YAML files only"),
+    # unquoted, TOML makes tables of a dotted key: said, not ignored (nor its bad value let through)
+    ('"topology.max.spout.pending" = 200', "topology.max.spout.pending = 200",
+     r"conf key 'topology' is a table, not the dotted key 'topology\.max\.spout\.pending'.*"
+     r"\(\"topology\.max\.spout\.pending\" = 200 in TOML"),
+    ('"topology.max.spout.pending" = 200', 'topology.message.timeout.secs = "abc"',
+     r"not the dotted key 'topology\.message\.timeout\.secs'"),
+    ('conf = { "multilang.hold.emits.until.ack" = true }', "conf = { multilang.hold.emits.until.ack = true }",
+     r"bolt 'split'.*conf key 'multilang' is a table, not the dotted key 'multilang\.hold\.emits\.until\.ack'"),
     ('fields = ["word"]\nparallelism = 2', 'fields = ["word", ""]\nparallelism = 2',
      r"wc\.toml: bolt 'split': fields: field names must be non-empty strings, got \['word', ''\]"),
     ('fields = ["word"] }', 'fields = [""] }', r"bolt 'count': input from 'split': fields: field names must be"),
@@ -491,6 +499,9 @@ def test_flux_typos(tmp_path, old, new, pattern):
      r"bolt 'split': has no inputs; add one under streams:, e\.g\. - \{from: 'words', to: 'split', grouping: "
      r"\{type: SHUFFLE\}\}$"),
     ("streams:", "streams: 5\nx:", r"unknown key 'x'"),
+    ("  topology.workers: 1\n  topology.max.spout.pending: 20", "  topology:\n    max.spout.pending: 5",
+     r"conf key 'topology' is a table, not the dotted key 'topology\.max\.spout\.pending'.*"
+     r"topology\.max\.spout\.pending: 5 in YAML"),
     ("bolts:", "bolts: {a: 1}\nbolts2:", r"unknown key 'bolts2'"),
 ])
 def test_flux_wrong_values(tmp_path, old, new, pattern):
