@@ -123,7 +123,8 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     if getattr(result, "stateful", None):
         where = (f"kept in {result.state_path}" if result.state_path else
                  "kept for this run only (resume a run with --state-dir DIR)")
-        click.echo(f"[summary] state of {', '.join(result.stateful)}: checkpoint {result.state_txid} committed "
+        last = "no checkpoint" if result.state_txid is None else f"checkpoint {result.state_txid}"
+        click.echo(f"[summary] state of {', '.join(result.stateful)}: {last} committed "
                    f"({result.checkpoints} in this run, {result.rollbacks} rolled back); {where}", err=True)
     for err in result.gave_up:
         click.echo(f"[summary] gave up: {err}", err=True)

@@ -21,7 +21,8 @@ from typing import Any
 __all__ = ["RateLimitedLog"]
 
 # Numbers, and quoted values that start a word ("tuple 'abc'", not "bolt:1's").
-_VARYING = re.compile(r"(?<!\w)'[^'\n]*'|(?<!\w)\"[^\"\n]*\"|-?\d+(?:\.\d+)?")
+# A quote left open (a value cut short, "...") is masked to the end of the line.
+_VARYING = re.compile(r"(?<!\w)'[^'\n]*(?:'|$)|(?<!\w)\"[^\"\n]*(?:\"|$)|-?\d+(?:\.\d+)?", re.M)
 _MAX_KINDS = 1000  # kinds remembered at once; past that the oldest are forgotten (memory stays bounded)
 
 

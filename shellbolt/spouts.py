@@ -147,9 +147,10 @@ class ShellSpoutTask(ShellTask, SpoutTask):
             # Past --max-tuples a spout that has failed ids outstanding still
             # gets `next`: that is where a shell spout replays them.
             if rt.may_emit(self, replay=bool(self.fail_counts)):
-                before = self.stats.emitted + self.stats.skipped
+                # an emit the host refused (an error) was not nothing: no back-off for it
+                before = self.stats.emitted + self.stats.skipped + self.stats.errors
                 await self._command(proc, Next())
-                if self.stats.emitted + self.stats.skipped == before:
+                if self.stats.emitted + self.stats.skipped + self.stats.errors == before:
                     self._empty_nexts += 1
                     self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
                     # Storm's spout wait strategy: back off while there is nothing to emit.

@@ -23,6 +23,14 @@ def test_numbers_and_quoted_values_do_not_make_a_new_kind():
     assert kind_of("b:1", "KeyError: 'a'") != kind_of("b:1", "ValueError: 'a'")
 
 
+def test_a_value_cut_short_is_masked_to_the_end_of_the_line():
+    # An emit error quotes the refused tuple, cut to a few dozen characters:
+    # its quote never closes. Each sentence made a new kind (498 ERROR lines).
+    a = "emitted 1 values on stream 'default', which declares 2 fields; the tuple \"['Alice said don't wo..."
+    b = "emitted 1 values on stream 'default', which declares 2 fields; the tuple \"['Then the cat's gri..."
+    assert kind_of("s:3", a) == kind_of("s:3", b)
+
+
 def test_first_of_a_kind_logged_the_rest_counted_then_reported(caplog):
     rl = RateLimitedLog(LOG, interval=10)
     with caplog.at_level(logging.ERROR, logger=LOG.name):
