@@ -567,6 +567,10 @@ class Runtime:
         if not until_done:
             await self._stop.wait()
             return
+        # Past --max-tuples the trees get their replays, not for ever: a bolt that never
+        # acks, or a shell spout replaying a tuple that fails every time, would never end.
+        window = self.acker.timeout * (1 + int(self.topology.conf.get("multilang.max.replays", 3)))
+        give_up_at = math.inf
         while not self._stop.is_set():
             if self.done():
                 # Confirm over a short quiet period: a shell spout between two
@@ -577,7 +581,17 @@ class Runtime:
                 if self._stop.is_set() or self.done():
                     return
                 continue
-            await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
+            if give_up_at == math.inf and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
+                give_up_at = trio.current_time() + window
+                failed_before = self.acker.stats["failed"]
+            if trio.current_time() >= give_up_at:
+                log.warning("--max-tuples %d was reached %.0fs ago (topology.message.timeout.secs x (1 + "
+                            "multilang.max.replays)) and the trees are not done: %d failed since (and were replayed), "
+                            "%d in flight; stopping as at the end of --duration: what is still in flight is abandoned",
+                            self.max_tuples, window, self.acker.stats["failed"] - failed_before, self.acker.pending)
+                return
+            with trio.move_on_at(give_up_at):
+                await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
 
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts

@@ -90,6 +90,27 @@ def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_i
     assert len(proc.stderr.encode()) < 200_000
 
 
+def test_max_tuples_with_a_tuple_that_fails_every_time_stops_after_its_replays(tmp_path):
+    # numbered_spout replays every failed id for ever; the bolt fails 3 every
+    # time. --max-tuples 10 used to wait for id 3's tree for ever (a run that
+    # never ended). Past the limit the trees now get 1 s x (1 + 3 replays),
+    # then the run stops as --duration does, saying so.
+    spout = numbered_spout(20, events=False)
+    topo = tmp_path / "t.toml"
+    topo.write_text(
+        '[topology.conf]\n"topology.message.timeout.secs" = 1\n'
+        f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = ["n"]\n'
+        f'[bolts.bolt]\ncommand = {toml_str(POISON_BOLT + ["raise", "3"])}\nfields = ["out"]\n'
+        'inputs = [{ source = "spout" }]\n'
+    )
+    proc = subprocess.run(ML + ["run", str(topo), "--max-tuples", "10", "--no-progress"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--max-tuples 10 was reached 4s ago" in proc.stderr and "the trees are not done" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert any("saw message id 3 fail" in x for x in proc.stderr.splitlines()), proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("mistake", ["direct", "arity"])
 def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_and_acked(tmp_path, mistake):
     # numbered_spout replays every failed id for ever. Its emits are refused
