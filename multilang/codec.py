@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import re
 from functools import partial
 from typing import Any
@@ -61,22 +62,43 @@ __all__ = [
     "decode_component_frame",
     "decode_host_frame",
     "name_unencodable",
+    "check_finite",
 ]
 
 
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON. Falls back to the standard library for integers
-    beyond 64 bits, which orjson refuses."""
+    beyond 64 bits, which orjson refuses. NaN and the infinities are refused
+    (orjson would write them as null: a silent change of meaning)."""
     try:
-        return orjson.dumps(obj)
+        out = orjson.dumps(obj)
     except TypeError:
         try:
-            return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+            return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except (TypeError, ValueError) as exc:
             raise LocalProtocolError(f"value is not JSON-serialisable: {exc}", frame=repr(obj), rule="values.json") from None
         except RecursionError:
             raise LocalProtocolError("value is not JSON-serialisable: nested too deeply", frame="(too deep to show)",
                                      rule="values.json") from None
+    if b"null" in out:  # rare: only then is the value walked
+        check_finite(obj)
+    return out
+
+
+def check_finite(obj: Any) -> None:
+    """LocalProtocolError if ``obj`` holds a float NaN or infinity, which
+    JSON has no number for (orjson writes null for them)."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise LocalProtocolError(f"value is not JSON-serialisable: {v} is not a JSON number (it would be "
+                                         "written as null)", frame=repr(obj), rule="values.json")
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
 
 
 def name_unencodable(emits: Any, exc: LocalProtocolError, frame: Any = dumps) -> LocalProtocolError:

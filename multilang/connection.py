@@ -31,9 +31,8 @@ import orjson
 from typing import Any, Callable, Collection, Iterable
 
 from ._state import ALLOWED, SENDER, STATE_RULES, Ledger, Role, Side, State
-from .codec import _new_tuple, decode_component_frame, decode_host_frame, dumps, encode_json, name_unencodable
-from .codec import loads as json_loads
-from .codec import msgpack_frame, msgpack_loads
+from .codec import _new_tuple, check_finite, decode_component_frame, decode_host_frame, dumps, encode_json
+from .codec import loads as json_loads, msgpack_frame, msgpack_loads, name_unencodable
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
 from .messages import (
@@ -801,10 +800,13 @@ class Connection:
                 a = t[0] if t.__class__ is Tuple else t
                 if a in pending and values.__class__ is list and conn._ready:
                     if plain:  # the frame from pre-encoded pieces: no dict
+                        enc_values = dumps(values)
+                        if b"null" in enc_values:
+                            check_finite(values)  # orjson writes NaN as null
                         last_enc = enc = dumps(a)
                         last_id = a
                         last_tup = t
-                        append(join((_EMIT_HEAD, dumps(values), _EMIT_ANCHORS, enc, _EMIT_TAIL)))
+                        append(join((_EMIT_HEAD, enc_values, _EMIT_ANCHORS, enc, _EMIT_TAIL)))
                         return None
                     data = write_emit(values, [a], DEFAULT_STREAM, None)
                     if data:

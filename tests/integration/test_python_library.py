@@ -569,6 +569,37 @@ def test_under_batch_an_emit_no_frame_can_carry_is_an_error_naming_its_tuple(sta
     assert c.wait() == 1
 
 
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("value", ["math.nan", "math.inf", "{'x': [-math.inf]}"])
+def test_nan_and_infinity_are_refused_not_sent_as_null(started, tmp_path, batch, value):
+    """orjson writes a float NaN or infinity as null: the emit would change
+    meaning on the way. It is refused as a value no frame can carry: in
+    process() (standard), or at the batch's flush naming the emit (batch)."""
+    path = script(
+        tmp_path,
+        "nan.py",
+        f"""
+        import math
+        from multilang import Bolt
+
+        class B(Bolt):
+            def process(self, tup):
+                self.emit([{value}], anchors=[tup])
+                self.ack(tup)
+
+        B().run()
+        """,
+    )
+    c = started([PY, str(path)], handshake=False)
+    c.handshake(offer=["batch"] if batch else None, accept=["batch"] if batch else ())
+    c.send(tuple_batch(tup("t1", [1])) if batch else tup("t1", [1]))
+    err = c.read()
+    assert err["command"] == "error" and "is not a JSON number (it would be written as null)" in err["msg"], err
+    assert ("an emit anchored to tuple(s) t1" if batch else "B.process failed on tuple t1") in err["msg"], err
+    c.read_eof()
+    assert c.wait() == 1
+
+
 def test_plain_bolt_exception_error_then_nonzero_exit(started, tmp_path):
     path = script(
         tmp_path,
