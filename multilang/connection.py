@@ -23,6 +23,7 @@ order, for :meth:`next_event` (§6.2).
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from functools import partial
 from operator import itemgetter
@@ -56,6 +57,7 @@ from .messages import (
     Tuple,
     TupleBatch,
     UnknownCommand,
+    anchor_ids,
 )
 
 _STATE_TYPES = frozenset(STATE_MESSAGES.values())  # §9.7
@@ -67,15 +69,6 @@ _NOTHING: dict[type, State] = {}
 # Elements per output batch before it is closed: keeps a frame far below the
 # size limit for ordinary tuples (§9.5).
 _BATCH_MAX = 1024
-
-
-def _anchor_ids(a: Any) -> list[str]:
-    """Anchors as given to an emit (a Tuple, an id, a list of them, or None) as ids."""
-    if a is None:
-        return []
-    if type(a) is str or isinstance(a, tuple):  # Tuple, Tick
-        return [a if type(a) is str else a[0]]
-    return [x if type(x) is str else x[0] for x in a]
 
 
 def _json_frame(obj: Any) -> bytes:
@@ -105,6 +98,7 @@ _EMIT_TAIL = b'],"need_task_ids":false}' + TERMINATOR
 # The ack frame in one formatting step (bytes %): one allocation instead of
 # one per concatenation (bench/instructions.py).
 _ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
+_HAS_NULL = re.compile(b"null").search  # cheaper than `in` (which tries the needle as an int first)
 
 class _Failed:
     """A queued error: raised when the reader reaches it, after the frames
@@ -801,8 +795,8 @@ class Connection:
                 if a in pending and values.__class__ is list and conn._ready:
                     if plain:  # the frame from pre-encoded pieces: no dict
                         enc_values = dumps(values)
-                        if b"null" in enc_values:
-                            check_finite(values)  # orjson writes NaN as null
+                        if _HAS_NULL(enc_values) is not None:
+                            check_finite(values)  # orjson writes a NaN as null
                         last_enc = enc = dumps(a)
                         last_id = a
                         last_tup = t
@@ -852,7 +846,7 @@ class Connection:
         elif len(anchors_list) != len(values_list):
             raise ValueError(f"{len(values_list)} emits but {len(anchors_list)} anchor entries")
         if not self._ready:  # the general path refuses the first
-            return b"".join([self.send_emit(v if type(v) is list else list(v), anchors=_anchor_ids(a),
+            return b"".join([self.send_emit(v if type(v) is list else list(v), anchors=anchor_ids(a),
                                             need_task_ids=False) for v, a in zip(values_list, anchors_list)])
         pending = self.pending
         kinds = set(map(type, anchors_list))
@@ -881,7 +875,7 @@ class Connection:
             if type(t) is str and t in pending:
                 append([values, [t]])
                 continue
-            ids = _anchor_ids(a)  # as send_emit gets them: a Tuple is one anchor, whatever its id
+            ids = anchor_ids(a)  # as send_emit gets them: a Tuple is one anchor, whatever its id
             if frames is not None:
                 frames.append(self._emit_frames(elems[done:], len(elems) - done))
                 done = len(elems)

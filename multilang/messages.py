@@ -20,6 +20,7 @@ __all__ = [
     "Pid",
     "Tuple",
     "Tick",
+    "anchor_ids",
     "Heartbeat",
     "TaskIds",
     "Emit",
@@ -149,6 +150,15 @@ class Tick(Tuple):
     """A tick tuple (§3.3): an ordinary, ackable input on ``__system/__tick``."""
 
     __slots__ = ()
+
+
+def anchor_ids(a: Any) -> list[str]:
+    """Anchors as given to an emit (a Tuple, an id, a list of them, or None) as ids."""
+    if a is None:
+        return []
+    if type(a) is str or isinstance(a, tuple):  # Tuple, Tick
+        return [a if type(a) is str else a[0]]
+    return [x if type(x) is str else x[0] for x in a]
 
 
 class Tuples(Sequence):
