@@ -531,10 +531,18 @@ def decode_host_frame(body: bytes, *, spout: bool, loads: Any = loads) -> Messag
             return cls()
         if type(cmd) is str:
             return UnknownCommand(command=cmd, frame=obj)
+        if "tuple" in obj or "tuples" in obj:
+            raise RemoteProtocolError("this spout got a tuple, a bolt's input: the topology runs this program as a "
+                                      "bolt (declare it as a spout, or write it as a Bolt)", frame=body,
+                                      rule="frame.invalid")
         raise RemoteProtocolError("spout frame has no 'command'", frame=body, rule="frame.invalid")
     tid = obj.get("id")
     stream = obj.get("stream")
     if type(tid) is not str or type(stream) is not str:
+        if obj.get("command") in _SPOUT_COMMANDS:
+            raise RemoteProtocolError(f"this bolt got the spout command {obj['command']!r}: the topology runs this "
+                                      "program as a spout (declare it as a bolt, or write it as a Spout)", frame=body,
+                                      rule="frame.invalid")
         raise RemoteProtocolError("a tuple needs string 'id' and 'stream'", frame=body, rule="frame.invalid")
     if stream == HEARTBEAT_STREAM:
         return Heartbeat(id=tid)

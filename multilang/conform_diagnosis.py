@@ -271,6 +271,8 @@ def _exits(failed: list[_R], everything: list[_R]) -> Diagnosis | None:
     status = next((m.group(1) for m in (_EXIT_STATUS.search(r.reason) for r in hit) if m), None)
     err = next((_last_line(r.stderr) for r in hit if r.stderr.strip()), "")
     title = "exits on the first tuple" + (f" (exit status {status})" if status is not None else "")
+    if "this spout got a tuple" in err:  # our libraries' words (codec.decode_host_frame)
+        title += "; it is a spout: run with --role spout"
     detail = (
         f"In {_plural(len(hit), 'check')} the process went away right after the first tuple was "
         "sent, without writing anything after it; every check that needed an answer to it failed."

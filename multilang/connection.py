@@ -990,5 +990,6 @@ class Connection:
             if msg.fails:
                 ledger.retire(msg.fails, "fails", err, frame)
         elif msg.acks or msg.fails:
-            raise err("a spout's batch carries no acks or fails", frame=frame, rule="frame.invalid")
+            raise err("a spout's batch carries no acks or fails (is a bolt program declared as a spout?)", frame=frame,
+                      rule="frame.invalid")
 

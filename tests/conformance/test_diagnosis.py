@@ -199,6 +199,16 @@ def test_component_no_pid_reply(conform):
     _check(report.results, "never completes the handshake")
 
 
+def test_a_spout_checked_as_a_bolt_is_told_to_use_role_spout(conform):
+    # No ready line says what it is, so the checks run it as a bolt; our
+    # library says a spout got a tuple, and the diagnosis turns that into
+    # the flag to use (before: 30 failures with a traceback, and no hint).
+    spout = [PY, str(ROOT / "examples" / "python" / "sentence_spout.py"), str(ROOT / "examples" / "data" / "alice.txt")]
+    report = conform(spout, select="bolt.ack-id", **FAST)
+    plain = [r.id for r in report.results if r.id.startswith("bolt.ack-id")]
+    _check(report.results, "exits on the first tuple (exit status 1); it is a spout: run with --role spout", plain)
+
+
 @pytest.mark.parametrize("select", ["bolt.ack-id", "heartbeat."])
 def test_correct_component_gets_no_diagnosis(conform, select):
     report = conform([PY, str(ROOT / "examples" / "python" / "split_bolt.py")], select=select, **FAST)
