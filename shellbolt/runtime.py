@@ -73,6 +73,12 @@ class Runtime:
         #: run-wide observations for observe.snapshot (the live view, metrics)
         self.observer = RunObs()
         self.on_output = on_output
+        out = topology.output
+        if (out.component is not None or out.stream is not None) and not out.key and on_output is None \
+                and on_tracked_output is None:
+            log.warning("the output (%s) has no key and this Runtime has no on_output: its tuples are not kept "
+                        "(RunResult.outputs holds the last tuple per key of an output with a key); pass "
+                        "on_output= to get each one", out.component or out.stream)
         self.outputs_by_key: dict[Any, dict[str, Any]] = {}
         self.router = Router()
         self.tasks: dict[int, Task] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import signal
@@ -898,3 +899,21 @@ def test_tracked_outputs_carry_their_root_and_a_bad_output_fails_only_its_tree(o
     assert rt.stats["split"].errors == 1 and rt.stats["split"].restarts == 0
     (err,) = [r.getMessage() for r in caplog.records if "emitted 2 values" in r.getMessage()]
     assert err.startswith("split:1 (pid ") and "which declares 1 fields" in err and "tree failed" in err
+
+
+def test_an_output_without_a_key_and_no_on_output_is_warned_about_not_silently_empty(caplog):
+    # A user's first Python API run: OutputSpec(component=...) without key,
+    # and no on_output; result.outputs is the keyed view, so it is empty.
+    b = TopologyBuilder()
+    b.set_spout("s", PythonSpout([[1], [2]], fields=["n"]))
+    b.set_bolt("c", PythonBolt(lambda v: [v], fields=["n"])).shuffle_grouping("s")
+    topo = b.create_topology({}, output=OutputSpec(component="c"))
+    with caplog.at_level(logging.WARNING, logger="multilang.shellbolt"):
+        result = trio.run(lambda: Runtime(topo).run(until_done=True))
+    assert result.outputs == []
+    assert any("has no key and this Runtime has no on_output" in r.getMessage() for r in caplog.records)
+    records: list = []
+    caplog.clear()
+    trio.run(lambda: Runtime(topo, on_output=records.append).run(until_done=True))
+    assert sorted(r["n"] for r in records) == [1, 2]
+    assert not any("no on_output" in r.getMessage() for r in caplog.records)
