@@ -71,18 +71,27 @@ def test_many_poison_lines_log_each_kind_of_error_once_not_once_per_tuple(tmp_pa
     assert "100 input(s) failed for good" in proc.stderr
 
 
+def _replaying_spout_topology(tmp_path, n: int, bolt_args: list[str], *, fields: list[str] | None = None,
+                              grouping: str = "shuffle", conf: str = "") -> str:
+    """A TOML file: numbered_spout (N numbers, replaying every failed id for
+    ever, as a Storm spout may) -> poison_bolt BOLT_ARGS; returns its path."""
+    spout = numbered_spout(n, events=False)
+    topo = tmp_path / "t.toml"
+    topo.write_text(
+        (f"[topology.conf]\n{conf}\n" if conf else "")
+        + f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = {toml_str(fields or ["n"])}\n'
+        f'[bolts.bolt]\ncommand = {toml_str(POISON_BOLT + bolt_args)}\nfields = ["out"]\n'
+        f'inputs = [{{ source = "spout", grouping = "{grouping}" }}]\n'
+    )
+    return str(topo)
+
+
 def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_id(tmp_path):
     # numbered_spout replays every failed id for ever (its choice, as in
     # Storm); the bolt fails 7 every time. A timed run ends with exit 0 (no
     # dead letter: the host did not give up on anything) and names id 7.
-    spout = numbered_spout(20, events=False)
-    topo = tmp_path / "t.toml"
-    topo.write_text(
-        f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = ["n"]\n'
-        f'[bolts.bolt]\ncommand = {toml_str(POISON_BOLT + ["raise", "7"])}\nfields = ["out"]\n'
-        'inputs = [{ source = "spout" }]\n'
-    )
-    proc = subprocess.run(ML + ["run", str(topo), "--duration", "3", "--no-progress"], capture_output=True,
+    topo = _replaying_spout_topology(tmp_path, 20, ["raise", "7"])
+    proc = subprocess.run(ML + ["run", topo, "--duration", "3", "--no-progress"], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     named = [x for x in proc.stderr.splitlines() if "saw message id 7 fail" in x]
@@ -95,15 +104,8 @@ def test_max_tuples_with_a_tuple_that_fails_every_time_stops_after_its_replays(t
     # time. --max-tuples 10 used to wait for id 3's tree for ever (a run that
     # never ended). Past the limit the trees now get 1 s x (1 + 3 replays),
     # then the run stops as --duration does, saying so.
-    spout = numbered_spout(20, events=False)
-    topo = tmp_path / "t.toml"
-    topo.write_text(
-        '[topology.conf]\n"topology.message.timeout.secs" = 1\n'
-        f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = ["n"]\n'
-        f'[bolts.bolt]\ncommand = {toml_str(POISON_BOLT + ["raise", "3"])}\nfields = ["out"]\n'
-        'inputs = [{ source = "spout" }]\n'
-    )
-    proc = subprocess.run(ML + ["run", str(topo), "--max-tuples", "10", "--no-progress"], capture_output=True,
+    topo = _replaying_spout_topology(tmp_path, 20, ["raise", "3"], conf='"topology.message.timeout.secs" = 1')
+    proc = subprocess.run(ML + ["run", topo, "--max-tuples", "10", "--no-progress"], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--max-tuples 10 was reached 4s ago" in proc.stderr and "the trees are not done" in proc.stderr, \
@@ -120,16 +122,10 @@ def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_
     # 20 s, --max-tuples never reached). Now each id is a dead letter after
     # 1 + multilang.max.replays attempts, acked to the spout so that it
     # forgets it, and the run ends by itself with exit 1.
-    spout = numbered_spout(5, events=False)
     dead = tmp_path / "dead.jsonl"
     fields, grouping = (["n"], "direct") if mistake == "direct" else (["n", "m"], "shuffle")
-    topo = tmp_path / "t.toml"
-    topo.write_text(
-        f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = {toml_str(fields)}\n'
-        f'[bolts.bolt]\ncommand = {toml_str(POISON_BOLT + ["raise", "7"])}\nfields = ["out"]\n'
-        f'inputs = [{{ source = "spout", grouping = "{grouping}" }}]\n'
-    )
-    proc = subprocess.run(ML + ["run", str(topo), "--no-progress", "--dead-letter", str(dead)], capture_output=True,
+    topo = _replaying_spout_topology(tmp_path, 5, ["raise", "7"], fields=fields, grouping=grouping)
+    proc = subprocess.run(ML + ["run", topo, "--no-progress", "--dead-letter", str(dead)], capture_output=True,
                           text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 1, proc.stderr[-3000:]
     letters = [json.loads(x) for x in dead.read_text().splitlines()]
