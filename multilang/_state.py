@@ -39,7 +39,8 @@ from .messages import (
     UnknownCommand,
 )
 
-__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "Ledger", "StateLedger", "STATE_RULES", "HEARTBEAT_MEMORY"]
+__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "Ledger", "StateLedger", "STATE_RULES",
+           "HEARTBEAT_MEMORY"]
 
 
 class Role(enum.Enum):

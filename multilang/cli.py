@@ -335,8 +335,9 @@ def _exit_code(result: Any, signum: int | None) -> int:
               help="local: the embedded trio runtime. spark: compile onto Spark.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, v: _finite(v),
               help="Stop after this many seconds.")
-@click.option("--max-tuples", type=click.IntRange(min=1), help="Stop after the spouts emitted this many tuples and their trees finished (waiting at most "
-              "topology.message.timeout.secs x (1 + multilang.max.replays) for those).")
+@click.option("--max-tuples", type=click.IntRange(min=1),
+              help="Stop after the spouts emitted this many tuples and their trees finished (waiting at most "
+                   "topology.message.timeout.secs x (1 + multilang.max.replays) for those).")
 @click.option("--until-done/--no-until-done", default=None,
               help="Stop when every spout is exhausted and all trees finished (the default without --duration).")
 @click.option("--output", "-o", type=click.File("w", lazy=False), default="-", show_default=True,

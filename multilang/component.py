@@ -537,7 +537,7 @@ class Bolt(Component):
                             self._flush()
                     if part is not tups:
                         self._flush()
-        except (_Closed, _Told):  # stdin EOF while process() waited for task ids: not its fault
+        except (_Closed, _Told):  # stdin EOF while process() waited for task ids, or the host told already
             raise
         except Exception:
             self._process_failed(tup[0], n if batch is not None else 0)
