@@ -45,14 +45,14 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 import trio
 
 from multilang.codec import decode_component_frame, decode_host_frame, msgpack_loads
 from multilang.codec import loads as json_loads
-from multilang.connection import Role
+from multilang.connection import Role, State
 from multilang.errors import ComponentCrashed, FrameTooLarge, LocalProtocolError, ProtocolError
 from multilang.framing import DEFAULT_MAX_FRAME_SIZE, FrameReader, LengthPrefixedReader, first_frame_end
 from multilang.messages import (
@@ -478,7 +478,7 @@ class _Live:
         self.unpaired = 0
         self._settled_upto = 0
         self._changed = trio.Event()
-        self.crash: ComponentCrashed | None = None
+        self.crash: Exception | None = None  # ComponentCrashed, as the reader or a write saw it
         self.closing = False
         self.eof = trio.Event()
         self.sent_tuples = 0
@@ -624,6 +624,15 @@ async def _play(p: Plan, live: _Live, proc: ShellProcess, max_frame: int) -> _St
     return stop
 
 
+async def _crash_stop(live: _Live, exc: Exception) -> NoReturn:
+    """The command died while the replay sent it input: stop, with the reader's account of it."""
+    with trio.move_on_after(_EXIT_WAIT):
+        await live.eof.wait()  # the reader's account names the exit status and stderr
+    if live.crash is None:
+        live.crash = exc
+    raise _Stop(live._crashed()) from None
+
+
 async def _steps(p: Plan, live: _Live, proc: ShellProcess, max_frame: int, n: trio.Nursery) -> None:
     hs = p.handshake
     try:
@@ -643,15 +652,13 @@ async def _steps(p: Plan, live: _Live, proc: ShellProcess, max_frame: int, n: tr
         try:
             data = live.encode(step.messages, max_frame)
         except LocalProtocolError as exc:
-            raise _Stop(f"the recorded input cannot be sent to this command: {exc}") from None
+            if proc.conn.state is not State.CLOSED:
+                raise _Stop(f"the recorded input cannot be sent to this command: {exc}") from None
+            await _crash_stop(live, exc)  # its stdout closed between the wait and this step: a crash
         try:
             await proc.write(data)
         except ComponentCrashed as exc:
-            with trio.move_on_after(_EXIT_WAIT):
-                await live.eof.wait()  # the reader's account names the exit status and stderr
-            if live.crash is None:
-                live.crash = exc
-            raise _Stop(live._crashed()) from None
+            await _crash_stop(live, exc)
     rec = p.recorded
     await live.until(len(rec.settles), rec.syncs, rec.prepared)
     await live.settle(min(live.timeout, _QUIET))
