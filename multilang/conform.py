@@ -191,7 +191,8 @@ def run_conformance(
     report = Report(argv=list(argv), role=role, mode=mode, lang=lang, strict=strict)
     # A component that never answered the probe gets the short wait, so that a
     # silent command costs --timeout per vector, not the handshake allowance.
-    handshake_timeout = max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)) if answered else timeout
+    probe_wait = max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout))
+    handshake_timeout = probe_wait if answered else timeout
     r = Role(role)
     silent = ""  # set when a vector, after the probe, also got no pid reply: the rest are not run
     for v in vectors:
@@ -208,7 +209,7 @@ def run_conformance(
         report.results.append(result)
         if not answered and result.rule == "handshake.timeout":
             silent = (f"not run: the component answered no handshake, neither the probe "
-                      f"({max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout)):g} s) nor {v.id} ({timeout:g} s)")
+                      f"({probe_wait:g} s) nor {v.id} ({timeout:g} s)")
     report.duration = time.monotonic() - t0
     return report
 

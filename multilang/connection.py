@@ -23,7 +23,6 @@ order, for :meth:`next_event` (§6.2).
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from functools import partial
 from operator import itemgetter
@@ -32,8 +31,8 @@ import orjson
 from typing import Any, Callable, Collection, Iterable
 
 from ._state import ALLOWED, SENDER, STATE_RULES, Ledger, Role, Side, State
-from .codec import _new_tuple, check_finite, decode_component_frame, decode_host_frame, dumps, encode_json
-from .codec import loads as json_loads, msgpack_frame, msgpack_loads, name_unencodable
+from .codec import _HAS_NULL, _new_tuple, check_finite, decode_component_frame, decode_host_frame, dumps
+from .codec import encode_json, loads as json_loads, msgpack_frame, msgpack_loads, name_unencodable
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
 from .messages import (
@@ -98,7 +97,6 @@ _EMIT_TAIL = b'],"need_task_ids":false}' + TERMINATOR
 # The ack frame in one formatting step (bytes %): one allocation instead of
 # one per concatenation (bench/instructions.py).
 _ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
-_HAS_NULL = re.compile(b"null").search  # cheaper than `in` (which tries the needle as an int first)
 
 class _Failed:
     """A queued error: raised when the reader reaches it, after the frames

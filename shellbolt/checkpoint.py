@@ -124,23 +124,21 @@ class Checkpointer:
         committed state (ack the emit), None if a tree of it is still in
         flight from a process of the spout that died (that tree answers this
         emit too), False to deliver it."""
+        key = msg_key(msg_id)
+        if key is None:
+            return False  # no JSON form: never skipped (at least once)
         index = self._in_flight_ids.get(spout.task_id)
-        if index is not None and (key := msg_key(msg_id)) is not None:
-            r = index.get(key)
-            if r is not None:
-                if r in self.rt.acker.roots:
-                    return None
-                del index[key]
+        if index is not None and (r := index.get(key)) is not None:
+            if r in self.rt.acker.roots:
+                return None
+            del index[key]
         store = self.store
         if store is None:
             return False
         has = self._skip_spouts.get(spout.name)
         if has is None:
             has = self._skip_spouts[spout.name] = store.has_completed(spout.name)
-        if not has:
-            return False
-        key = msg_key(msg_id)
-        return key is not None and store.completed(spout.name, spout.index, key)
+        return has and store.completed(spout.name, spout.index, key)
 
     def summary(self) -> dict[str, Any]:
         """The :class:`~multilang.shellbolt.results.RunResult` fields of the state."""

@@ -368,17 +368,10 @@ def unknown_key_message(keys: Iterable[Any], known: Iterable[str], what: str = "
 def _nested(key: str, table: Mapping[Any, Any]) -> str:
     """What is wrong with conf key ``key`` holding a table: the dotted keys it
     meant, and how to write them."""
-    flat: list[tuple[str, Any]] = []
-    stack = [(key, table)]
-    while stack and len(flat) < 3:
-        prefix, t = stack.pop()
-        for k, v in t.items():
-            name = f"{prefix}.{k}"
-            if isinstance(v, Mapping) and name in _PREFIXES:
-                stack.append((name, v))
-            else:
-                flat.append((name, v))
-    name, value = flat[0] if flat else (key, table)
+    name, value = key, table
+    while isinstance(value, Mapping) and value and name in _PREFIXES:  # down to its first dotted key
+        k, value = next(iter(value.items()))
+        name = f"{name}.{k}"
     v = _json(value)
     return (f"conf key {key!r} is a table, not the dotted key {name!r}: an unquoted dotted key in TOML, or a "
             f"nested mapping in YAML, makes tables; write the dotted name as one key (\"{name}\" = {v} in TOML, "

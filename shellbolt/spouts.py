@@ -46,7 +46,6 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         #: replays (Storm semantics); the host only names the ids that keep
         #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
         self.fail_counts: dict[Any, list[Any]] = {}
-        self.max_replays = int(self.conf.get("multilang.max.replays", 3))  # for emits the host refuses (refused)
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id))
@@ -216,7 +215,6 @@ class PythonSpoutTask(SpoutTask):
         #: multilang.max.replays times is a dead letter, not replayed again
         self._fails: dict[int, int] = {}
         self._crashes: dict[int, int] = {}  # msg id -> times its tuple was alone in a process that died
-        self.max_replays = int(self.conf.get("multilang.max.replays", 3))
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id, cause))

@@ -164,6 +164,8 @@ class SpoutTask(Task):
         self.notices: deque[Any] = deque()  # acks and fails to deliver to the spout
         self.pending_roots = 0
         self.idle = False
+        #: replays of a failing input (host spouts), or of an emit the host refuses (shell spouts)
+        self.max_replays = int(self.conf.get("multilang.max.replays", 3))
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         """A tree of this spout completed (``"ack"``) or failed (``"fail"``, with its cause)."""
