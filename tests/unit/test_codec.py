@@ -472,6 +472,43 @@ def test_unserialisable_values_are_local_errors():
         encode(Log(msg="\ud800"))  # a lone surrogate cannot be UTF-8
 
 
+maybe_non_finite = st.recursive(
+    st.none() | ints | st.floats() | st.sampled_from(["null", "u", "nul", "n\u00fcll", "NaN"]) | text,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(text, c, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(maybe_non_finite)
+@settings(max_examples=300)
+def test_dumps_refuses_exactly_the_values_holding_a_nan_or_infinity(value):
+    """orjson writes NaN and the infinities as null; dumps looks for null
+    (after a cheap test for its letter u) and only then walks the value. So
+    strings holding "null" or "u" and real Nones must pass, and every
+    non-finite float, however deep, must be refused."""
+
+    def has_non_finite(v):
+        if isinstance(v, float):
+            return v != v or v in (float("inf"), float("-inf"))
+        if isinstance(v, list):
+            return any(map(has_non_finite, v))
+        if isinstance(v, dict):
+            return any(map(has_non_finite, v.values()))
+        return False
+
+    if has_non_finite(value):
+        with pytest.raises(LocalProtocolError, match="not a JSON number"):
+            dumps(value)
+    else:
+        assert orjson.loads(dumps(value)) == orjson.loads(orjson.dumps(value))
+
+
+@pytest.mark.parametrize("value", [[float("nan")], ["u", {"k": [float("-inf")]}], [None, "null", float("inf")]])
+def test_non_finite_floats_are_refused_beside_nulls_and_text(value):
+    with pytest.raises(LocalProtocolError, match="not a JSON number"):
+        dumps(value)
+
+
 def test_loads_error_carries_the_bytes():
     with pytest.raises(RemoteProtocolError) as info:
         loads(b"{bad")
