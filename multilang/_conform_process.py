@@ -139,9 +139,24 @@ class _Process:
         except (OSError, IndexError, ValueError):
             return None
 
-    def exit_note(self) -> str:
-        """For a failure message: ' (exit status N)' once the process has exited, else ''."""
-        self.poll()
+    def exit_note(self, wait: float = 1.0) -> str:
+        """For a failure message: ' (exit status N)' once the process has
+        exited, else ''. Called when its stdout or stdin has closed: a
+        process that is exiting closes them before the kernel reports its
+        exit, so this waits up to ``wait`` seconds for that report (on a
+        pidfd: woken by the exit itself), or the status would depend on
+        which came first."""
+        if not self.poll() and wait > 0:
+            try:
+                fd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # not Linux 5.3+: the status is told if it is there now
+                pass
+            else:
+                try:
+                    select.select([fd], [], [], wait)
+                finally:
+                    os.close(fd)
+                self.poll()
         return f" (exit status {self.returncode})" if self.exited else ""
 
     def poll(self) -> bool:
