@@ -257,7 +257,7 @@ class ShellBoltTask(ShellTask):
                 settled += len(ev.acks) + len(ev.fails)
             elif t is Emit:
                 ids = sink.emit(self, ev, touched)
-                if ev.wants_task_ids:
+                if ev.wants_task_ids and proc.open:  # (not if the frames behind it broke the connection)
                     self._urgent.append(proc.conn.send(TaskIds(task_ids=ids)))
                     self.kick()
             elif t is Ack:

@@ -511,7 +511,8 @@ class _Live:
                 else:
                     ids = []
                     self.unpaired += 1
-                replies.append(self.proc.conn.send(TaskIds(task_ids=ids)))
+                if self.proc.open:  # (not if the frames behind it broke the connection)
+                    replies.append(self.proc.conn.send(TaskIds(task_ids=ids)))
         if replies:
             await self.proc.write(b"".join(replies))
         self._wake()

@@ -171,7 +171,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
             t = type(ev)
             if t is Emit:
                 ids = rt.route(self, ev, None, touched)
-                if ev.wants_task_ids:
+                if ev.wants_task_ids and proc.open:  # (not if the frames behind it broke the connection)
                     # §4.3: answered before the spout's next frame is read.
                     replies.append(proc.conn.send(TaskIds(task_ids=ids)))
             elif t is Batch:  # §9.5: a spout's emits carry message ids

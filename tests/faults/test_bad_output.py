@@ -39,6 +39,7 @@ LIMIT = 8192
 # fault -> fragments the restart log (the user's error) must contain
 CASES = {
     "garbage": ["protocol error", "not valid JSON", r"\x00\x01GARBAGE\xff\xfe{not a frame"],
+    "emit_then_garbage": ["protocol error", "not valid JSON", r"\x00\x01GARBAGE after an emit"],
     "stray": ["protocol error", "not valid JSON", "STRAY debug print: working on it"],
     "invalid_json": ["protocol error", "not valid JSON", '{"command":"emit","tuple":[INVALID'],
     "no_command": ["protocol error", "frame has no 'command'", '{"tuple":["NO-COMMAND"],"anchors":[]}'],

@@ -16,6 +16,7 @@ only in the first process that gets there (see _raw.fire). Modes:
   hang             stop reading and writing (alive, until killed)
   garbage          write binary junk on stdout, then go on normally
   stray            write a stray text line on stdout (a print), then go on
+  emit_then_garbage  emit wanting task ids (storm.py's default), then junk, in one write
   invalid_json     write a frame that is not valid JSON
   no_command       write a JSON object frame without "command"
   oversize         emit a tuple whose frame exceeds multilang.max.frame.bytes
@@ -154,6 +155,8 @@ def misbehave(fault: str, tid, values, emit, ack, limit: int) -> bytes:
         hang()
     if mode == "garbage":
         return b"\x00\x01GARBAGE\xff\xfe{not a frame\n" + frame(emit) + frame(ack)
+    if mode == "emit_then_garbage":  # the host reads both at once: the task ids are owed to a broken connection
+        return frame({k: v for k, v in emit.items() if k != "need_task_ids"}) + b"\x00\x01GARBAGE after an emit\n"
     if mode == "stray":
         return b"STRAY debug print: working on it\n" + frame(emit) + frame(ack)
     if mode == "invalid_json":
