@@ -235,6 +235,37 @@ def _list_item(value: str, index: int, where: str, name: str) -> str:
 # --- loading -----------------------------------------------------------------------------------
 
 
+class _Loader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping: YAML loaders
+    (Flux's SnakeYAML too) keep the last, so ``parallelism: 2`` then
+    ``parallelism: 1`` would run with 1 without a word. Keys that a merge
+    (``<<: *defaults``) brings in may be overridden, as YAML says."""
+
+
+def _unique_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: the constructor below says so
+            continue
+        if first is not None:
+            raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice (first on line "
+                                f"{first + 1}); YAML would keep only the last, so remove one")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    pass
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def load_flux(
     path: str | os.PathLike[str],
     properties: Mapping[str, str] | str | os.PathLike[str] | None = None,
@@ -266,7 +297,9 @@ def _read(path: Path, properties: Mapping[str, str] | None, env: Mapping[str, st
         raise TopologyError(f"{path} is a directory, not a Flux YAML file") from None
     text = substitute(text, properties, env, source=str(path))
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+    except _DuplicateKey as exc:
+        raise TopologyError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise TopologyError(f"{path}: not valid YAML: {exc}") from None
     if doc is None:
@@ -600,6 +633,8 @@ def _stream(s: Any, i: int, path: Path, kinds: Mapping[str, str],
         fields = g.get("args") or []
         if not _str_list(fields) or not fields:
             raise TopologyError(f"{where}: FIELDS grouping needs args: [field, ...]")
+    elif g.get("args"):  # Flux ignores them: a grouping meant as FIELDS would run as another without a word
+        raise TopologyError(f"{where}: args {g['args']!r} apply to the FIELDS grouping only, not {gtype}")
     stream = g.get("streamId") or DEFAULT_STREAM
     if not isinstance(stream, str):
         raise TopologyError(f"{where}: streamId must be a string, got {stream!r}")

@@ -397,12 +397,51 @@ def test_bolt_fed_only_by_itself_is_an_error(tmp_path):
                   constructorArgs: [[a], [b]], configMethods: [{name: withFoo, args: [1]}]}]
      """, ["withFoo", "addComponentConfig"]),
 ])
+
+
 def test_unsupported_things_are_topology_errors(tmp_path, body, needles):
     path = _shell_file(tmp_path, body)
     with pytest.raises(TopologyError) as info:
         load_flux(path)
     for needle in needles:
         assert needle in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("""
+        spouts: [{id: s, className: org.apache.storm.testing.TestWordSpout}]
+        bolts: [{id: b, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}]
+        streams: [{from: s, to: b, grouping: {type: SHUFFLE, args: [word]}}]
+     """, "args ['word'] apply to the FIELDS grouping only, not SHUFFLE"),
+    # YAML keeps the last of a key given twice: one setting would vanish without a word
+    ("""
+        config:
+          multilang.output.component: count
+          multilang.output.component: split
+        spouts: [{id: s, className: org.apache.storm.testing.TestWordSpout}]
+     """, "line 4: key 'multilang.output.component' is given twice (first on line 3)"),
+    ("""
+        spouts: [{id: s, className: org.apache.storm.testing.TestWordSpout, parallelism: 2, parallelism: 1}]
+     """, "line 2: key 'parallelism' is given twice (first on line 2)"),
+])
+def test_mistakes_that_flux_would_pass_over_are_topology_errors(tmp_path, body, needle):
+    path = _shell_file(tmp_path, body)
+    with pytest.raises(TopologyError) as info:
+        load_flux(path)
+    assert str(info.value).startswith(f"{path}: ") and needle in str(info.value), str(info.value)
+
+
+def test_keys_a_yaml_merge_brings_in_may_be_overridden(tmp_path):
+    path = _shell_file(tmp_path, """
+        spouts:
+          - &word {id: s, className: org.apache.storm.testing.TestWordSpout, parallelism: 2}
+          - <<: *word
+            id: t
+        bolts: [{id: b, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}]
+        streams: [{from: s, to: b, grouping: {type: SHUFFLE}}, {from: t, to: b, grouping: {type: SHUFFLE}}]
+    """)
+    topo = load_flux(path)
+    assert {n: topo.components[n].parallelism for n in ("s", "t")} == {"s": 2, "t": 2}
 
 
 def test_includes_and_override(tmp_path):
