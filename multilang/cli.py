@@ -357,8 +357,8 @@ def _exit_code(result: Any, signum: int | None) -> int:
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
                    "to resume after a crash. Default: a temporary directory, gone after the run.")
-@click.option("--master", default="local[*]", show_default=True,
-              help="Spark master URL (--engine spark); local masters get task retries (local[N] runs as local[N,4]).")
+@click.option("--master", help="Spark master URL (--engine spark; default local[*]); local masters get task retries "
+              "(local[N] runs as local[N,4]).")
 @click.option("--remote", metavar="URL", help="Spark Connect: sc://host:port, or local[N] for a local Connect server "
               "(--engine spark).")
 @click.option("--checkpoint", type=click.Path(file_okay=False), metavar="DIR",
@@ -380,7 +380,7 @@ def _exit_code(result: Any, signum: int | None) -> int:
                    "interface, for a Prometheus on another host or outside a container).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
         output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
-        state_dir: str | None, master: str, remote: str | None, checkpoint: str | None, filter_file: str | None,
+        state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
         metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
@@ -409,10 +409,10 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
                 raise TopologyError(f"{' and '.join(kept)}: on --engine spark the state of stateful bolts is kept "
                                     "in the --checkpoint directory, versioned by micro-batch (docs/SPARK.md)")
         else:
-            for flag, value in (("--checkpoint", checkpoint), ("--remote", remote)):
+            for flag, value in (("--checkpoint", checkpoint), ("--remote", remote), ("--master", master)):
                 if value is not None:
-                    raise TopologyError(f"{flag} applies to --engine spark; the embedded engine keeps stateful "
-                                        "bolts' state in --state-dir")
+                    raise TopologyError(f"{flag} applies to --engine spark" + (
+                        "" if flag == "--master" else "; the embedded engine keeps stateful bolts' state in --state-dir"))
         if state_dir is not None:  # over the topology's own provider settings, not instead of them
             from .shellbolt.state_store import provider_config
 
@@ -423,7 +423,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
     if engine == "spark":
-        raise SystemExit(_run_on_spark(topology, master=master, remote=remote, checkpoint=checkpoint,
+        raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                        duration=duration, max_tuples=max_tuples, output=output,
                                        progress=progress, dead_letter=dead_letter))
     if until_done is None:
@@ -507,6 +507,12 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
     out_fields = output_fields.split(",") if output_fields else ["*"]
     builder.set_bolt("bolt", ShellBolt(list(command), fields=out_fields)).shuffle_grouping("stdin")
     overrides = _parse_conf(conf)
+    from .shellbolt.conf import SCHEMA
+
+    flux_only = [k for k in overrides if k in SCHEMA and SCHEMA[k].flux]
+    if flux_only:  # pipe's output is every emit of its one bolt; it has no Java classes to place
+        raise click.UsageError(f"{', '.join(flux_only)}: applies to Flux YAML files (multilang run) only and "
+                               "would be ignored by multilang pipe")
     kept = [k for k in ("topology.state.provider", "topology.state.provider.config") if k in overrides]
     if kept:
         # stdin cannot be read again: a resumed pipe would skip the next input's first lines as "done"

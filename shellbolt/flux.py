@@ -416,8 +416,9 @@ def _build(doc: dict[str, Any], path: Path, overrides: dict[str, Any]) -> Topolo
         for d in defs:
             name, impl, parallelism, comp_conf = _vertex(d, kind, path, conf)
             if name in kinds:
-                raise TopologyError(f"{path}: id {name!r} is defined twice: as a {kinds[name]} and as a {kind}; "
-                                    f"ids must be unique across spouts and bolts")
+                how = f"as two {kind}s" if kinds[name] == kind else f"as a {kinds[name]} and as a {kind}"
+                raise TopologyError(f"{path}: id {name!r} is defined twice: {how}; ids must be unique across "
+                                    "spouts and bolts")
             kinds[name] = kind
             impls[name] = impl
             setter = builder.set_spout if kind == "spout" else builder.set_bolt

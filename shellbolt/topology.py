@@ -217,8 +217,10 @@ class TopologyBuilder:
 
     def _set(self, name: str, kind: str, impl: Any, parallelism: int, conf: Mapping[str, Any] | None) -> ComponentDef:
         if name in self._components:
-            raise TopologyError(f"component {name!r} is defined twice: as a {self._components[name].kind} and "
-                                f"as a {kind}; ids must be unique across spouts and bolts")
+            first = self._components[name].kind
+            how = f"as two {kind}s" if first == kind else f"as a {first} and as a {kind}"
+            raise TopologyError(f"component {name!r} is defined twice: {how}; ids must be unique across spouts "
+                                "and bolts")
         if not isinstance(name, str):
             raise TopologyError(f"component ids must be strings, got {name!r}")
         # A conf that is not a mapping is kept for validate() to report.

@@ -346,7 +346,16 @@ def test_duplicate_id_names_both_kinds(tmp_path):
         streams: [{from: x, to: x, grouping: {type: SHUFFLE}}]
     """)
     with pytest.raises(TopologyError, match=rf"^{re.escape(str(path))}: id 'x' is defined twice: as a spout and as a "
-                                            r"bolt"):
+                                            r"bolt; ids must be unique"):
+        load_flux(path)
+    path = _shell_file(tmp_path, """
+        spouts: [{id: s, className: org.apache.storm.testing.TestWordSpout}]
+        bolts:
+          - {id: x, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}
+          - {id: x, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}
+        streams: [{from: s, to: x, grouping: {type: SHUFFLE}}]
+    """)
+    with pytest.raises(TopologyError, match=r": id 'x' is defined twice: as two bolts; ids must be unique"):
         load_flux(path)
 
 

@@ -674,6 +674,21 @@ def test_state_conf_with_the_spark_engine_is_refused_like_state_dir(tmp_path):
     usage_error(r, "topology.state.provider.config")
 
 
+def test_spark_only_options_on_the_embedded_engine_are_refused(tmp_path):
+    # --master had a default, so a --master without --engine spark ran locally without a word
+    for flag, value in [("--master", "local[2]"), ("--remote", "sc://localhost"), ("--checkpoint", "ck")]:
+        r = run(wc_toml(tmp_path), flag, value)
+        usage_error(r, f"{flag} applies to --engine spark")
+        assert r.stdout == ""
+
+
+def test_pipe_refuses_the_flux_only_conf_keys(tmp_path):
+    for key, value in [("multilang.output.key", '["x"]'), ("multilang.output.component", "bolt")]:
+        r = ml("pipe", "-c", f"{key}={value}", "--", PY, str(EXAMPLES / "python" / "split_bolt.py"),
+               cwd=tmp_path, stdin="a b\n")
+        usage_error(r, f"{key}: applies to Flux YAML files (multilang run) only and would be ignored by multilang pipe")
+
+
 def test_pipe_has_no_state_dir_option(tmp_path):
     r = ml("pipe", "--state-dir", "state", "--", PY, str(EXAMPLES / "python" / "count_bolt.py"),
            cwd=tmp_path, stdin="a\n")

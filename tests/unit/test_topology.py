@@ -122,7 +122,7 @@ def test_bad_spout_parallelism():
 
 def test_duplicate_component():
     b = basic_builder()
-    with pytest.raises(TopologyError, match=r"'split' is defined twice: as a bolt and as a bolt"):
+    with pytest.raises(TopologyError, match=r"'split' is defined twice: as two bolts; ids must be unique"):
         b.set_bolt("split", bolt())
     with pytest.raises(TopologyError, match=r"'sentences' is defined twice: as a spout and as a bolt"):
         b.set_bolt("sentences", bolt())
