@@ -130,6 +130,7 @@ class SpoutHost:
         self.proc: ShellProcess | None = None
         self.restarts = 0
         self._started_at = 0.0
+        self._worked = False
         self._backlog: list[Message] = []  # frames read after a sync: emits while idle (§4.4)
 
     @property
@@ -159,6 +160,7 @@ class SpoutHost:
                 conf=self.pconf, spawn=self.spawn,
             )
             self._started_at = trio.current_time()
+            self._worked = False  # answered a command (RestartPolicy: a crash loop is of processes that do not)
             try:
                 try:
                     early = await proc.start(self.nursery, self.conf, self._context())
@@ -213,6 +215,7 @@ class SpoutHost:
                         await self._answer(proc, evs)
                     done = next((i for i, ev in enumerate(evs) if type(ev) is Sync), None)
                     if done is not None:
+                        self._worked = True
                         out += evs[:done]
                         self._backlog = evs[done + 1 :]
                         n.cancel_scope.cancel()
@@ -239,9 +242,9 @@ class SpoutHost:
             self.on_events(crash.events)  # good emits before the crash are kept
         finally:
             await self._reap(proc)
-        d = self.policy.crashed(started=self._started_at, now=trio.current_time())
+        d = self.policy.crashed(started=self._started_at, now=trio.current_time(), worked=self._worked)
         if isinstance(d, GiveUp):
-            log.error("multilang source: giving up after %d restarts in %gs: %s", d.count, d.window, crash.err)
+            log.error("multilang source: giving up after %s: %s", d.describe(self.opts.component), crash.err)
             raise crash.err
         self.restarts += 1
         log.error("multilang source: spout crashed; restarting in %.1fs (restart %d of %d allowed per %gs): %s",

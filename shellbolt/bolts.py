@@ -273,6 +273,7 @@ class ShellBoltTask(ShellTask):
             else:
                 self._common(ev, proc)
         if settled:
+            self._worked = True
             self._last_settled = now = trio.current_time()
             self.obs.settled(now, self.in_flight)
             self.kick()

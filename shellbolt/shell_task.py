@@ -46,6 +46,9 @@ class ShellTask(Task):
         self._blocked = False  # our reader waits on downstream space: not the child's fault
         self._starts = 0  # process starts of this task: each gets a fresh pid directory (§2.1)
         self._last_error: str | None = None  # the last `error` frame of the current process
+        #: the current process did work (a bolt's settled a tuple, a spout's answered a next):
+        #: RestartPolicy counts crashes in a row of processes that did none as a crash loop
+        self._worked = False
 
     async def run(self) -> None:
         # The budget is per component, as documented (§8.2): every task of
@@ -53,6 +56,7 @@ class ShellTask(Task):
         policy = RestartPolicy.from_conf(self.pconf, times=self.runtime.restart_times(self.name))
         while True:
             started = trio.current_time()
+            self._worked = False
             try:
                 await self._session()
                 return
@@ -64,10 +68,9 @@ class ShellTask(Task):
                     raise
             self.session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
             self.stats.error(f"process lost: {first_line(str(err))}", trio.current_time())
-            d = policy.crashed(started=started, now=trio.current_time())
+            d = policy.crashed(started=started, now=trio.current_time(), worked=self._worked)
             if isinstance(d, GiveUp):
-                log.error("%s: giving up after %d restarts of component %r in %gs: %s", self.where(),
-                          d.count, self.name, d.window, err)
+                log.error("%s: giving up after %s: %s", self.where(), d.describe(self.name), err)
                 self.runtime.give_up(err)
                 return
             self.stats.restarts += 1

@@ -180,6 +180,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
                                         id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
             elif t is Sync:
+                self._worked = True
                 if self._sync is not None:
                     self._sync.set()
             else:

@@ -172,6 +172,32 @@ def test_no_pid_reply_within_the_handshake_timeout_kills_and_restarts(marker, ca
     assert_no_orphans(run)
 
 
+# Each process dies slower than the window is long, as with the defaults (a
+# 30 s timeout, a 60 s window): the window never holds more than two crashes.
+SLOW_DEATHS = {"multilang.restart.budget": 2, "multilang.restart.window.secs": 0.5}
+
+
+def _gives_up_in_a_row(run, caplog, cause):
+    res = run.result
+    assert not res.ok
+    (err,) = res.gave_up
+    assert cause in str(err)
+    (msg,) = error_logs(caplog, "giving up")
+    assert "giving up after 2 restarts in a row of processes that did no work" in msg, msg
+    assert res.stats["bolt"].restarts == 2
+    assert all(gone(p) for p in run.pids)
+
+
+def test_a_bolt_that_never_answers_the_handshake_gives_up_however_slowly_it_dies(caplog):
+    topo = _one_bolt(20, faulty_bolt(startup="hang"), **SLOW_DEATHS, **{"multilang.handshake.timeout.secs": 0.6})
+    _gives_up_in_a_row(run_topology(topo), caplog, "no pid reply within the 0.6s handshake timeout")
+
+
+def test_a_bolt_that_hangs_on_every_first_tuple_gives_up_however_slowly_it_dies(caplog):
+    topo = _one_bolt(20, faulty_bolt(fault="hang"), **SLOW_DEATHS, **{"topology.subprocess.timeout.secs": 0.6})
+    _gives_up_in_a_row(run_topology(topo), caplog, "sent nothing for 0.6s")
+
+
 def test_no_pid_file_is_a_warning_and_the_run_goes_on(caplog):
     n = 200
     run = run_topology(_one_bolt(n, faulty_bolt(startup="no_pid_file")))

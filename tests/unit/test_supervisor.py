@@ -110,6 +110,33 @@ def test_the_budget_is_shared_by_the_policies_of_one_component():
     assert isinstance(b.crashed(started=0, now=2), GiveUp)  # task b's first crash, the component's second
 
 
+def test_processes_that_do_no_work_give_up_however_slowly_they_die():
+    # 30 s each (a hang until the subprocess timeout): two fit in the 60 s
+    # window, so the window alone would restart them for ever.
+    policy = RestartPolicy(5, 60.0)
+    now, delays = 0.0, []
+    for _ in range(5):
+        d = policy.crashed(started=now, now=now + 30, worked=False)
+        assert isinstance(d, Restart) and d.count <= 2
+        delays.append(d.delay)
+        now += 30 + d.delay
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6]  # a long life that did nothing does not reset the backoff
+    d = policy.crashed(started=now, now=now + 30, worked=False)
+    assert d == GiveUp(count=5, budget=5, window=60.0, in_a_row=True)
+    assert d.describe("split") == ("5 restarts in a row of processes that did no work (settled no tuple, "
+                                   "answered no next) for component 'split'")
+
+
+def test_a_process_that_did_work_ends_the_streak():
+    policy = RestartPolicy(2, 60.0)
+    now = 0.0
+    for worked in [False, False, True, False, False, True, False, False]:
+        d = policy.crashed(started=now, now=now + 30, worked=worked)
+        assert isinstance(d, Restart), (worked, d)
+        now += 31
+    assert isinstance(policy.crashed(started=now, now=now + 30, worked=False), GiveUp)
+
+
 def test_zero_budget_gives_up_at_the_first_crash():
     assert RestartPolicy(0, 60.0).crashed(started=0, now=1) == GiveUp(count=0, budget=0, window=60.0)
 
