@@ -114,6 +114,9 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
                        f"({d.attempts} attempts): {d.cause}", err=True)
         if result.dead_letters > len(result.dead_letter_sample):
             click.echo(f"[summary]   ... and {result.dead_letters - len(result.dead_letter_sample)} more", err=True)
+    if result.stopped_by == "replays":
+        click.echo("[summary] stopped: trees kept failing and none completed while a shell spout replayed message "
+                   "ids failed past multilang.max.replays; it would have replayed them for ever", err=True)
     for name, msg_id, times, cause in result.repeated_failures:
         click.echo(f"[summary] spout {name!r} saw message id {_clip(repr(msg_id))} fail {times} times"
                    + (f"; last cause: {cause}" if cause else ""), err=True)

@@ -113,7 +113,8 @@ class RunResult:
     a signal) are *abandoned at stop*: counted in ``pending``, neither acked
     nor failed, and not a failure (spec §5.4). ``stopped_by`` says why the
     run ended: ``"done"``, ``"duration"``, ``"max_tuples"``, ``"gave_up"``,
-    ``"signal"`` or ``"request"``."""
+    ``"signal"``, ``"request"`` or ``"replays"`` (a run to the end found only
+    a shell spout replaying ids failed past ``multilang.max.replays``: not ok)."""
 
     stats: dict[str, ComponentStats]
     completed: int
@@ -145,7 +146,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return not self.gave_up and not self.dead_letters
+        return not self.gave_up and not self.dead_letters and self.stopped_by != "replays"
 
 
 

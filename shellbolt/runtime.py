@@ -575,8 +575,15 @@ class Runtime:
             return
         # Past --max-tuples the trees get their replays, not for ever: a bolt that never
         # acks, or a shell spout replaying a tuple that fails every time, would never end.
-        window = self.acker.timeout * (1 + int(self.topology.conf.get("multilang.max.replays", 3)))
+        max_replays = int(self.topology.conf.get("multilang.max.replays", 3))
+        window = self.acker.timeout * (1 + max_replays)
         give_up_at = math.inf
+        # Nor without a limit: a window in which trees failed and none completed,
+        # while a shell spout replays ids failed past multilang.max.replays, is a
+        # run that only replays its poison (the spout decides, as in Storm: it is
+        # not acked, and would replay them for ever).
+        stats = self.acker.stats
+        completed, failed, quiet_since = stats["completed"], stats["failed"], trio.current_time()
         while not self._stop.is_set():
             if self.done():
                 # Confirm over a short quiet period: a shell spout between two
@@ -590,14 +597,34 @@ class Runtime:
             if give_up_at == math.inf and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
                 give_up_at = trio.current_time() + window
                 failed_before = self.acker.stats["failed"]
-            if trio.current_time() >= give_up_at:
+            now = trio.current_time()
+            if now >= give_up_at:
                 log.warning("--max-tuples %d was reached %.0fs ago (topology.message.timeout.secs x (1 + "
                             "multilang.max.replays)) and the trees are not done: %d failed since (and were replayed), "
                             "%d in flight; stopping as at the end of --duration: what is still in flight is abandoned",
                             self.max_tuples, window, self.acker.stats["failed"] - failed_before, self.acker.pending)
                 return
-            with trio.move_on_at(give_up_at):
+            if stats["completed"] != completed:
+                completed, failed, quiet_since = stats["completed"], stats["failed"], now
+            elif self.max_tuples is None and now >= quiet_since + window:  # (with it: give_up_at above)
+                forever = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.replayed_past_max()]
+                if forever and stats["failed"] > failed:
+                    self._replaying_stop(forever, window, max_replays)
+                    return
+                failed, quiet_since = stats["failed"], now  # watch the next window
+            with trio.move_on_at(min(give_up_at, quiet_since + window)):
                 await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
+
+    def _replaying_stop(self, forever: list[tuple[str, Any, int, str | None]], window: float,
+                        max_replays: int) -> None:
+        name, msg_id, times, cause = max(forever, key=lambda r: r[2])
+        log.error("for %.0fs (topology.message.timeout.secs x (1 + multilang.max.replays)) trees failed and none "
+                  "completed, while %d message id(s) failed more than multilang.max.replays (%d) times are still "
+                  "replayed, e.g. message id %s of spout %r (failed %d times; last cause: %s). A shell spout decides "
+                  "about replays, as in Storm, and this one would replay them for ever: the run stops as at the end "
+                  "of --duration, and fails. Give up on such ids in the spout's fail(), or fix what fails them.",
+                  window, len(forever), max_replays, brief(repr(msg_id), 100), name, times, cause)
+        self._stopped_by = "replays"
 
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts

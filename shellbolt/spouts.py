@@ -106,6 +106,9 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         worst = sorted(self.fail_counts.values(), key=lambda e: -e[0])[:5]
         return [(self.name, e[2], e[0], e[1]) for e in worst if e[0] > 1]
 
+    def replayed_past_max(self) -> list[tuple[str, Any, int, str | None]]:
+        return [(self.name, e[2], e[0], e[1]) for e in self.fail_counts.values() if e[0] > self.max_replays]
+
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._sync = None
         self._command_since = None

@@ -208,3 +208,9 @@ class SpoutTask(Task):
     def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
         """(component, msg id, times failed, last cause) of the ids that kept failing, for the summary."""
         return []
+
+    def replayed_past_max(self) -> list[tuple[str, Any, int, str | None]]:
+        """Like :meth:`repeated_failures`, the ids failed more than
+        ``multilang.max.replays`` times that this spout still replays (a
+        shell spout decides about replays; the host's own spouts give up)."""
+        return []

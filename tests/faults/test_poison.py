@@ -113,6 +113,25 @@ def test_max_tuples_with_a_tuple_that_fails_every_time_stops_after_its_replays(t
     assert any("saw message id 3 fail" in x for x in proc.stderr.splitlines()), proc.stderr[-3000:]
 
 
+def test_a_run_to_the_end_that_only_replays_a_poison_stops_and_fails(tmp_path):
+    # numbered_spout replays every failed id for ever; the bolt fails 3 every
+    # time. Without --duration or --max-tuples the run waits for every tree,
+    # and this one never completes: it ran until killed. Once a window of
+    # 1 s x (1 + 1 replay) passes with trees failing and none completing, the
+    # run stops as --duration does, names the id, and exits 1.
+    topo = _replaying_spout_topology(tmp_path, 20, ["raise", "3"], conf='"topology.message.timeout.secs" = 1\n'
+                                     '"multilang.max.replays" = 1')
+    proc = subprocess.run(ML + ["run", topo, "--no-progress"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    said = [x for x in proc.stderr.splitlines() if "would replay them for ever" in x]
+    assert said and "for 2s (topology.message.timeout.secs x (1 + multilang.max.replays))" in said[0], \
+        proc.stderr[-3000:]
+    assert "message id 3 of spout 'spout' (failed" in said[0] and "ValueError: cannot digest '3'" in said[0], said[0]
+    assert "[summary] stopped: trees kept failing and none completed while a shell spout replayed" in proc.stderr
+    out = sorted(json.loads(x)["out"] for x in proc.stdout.splitlines())
+    assert set(out) == {str(i).upper() for i in range(20) if i != 3}, out
+
+
 @pytest.mark.parametrize("mistake", ["direct", "arity"])
 def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_and_acked(tmp_path, mistake):
     # numbered_spout replays every failed id for ever. Its emits are refused
