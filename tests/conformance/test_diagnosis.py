@@ -185,7 +185,7 @@ def test_component_exits_on_first_tuple(conform):
 def test_the_exit_status_is_named_when_the_exit_comes_after_the_closed_stdout(conform):
     # The runner sees stdout close 0.3 s before the exit: it waits for the
     # exit (on a pidfd) instead of reporting whichever came first.
-    report = conform(_broken("exits_slowly_on_first_tuple"), select="bolt.ack-id", **FAST)
+    report = conform(_broken("exits_on_first_tuple") + ["--slowly"], select="bolt.ack-id", **FAST)
     failed = [r for r in report.results if r.status == "failed"]
     assert failed and all("(exit status 3)" in r.reason for r in failed), [r.reason for r in failed]
     _check(report.results, "exits on the first tuple (exit status 3)")
