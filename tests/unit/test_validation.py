@@ -491,7 +491,9 @@ def test_flux_typos(tmp_path, old, new, pattern):
     ('    className: "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"', "    className: [x]",
      r"bolt 'split': needs a 'className' \(a string\)"),
     ('    from: "words"', "    from: [words]", r"'from: \['words'\]' is not the id of a spout or bolt"),
-    ("      type: FIELDS", "      type: SHUFFLE\n      streamId: [x]", r"streamId must be a string"),
+    ('      type: FIELDS\n      args: ["word"]', "      type: SHUFFLE\n      streamId: [x]", r"streamId must be a string"),
+    ("      type: FIELDS", "      type: SHUFFLE", r"stream 'words --> split': args \['word'\] apply to the FIELDS "
+     r"grouping only, not SHUFFLE"),
     ("      type: FIELDS", "      type: CUSTOM\n      customClass: x",
      r"CUSTOM grouping \(customClass names no className\) is a Java class"),
     ('streams:\n  - name: "words --> split"\n    from: "words"\n    to: "split"\n    grouping:\n      type: FIELDS\n'
