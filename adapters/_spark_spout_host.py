@@ -160,7 +160,7 @@ class SpoutHost:
                 conf=self.pconf, spawn=self.spawn,
             )
             self._started_at = trio.current_time()
-            self._worked = False  # answered a command (RestartPolicy: a crash loop is of processes that do not)
+            self._worked = False  # answered a next, ack or fail (RestartPolicy: a crash loop's processes do not)
             try:
                 try:
                     early = await proc.start(self.nursery, self.conf, self._context())
@@ -215,7 +215,7 @@ class SpoutHost:
                         await self._answer(proc, evs)
                     done = next((i for i, ev in enumerate(evs) if type(ev) is Sync), None)
                     if done is not None:
-                        self._worked = True
+                        self._worked = self._worked or type(cmd) is not Activate
                         out += evs[:done]
                         self._backlog = evs[done + 1 :]
                         n.cancel_scope.cancel()

@@ -414,8 +414,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         else:
             for flag, value in (("--checkpoint", checkpoint), ("--remote", remote), ("--master", master)):
                 if value is not None:
-                    raise TopologyError(f"{flag} applies to --engine spark" + (
-                        "" if flag == "--master" else "; the embedded engine keeps stateful bolts' state in --state-dir"))
+                    why = "" if flag == "--master" else "; the embedded engine keeps stateful bolts' state in --state-dir"
+                    raise TopologyError(f"{flag} applies to --engine spark{why}")
         if state_dir is not None:  # over the topology's own provider settings, not instead of them
             from .shellbolt.state_store import provider_config
 

@@ -196,7 +196,7 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.restart.budget", "an integer >= 0", _int(0), 5,
             "Restarts a task may use within multilang.restart.window.secs before its component gives up; "
             "also the restarts in a row a task may use whose processes did no work (settled no tuple, "
-            "answered no command), however slowly they died."),
+            "answered no next, ack or fail), however slowly they died."),
     ConfKey("multilang.restart.window.secs", _POS_SECS, _number(positive=True), 60,
             "The window of multilang.restart.budget."),
     ConfKey("multilang.shutdown.grace.secs", "a number >= 0 (seconds)", _number(positive=False), 5,

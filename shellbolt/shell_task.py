@@ -46,7 +46,7 @@ class ShellTask(Task):
         self._blocked = False  # our reader waits on downstream space: not the child's fault
         self._starts = 0  # process starts of this task: each gets a fresh pid directory (§2.1)
         self._last_error: str | None = None  # the last `error` frame of the current process
-        #: the current process did work (a bolt's settled a tuple, a spout's answered a next):
+        #: the current process did work (a bolt's settled a tuple, a spout's answered a next, ack or fail):
         #: RestartPolicy counts crashes in a row of processes that did none as a crash loop
         self._worked = False
 

@@ -125,6 +125,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         await proc.write(proc.conn.send(cmd))
         await self._sync.wait()
         self._command_since = None
+        if type(cmd) is not Activate:  # a next, ack or fail answered: work (RestartPolicy)
+            self._worked = True
 
     async def _driver(self, proc: ShellProcess) -> None:
         rt = self.runtime
@@ -183,7 +185,6 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
                                         id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
             elif t is Sync:
-                self._worked = True
                 if self._sync is not None:
                     self._sync.set()
             else:

@@ -46,7 +46,7 @@ class GiveUp:
         """The log's words for it: 'giving up after ' + this."""
         if self.in_a_row:
             return (f"{self.count} restarts in a row of processes that did no work (settled no tuple, answered "
-                    f"no next) for component {component!r}")
+                    f"no next, ack or fail) for component {component!r}")
         return f"{self.count} restarts of component {component!r} in {self.window:g}s"
 
 
@@ -62,7 +62,7 @@ class RestartPolicy:
     crash loop).
 
     A process that did no work (the caller says: a bolt's settled no tuple,
-    a spout's answered no ``next``) is a crash loop however slowly it dies:
+    a spout's answered no ``next``, ``ack`` or ``fail``) is a crash loop however slowly it dies:
     one that hangs until the 30 s subprocess timeout, or never answers the
     handshake, fits two crashes in the default 60 s window and would never
     spend the budget. So the policy also counts this task's crashes in a row

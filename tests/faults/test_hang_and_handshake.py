@@ -198,6 +198,22 @@ def test_a_bolt_that_hangs_on_every_first_tuple_gives_up_however_slowly_it_dies(
     _gives_up_in_a_row(run_topology(topo), caplog, "sent nothing for 0.6s")
 
 
+def test_a_spout_that_dies_on_every_next_gives_up_in_a_row_though_it_answers_activate(caplog):
+    # A window no two deaths fit in: only the count in a row can give up. Answering
+    # `activate` is not work; a spout that never gets through a `next` did none.
+    b = TopologyBuilder()
+    b.set_spout("spout", numbered_spout(5, fault="exit:4"))
+    b.set_bolt("bolt", faulty_bolt(), conf=HOLD).shuffle_grouping("spout")
+    run = run_topology(build(b, **{"multilang.restart.budget": 2, "multilang.restart.window.secs": 0.01}))
+    res = run.result
+    assert not res.ok
+    (err,) = res.gave_up
+    assert err.component == "spout" and "exit status 4" in str(err)
+    (msg,) = error_logs(caplog, "giving up")
+    assert "giving up after 2 restarts in a row of processes that did no work" in msg, msg
+    assert all(gone(p) for p in run.pids)
+
+
 def test_no_pid_file_is_a_warning_and_the_run_goes_on(caplog):
     n = 200
     run = run_topology(_one_bolt(n, faulty_bolt(startup="no_pid_file")))

@@ -124,7 +124,7 @@ def test_processes_that_do_no_work_give_up_however_slowly_they_die():
     d = policy.crashed(started=now, now=now + 30, worked=False)
     assert d == GiveUp(count=5, budget=5, window=60.0, in_a_row=True)
     assert d.describe("split") == ("5 restarts in a row of processes that did no work (settled no tuple, "
-                                   "answered no next) for component 'split'")
+                                   "answered no next, ack or fail) for component 'split'")
 
 
 def test_a_process_that_did_work_ends_the_streak():
