@@ -49,6 +49,8 @@ def main() -> None:
 
 
 def _parse_conf(pairs: tuple[str, ...]) -> dict[str, Any]:
+    from .shellbolt.conf import check_value
+
     conf: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -58,6 +60,11 @@ def _parse_conf(pairs: tuple[str, ...]) -> dict[str, Any]:
             conf[key] = json.loads(raw)
         except ValueError:
             conf[key] = raw  # a bare string
+        wrong = check_value(key, conf[key])
+        if wrong is not None and not isinstance(conf[key], str) and check_value(key, raw) is None:
+            # a string key given digits, true or null: read as JSON, so not a string
+            raise click.BadParameter(f"{wrong}: a value is read as JSON; for the string, quote it: "
+                                     f"-c '{key}=\"{raw}\"'", param_hint="--conf")
     return conf
 
 

@@ -131,6 +131,18 @@ def test_run_conf_override_must_be_key_value(tmp_path):
     assert "KEY=VALUE" in p.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "pipe"])
+def test_a_string_conf_key_given_digits_is_told_to_quote_them(tmp_path, command):
+    # -c reads a value as JSON: topology.name=123 is the number 123, refused for a string key
+    where = [str(_conf_topology(tmp_path))] if command == "run" else []
+    p = multilang(command, *where, "-c", "topology.name=123", *(["--", "cat"] if command == "pipe" else []),
+                  timeout=30)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "conf key 'topology.name' must be a string, got 123: a value is read as JSON; for the string, quote it: " \
+           """-c 'topology.name="123"'""" in p.stderr, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+
+
 @pytest.mark.parametrize(
     "toml, needle",
     [
