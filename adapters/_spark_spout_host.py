@@ -30,7 +30,7 @@ import trio
 from multilang.codec import dumps
 from multilang.connection import Role, State
 from multilang.errors import ComponentCrashed, ComponentError, ProtocolError
-from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, Sync, TaskIds, TopologyContext
+from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, Sync, TopologyContext
 from multilang.shellbolt.conf import SCHEMA, ProcessConf
 from multilang.shellbolt.process import ShellProcess, Spawn, spawn_child
 from multilang.shellbolt.supervisor import GiveUp, RestartPolicy
@@ -230,10 +230,10 @@ class SpoutHost:
 
     async def _answer(self, proc: ShellProcess, events: list[Message]) -> None:
         """Emits that want task ids are answered at once (§4.3)."""
-        replies = [proc.conn.send(TaskIds(task_ids=[self.opts.consumer_task])) for ev in events
-                   if type(ev) is Emit and ev.wants_task_ids]
-        if replies and proc.open:
-            await proc.write(b"".join(replies))
+        replies = b"".join([proc.task_ids_reply([self.opts.consumer_task]) for ev in events
+                            if type(ev) is Emit and ev.wants_task_ids])
+        if replies:
+            await proc.write(replies)
 
     async def _lost(self, proc: ShellProcess, crash: _Crash) -> None:
         self.proc = None

@@ -15,7 +15,7 @@ import trio
 
 from multilang.connection import Role, State
 from multilang.errors import LocalProtocolError
-from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, StatePrepared, TaskIds, Tick, Tuple
+from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, StatePrepared, Tick, Tuple
 
 from .process import ShellProcess
 from .results import brief
@@ -257,8 +257,8 @@ class ShellBoltTask(ShellTask):
                 settled += len(ev.acks) + len(ev.fails)
             elif t is Emit:
                 ids = sink.emit(self, ev, touched)
-                if ev.wants_task_ids and proc.open:  # (not if the frames behind it broke the connection)
-                    self._urgent.append(proc.conn.send(TaskIds(task_ids=ids)))
+                if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
+                    self._urgent.append(reply)
                     self.kick()
             elif t is Ack:
                 sink.acked(self, [ev.id], touched)

@@ -37,7 +37,7 @@ import trio
 
 from multilang.connection import NEED_DATA, Connection, Role, Side, State
 from multilang.errors import ComponentCrashed, HeartbeatTimeout, ProtocolError
-from multilang.messages import ConnectionClosed, Handshake, Message, Pid
+from multilang.messages import ConnectionClosed, Handshake, Message, Pid, TaskIds
 
 from .conf import ProcessConf
 
@@ -207,6 +207,12 @@ class ShellProcess:
         """False once the child's stdout closed or broke the protocol: the
         reader is about to raise, so writers must stop sending."""
         return self.conn.state not in (State.CLOSED, State.ERROR)
+
+    def task_ids_reply(self, ids: list[int]) -> bytes:
+        """The frame answering an emit that wants task ids (§4.3), or b"" if
+        the connection broke behind that emit (garbage or EOF read with it):
+        the process is being replaced, and there is nobody to answer."""
+        return self.conn.send(TaskIds(task_ids=ids)) if self.open else b""
 
     async def wait_if_closed(self) -> None:
         if not self.open:

@@ -511,8 +511,8 @@ class _Live:
                 else:
                     ids = []
                     self.unpaired += 1
-                if self.proc.open:  # (not if the frames behind it broke the connection)
-                    replies.append(self.proc.conn.send(TaskIds(task_ids=ids)))
+                if reply := self.proc.task_ids_reply(ids):
+                    replies.append(reply)
         if replies:
             await self.proc.write(b"".join(replies))
         self._wake()

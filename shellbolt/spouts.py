@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from multilang.connection import Role
-from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync, TaskIds
+from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync
 
 from .process import ShellProcess
 from .results import brief, id_key
@@ -176,9 +176,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
             t = type(ev)
             if t is Emit:
                 ids = rt.route(self, ev, None, touched)
-                if ev.wants_task_ids and proc.open:  # (not if the frames behind it broke the connection)
-                    # §4.3: answered before the spout's next frame is read.
-                    replies.append(proc.conn.send(TaskIds(task_ids=ids)))
+                if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
+                    replies.append(reply)  # §4.3: answered before the spout's next frame is read
             elif t is Batch:  # §9.5: a spout's emits carry message ids
                 for e in ev.emits:
                     n = len(e)
