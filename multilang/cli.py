@@ -19,6 +19,7 @@ Human output (progress, summary, logs) goes to stderr; data to stdout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -27,8 +28,9 @@ import pathlib
 import re
 import signal
 import sys
+import tempfile
 import time
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 import click
 import orjson
@@ -323,6 +325,45 @@ class _Output:
             self.runtime.request_stop("output closed")
 
 
+@contextlib.contextmanager
+def _output_file(path: str) -> Iterator[IO[str]]:
+    """``-o FILE``: the run writes a hidden file beside FILE, moved over FILE
+    when the run ends (its output so far, after a signal too). A run refused
+    with exit 2, or a host that crashes, leaves FILE as it was: never empty
+    or half-written in place of the old one. ``-`` is stdout."""
+    if path == "-":
+        yield sys.stdout
+        return
+    target = os.path.abspath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
+                                   suffix=".partial")
+    except OSError as exc:
+        click.echo(f"error: --output {path}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+    stream = os.fdopen(fd, "w", encoding="utf-8")
+    keep = False
+    try:
+        yield stream
+        keep = True
+    except SystemExit as exc:
+        keep = exc.code != EXIT_USAGE
+        raise
+    finally:
+        try:
+            stream.close()
+            if keep:
+                os.replace(tmp, target)
+        except OSError as exc:  # a full disk, say: FILE keeps its old contents
+            click.echo(f"error: --output {path}: {exc.strerror or exc}; what was written is in {tmp}", err=True)
+        if not keep:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 async def _flush_every(stream: Any, interval: float = 0.2) -> None:
     """Outputs reach a pipe as they come (within ``interval``), not at the
     end, without a write call per tuple."""
@@ -350,8 +391,9 @@ def _exit_code(result: Any, signum: int | None) -> int:
                    "topology.message.timeout.secs x (1 + multilang.max.replays) for those).")
 @click.option("--until-done/--no-until-done", default=None,
               help="Stop when every spout is exhausted and all trees finished (the default without --duration).")
-@click.option("--output", "-o", type=click.File("w", lazy=False), default="-", show_default=True,
-              help="Where output tuples go, as JSON lines.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-", show_default=True,
+              help="Where output tuples go, as JSON lines. FILE is replaced when the run ends (a refused run "
+                   "leaves it as it was).")
 @click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE", help="Conf override (VALUE parsed as JSON if it can be).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -389,13 +431,11 @@ def _exit_code(result: Any, signum: int | None) -> int:
               help="The address --metrics-port listens on (default 127.0.0.1, this machine only; 0.0.0.0: every "
                    "interface, for a Prometheus on another host or outside a container).")
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
-        output: IO[str], conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
+        output: str, conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
         state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
         metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
-    import os
-
     from .shellbolt.topology import load_topology
 
     _setup_logging(log_level)
@@ -432,10 +472,20 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         raise SystemExit(EXIT_USAGE) from None
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
-    if engine == "spark":
-        raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
-                                       duration=duration, max_tuples=max_tuples, output=output,
-                                       progress=progress, dead_letter=dead_letter))
+    with _output_file(output) as stream:
+        if engine == "spark":
+            raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
+                                           duration=duration, max_tuples=max_tuples, output=stream,
+                                           progress=progress, dead_letter=dead_letter))
+        _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
+                   progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
+                   dead_letter=dead_letter)
+
+
+def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tuples: int | None,
+               until_done: bool | None, progress: bool, progress_tasks: bool, metrics: Any, recorder: Any,
+               dead_letter: str | None) -> None:
+    """``multilang run`` on the embedded engine; ends in SystemExit with the exit code."""
     if until_done is None:
         until_done = duration is None and max_tuples is None
 

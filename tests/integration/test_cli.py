@@ -334,6 +334,43 @@ def test_an_output_file_that_cannot_be_written_is_a_usage_error_before_anything_
     assert "[summary]" not in p.stderr, "the topology did not run first"
 
 
+@pytest.mark.parametrize("refusal", [["-c", "topology.max.spout.pending=abc"], ["--state-dir", "/etc/passwd/x"]],
+                         ids=["bad-conf", "bad-state-dir"])
+def test_a_refused_run_leaves_the_output_file_as_it_was(tmp_path, refusal):
+    out = tmp_path / "counts.jsonl"
+    out.write_text('{"from":"the last run"}\n')
+    p = multilang("run", WORDCOUNT, "-o", str(out), *refusal)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert out.read_text() == '{"from":"the last run"}\n'
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["counts.jsonl"], "no partial file left behind"
+
+
+@needs_ruby_node
+def test_a_run_replaces_the_output_file_and_a_killed_one_leaves_it_as_it_was(tmp_path):
+    out = tmp_path / "counts.jsonl"
+    out.write_text('{"from":"the last run"}\n')
+    # Killed (kill -9) once it has printed progress: FILE is not half-written.
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "60"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("[progress]"):
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    assert out.read_text() == '{"from":"the last run"}\n'
+    # A run to the end replaces it (its partial file is moved over it).
+    p = multilang("run", WORDCOUNT, "-o", str(out), "--no-progress", timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    counts = {r["word"]: r["count"] for r in json_lines(out.read_text())}
+    assert counts == expected_wordcount()
+    assert oct(out.stat().st_mode & 0o777) != oct(0o600), "made as open() makes a file, not private"
+
+
 def test_pipe_with_several_fields_needs_json_input():
     # Without --json-input a line is one value: the other fields would always be null.
     p = subprocess.run(ML + ["pipe", "--fields", "a,b", "--", "cat"], input="x\n", cwd=ROOT, capture_output=True,
