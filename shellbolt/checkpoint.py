@@ -83,6 +83,7 @@ class Checkpointer:
         self._owed: set[int] = set()
         self._first_ready: trio.Event | None = None  # run() waits on it while no stateful process runs
         self._txid_asked = 0  # txids are never reused in a run: a late answer names an old one
+        self._one_at_a_time = trio.Lock()
         #: the topology output's changes since the last commit: key -> (record, roots)
         self.view: dict[Any, tuple[dict[str, Any], frozenset[int]]] = {}
         self.committed = 0
@@ -232,8 +233,7 @@ class Checkpointer:
                     continue
                 with trio.move_on_at(deadline):
                     await rt.wait_for_change()
-            if self._something_to_commit():
-                await self.checkpoint()
+            await self.checkpoint()
 
     def _quiet_needed(self) -> float | None:
         """How long the spouts must stay quiet for a checkpoint before the
@@ -259,15 +259,22 @@ class Checkpointer:
     async def final(self) -> None:
         """At the end of a run: commit what the last interval changed (also
         what no tree waits for: unanchored tuples, ticks, acking off)."""
-        if self._something_to_commit():
-            await self.checkpoint()
+        await self.checkpoint()
 
     def _something_to_commit(self) -> bool:
         return bool(self.ready) and bool(self.activity or self.held or self.view)
 
     async def checkpoint(self) -> bool:
-        """Take one checkpoint (steps 1-4 above); False if a rollback or a
-        lost process abandoned it."""
+        """Take one checkpoint (steps 1-4 above) if something changed since
+        the last; False if a rollback or a lost process abandoned it. One
+        at a time: a stop's final checkpoint waits for the running one
+        (two would each send a prepare, and commit the other's answers)."""
+        async with self._one_at_a_time:
+            if not self._something_to_commit():
+                return True
+            return await self._checkpoint()
+
+    async def _checkpoint(self) -> bool:
         rt = self.rt
         epoch = self.epoch
         self.paused = True
@@ -289,6 +296,7 @@ class Checkpointer:
             store = self._open()
             txid = self._txid_asked = max(store.txid or 0, self._txid_asked) + 1
             self._answers = {}
+            self.activity = False  # what reaches a stateful task from now on is the next checkpoint's
             self._waiting = set(self.ready)
             self._owed |= self._waiting
             for task_id in self._waiting:
@@ -355,7 +363,7 @@ class Checkpointer:
         self.held, self._held_xor = [], {}
         self.hold(held[n_held:])  # acks of trees begun after the cut: the next checkpoint's
         self.touched.difference_update(covered)
-        self.activity = bool(self.held or self.touched)
+        self.activity = self.activity or bool(self.held or self.touched)
         rt.acker.ack_many(released)
         rt.settle()
 

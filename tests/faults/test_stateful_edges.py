@@ -454,6 +454,32 @@ def test_a_run_stopped_by_duration_commits_its_last_checkpoint_within_the_grace(
     assert stored_total(tmp_path, "count") == expected_counts(range(acked))
 
 
+def test_a_stop_while_a_checkpoint_waits_for_its_prepare_takes_one_checkpoint_at_a_time(tmp_path):
+    # The stop comes while the periodic checkpoint's prepare is out (the bolt
+    # answers its first prepare 1 s late): the stop's final checkpoint waits
+    # for that one instead of sending a second prepare beside it ("state
+    # commit 3, but the last answered prepare is 4", issue 32).
+    slow = tmp_path / "slow.once"
+    b = TopologyBuilder()
+    b.set_spout("spout", spout())
+    b.set_bolt("count", stateful_bolt("--slow-prepare", str(slow), "--slow-secs", "1"), parallelism=2) \
+        .fields_grouping("spout", ["n"])
+
+    async def stop_during_prepare(rt):
+        await wait_until(slow.exists, timeout=20)
+        rt.request_stop("test")
+
+    # Acking off: no tree keeps the drain waiting, so the final checkpoint
+    # starts at once, while the periodic one still waits for its answers.
+    topo = build(b, tmp_path, **{"topology.acker.executors": 0, "multilang.shutdown.grace.secs": 20})
+    run = run_topology(topo, during=stop_during_prepare, limit=40)
+    res = run.result
+    assert res.ok and not res.gave_up, res
+    emitted = res.stats["spout"].emitted
+    assert emitted > 0 and res.stats["count"].executed == emitted
+    assert stored_total(tmp_path, "count") == expected_counts(range(emitted)), "the stop's checkpoint has every count"
+
+
 # --- 10. a bolt that never answers prepare -----------------------------------------------------------------------
 
 
