@@ -634,15 +634,16 @@ class Runtime:
         for t in self.tasks.values():
             t.kick()
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
+        spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(grace):
-            while self.acker.pending and not self.gave_up:
+            # A spout answering a `next` may still emit: its trees get the grace too.
+            while (self.acker.pending or not all(t.deactivated() for t in spouts)) and not self.gave_up:
                 await self.wait_for_change()
             if self.checkpoints is not None and not self.gave_up:
                 await self.checkpoints.final()
         # The acks and fails owed to spouts, also after the grace ran out: a
         # spout told "ack" commits its position; one left untold replays.
         self.settle()
-        spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(max(grace, 1.0)):
             while any(t.notices for t in spouts) and not self.gave_up:
                 await self.wait_for_change()

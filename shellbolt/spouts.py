@@ -41,7 +41,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         self._sync: trio.Event | None = None
         self._command_since: float | None = None
         self._empty_nexts = 0
-        self._deactivated = False
+        #: False; "asked" while its `deactivate` is out; True once it synced (§5.4)
+        self._deactivated: bool | str = False
         #: msg id key -> [times failed, last cause, msg id]: the spout decides about
         #: replays (Storm semantics); the host only names the ids that keep
         #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
@@ -75,6 +76,9 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     counts[key] = [1, cause, msg_id]
             else:
                 counts.pop(key, None)
+
+    def deactivated(self) -> bool:
+        return self._deactivated is True or self.proc is None
 
     def finished(self, limit_reached: bool) -> bool:
         # Past max_tuples a shell spout with failed ids outstanding may still replay them.
@@ -143,8 +147,9 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 continue
             if rt.spouts_stopped:
                 if not self._deactivated:
-                    self._deactivated = True
+                    self._deactivated = "asked"
                     await self._command(proc, Deactivate())
+                    self._deactivated = True
                 self.idle = True
                 await self.rest()
                 continue

@@ -194,6 +194,12 @@ class SpoutTask(Task):
         for msg_id in msg_ids:
             self.notify("ack", msg_id)
 
+    def deactivated(self) -> bool:
+        """At a stop (§5.4 step 1): it will emit nothing more. An in-process
+        spout stops at once; a shell spout once it synced its ``deactivate``
+        (after the command it was answering, whose emits the drain delivers)."""
+        return True
+
     def finished(self, limit_reached: bool) -> bool:
         """Nothing is owed to this spout and it will emit nothing more: it is
         idle (exhausted), or ``max_tuples`` was reached and its trees are done."""

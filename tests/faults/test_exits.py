@@ -50,6 +50,26 @@ def test_a_timed_stop_delivers_every_ack_owed_to_the_spout():
     assert res.completed + res.pending == reliable
 
 
+def test_a_stop_waits_for_the_next_a_spout_is_answering_and_delivers_its_emits(tmp_path):
+    # The stop comes while the spout sleeps in a `next` (every tree before it
+    # done): §5.4, the spout is deactivated (after that next's sync) and what
+    # it emitted is delivered within the grace, not abandoned.
+    marker = tmp_path / "slow.once"
+    b = TopologyBuilder()
+    b.set_spout("spout", numbered_spout(1000, events=False, fault="slow_next:1", after=5, once=marker))
+    b.set_bolt("bolt", faulty_bolt()).shuffle_grouping("spout")
+
+    async def stop_during_next(rt):
+        await wait_until(marker.exists, timeout=20)
+        rt.request_stop("test")
+
+    run = run_topology(build(b, **{"multilang.shutdown.grace.secs": 20, "topology.max.spout.pending": 1}),
+                       during=stop_during_next, limit=40)
+    res = run.result
+    assert res.ok and res.pending == 0, f"abandoned at stop {res.pending}"
+    assert res.stats["spout"].emitted == res.stats["spout"].acked == res.stats["bolt"].acked == 6, res.stats
+
+
 def test_each_process_start_gets_a_fresh_private_pid_directory():
     b = TopologyBuilder()
     b.set_spout("spout", numbered_spout(3000, per_next=10))

@@ -27,6 +27,8 @@ commands.
   exit_on_fail     exit(1) on the first fail command, before its sync
   undeclared       emit the next number on stream "nope" (not declared)
   exit:CODE        exit with CODE during a next
+  slow_next:SECS   sleep SECS during a next, before its emits (the marker
+                   is made as the sleep begins)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -109,6 +112,10 @@ def main() -> None:
                         if fire(ARGS.once):
                             err(f"numbered_spout pid {os.getpid()}: exiting with {arg} during next")
                             sys.exit(int(arg))
+                    elif mode == "slow_next":
+                        fault = None
+                        if fire(ARGS.once):
+                            time.sleep(float(arg))
                 out.append(frame(em))
             out.append(SYNC)
             write(b"".join(out))
