@@ -411,16 +411,21 @@ class Checkpointer:
         self._waiting = set()
         if self.view:
             self.view = {k: v for k, v in self.view.items() if roots.isdisjoint(v[1])}
-        why = Cause.make(f"rolled back to checkpoint {txid}: {cause}", blamed=False)
+        where = "the start (no checkpoint committed yet)" if txid is None else f"checkpoint {txid}"
+        why = Cause.make(f"rolled back to {where}: {cause}", blamed=False)
         fail_root = rt.acker.fail_root
         for r in roots:
             fail_root(r, why)
         rt.acker.watch_failed = None
-        log.warning("state rolled back to checkpoint %s (%d tree(s) to replay): %s", txid, len(roots), cause)
+        log.warning("state rolled back to %s (%d tree(s) to replay): %s", where, len(roots), cause)
         rt.nudge()
 
     def output(self, key: Any, record: dict[str, Any], roots: frozenset[int]) -> None:
-        """A topology output with a key, kept until the commit that covers it."""
+        """A topology output with a key, kept until the commit that covers it.
+        One whose every tree has failed already (a tuple written before a
+        rollback, emitted after it) is dropped: the replay outputs it again."""
+        if roots and self.rt.acker.roots.keys().isdisjoint(roots):
+            return
         self.view[key] = (record, roots)
 
 

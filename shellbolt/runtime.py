@@ -622,9 +622,16 @@ class Runtime:
                   "completed, while %d message id(s) failed more than multilang.max.replays (%d) times are still "
                   "replayed, e.g. message id %s of spout %r (failed %d times; last cause: %s). A shell spout decides "
                   "about replays, as in Storm, and this one would replay them for ever: the run stops as at the end "
-                  "of --duration, and fails. Give up on such ids in the spout's fail(), or fix what fails them.",
-                  window, len(forever), max_replays, brief(repr(msg_id), 100), name, times, cause)
+                  "of --duration, and fails. Give up on such ids in the spout's fail(), or fix what fails them.%s",
+                  window, len(forever), max_replays, brief(repr(msg_id), 100), name, times, cause, self._cycle_note())
         self._stopped_by = "replays"
+
+    def _cycle_note(self) -> str:
+        cycle = self.topology.cycle()
+        if cycle is None:
+            return ""
+        return (f" The topology has a cycle ({' -> '.join(cycle)}): a tuple that goes round it for ever keeps its "
+                "tree from completing; emit the last round unanchored, or stop re-emitting.")
 
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts

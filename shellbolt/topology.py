@@ -441,6 +441,35 @@ class Topology:
                         f"{src.outputs[inp.stream]}"
                     )
 
+    def cycle(self) -> list[str] | None:
+        """A cycle of the topology's wiring as component names, the first
+        repeated at the end (``["a", "b", "a"]``), or None. Storm allows
+        cycles; a run names one, since a tuple that goes round it for ever
+        keeps its tree from ever completing."""
+        feeds: dict[str, list[str]] = {}
+        for c in sorted(self.components.values(), key=lambda c: c.name):
+            for inp in c.inputs:
+                feeds.setdefault(inp.source, []).append(c.name)
+        state: dict[str, int] = {}  # 1: on the path, 2: done
+        path: list[str] = []
+
+        def visit(name: str) -> list[str] | None:
+            state[name] = 1
+            path.append(name)
+            for sub in feeds.get(name, ()):
+                if state.get(sub) == 1:
+                    return path[path.index(sub):] + [sub]
+                if sub not in state and (found := visit(sub)) is not None:
+                    return found
+            path.pop()
+            state[name] = 2
+            return None
+
+        for name in sorted(self.components):
+            if name not in state and (found := visit(name)) is not None:
+                return found
+        return None
+
     def _check_reachable(self) -> None:
         """Every bolt must be reachable from a spout over inputs. Cycles are
         allowed (as in Storm), but a bolt fed only by itself, or by bolts that

@@ -480,6 +480,26 @@ def test_a_stop_while_a_checkpoint_waits_for_its_prepare_takes_one_checkpoint_at
     assert stored_total(tmp_path, "count") == expected_counts(range(emitted)), "the stop's checkpoint has every count"
 
 
+def test_a_cycle_that_never_lets_its_trees_complete_ends_a_run_to_the_end_and_is_named(tmp_path, caplog):
+    # "loop" feeds itself (Storm allows cycles): every tuple goes round for
+    # ever, so no tree completes; the shell spout replays them. The run to the
+    # end stops after message timeout x (1 + max replays) with none
+    # completing, names the cycle, and prints no count of a failed tree.
+    b = TopologyBuilder()
+    b.set_spout("spout", numbered_spout(3, events=False))
+    b.set_bolt("loop", faulty_bolt()).shuffle_grouping("spout").shuffle_grouping("loop")
+    b.set_bolt("count", stateful_bolt()).shuffle_grouping("loop")
+    topo = build(b, tmp_path, output=("count", ["key"]),
+                 **{"topology.message.timeout.secs": 1, "multilang.max.replays": 1})
+    run = run_topology(topo, limit=60)
+    res = run.result
+    assert not res.ok and res.stopped_by == "replays", res
+    assert res.completed == 0 and res.outputs == [], "no tree completed, so nothing is counted"
+    logs = " ".join(error_logs(caplog))
+    assert "The topology has a cycle (loop -> loop)" in logs
+    assert "rolled back to the start (no checkpoint committed yet)" in logs and "checkpoint None" not in logs
+
+
 # --- 10. a bolt that never answers prepare -----------------------------------------------------------------------
 
 

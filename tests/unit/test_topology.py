@@ -601,3 +601,18 @@ def test_toml_errors_name_the_problem(tmp_path, mutate, pattern):
 def test_toml_missing_file(tmp_path):
     with pytest.raises(TopologyError, match=r"not found"):
         load_topology(tmp_path / "absent.toml")
+
+
+def test_a_cycle_is_found_and_named_in_wiring_order():
+    b = TopologyBuilder()
+    b.set_spout("s", PythonSpout([["a"]], fields=["x"]))
+    b.set_bolt("a", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("s").shuffle_grouping("c")
+    b.set_bolt("b", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("a")
+    b.set_bolt("c", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("b")
+    b.set_bolt("d", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("c")
+    assert b.create_topology().cycle() == ["a", "b", "c", "a"]
+    acyclic = TopologyBuilder()
+    acyclic.set_spout("s", PythonSpout([["a"]], fields=["x"]))
+    acyclic.set_bolt("a", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("s")
+    acyclic.set_bolt("b", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("a").shuffle_grouping("s")
+    assert acyclic.create_topology().cycle() is None
