@@ -502,7 +502,10 @@ class Topology:
     # -- derived views -------------------------------------------------------------
 
     def conf_for(self, name: str) -> dict[str, Any]:
-        return {**self.conf, **self.components[name].conf}
+        """The conf a component's tasks get (its handshake's ``conf``, §2.2):
+        the topology's, its own over it, and ``topology.name`` set as Storm's
+        submitter sets it."""
+        return {**self.conf, **self.components[name].conf, "topology.name": self.name}
 
     def task_to_component(self) -> dict[int, str]:
         return {t: c.name for c in self.components.values() for t in c.tasks}

@@ -616,3 +616,32 @@ def test_a_cycle_is_found_and_named_in_wiring_order():
     acyclic.set_bolt("a", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("s")
     acyclic.set_bolt("b", ShellBolt(["cat"], fields=["x"])).shuffle_grouping("a").shuffle_grouping("s")
     assert acyclic.create_topology().cycle() is None
+
+
+@pytest.mark.parametrize("loader", ["toml", "flux"])
+def test_components_get_the_topology_name_in_their_conf(loader, tmp_path):
+    # spec §2.2: Storm's submitter puts topology.name in every component's conf.
+    if loader == "toml":
+        topo = load_topology(WORDCOUNT)
+    else:
+        from multilang.shellbolt.flux import load_flux
+
+        f = tmp_path / "t.yaml"
+        f.write_text(textwrap.dedent("""\
+            name: "flux-name"
+            spouts:
+              - id: "s"
+                className: "org.apache.storm.flux.wrappers.spouts.FluxShellSpout"
+                constructorArgs: [["python", "spout.py"], ["x"]]
+            bolts:
+              - id: "b"
+                className: "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"
+                constructorArgs: [["python", "bolt.py"], ["x"]]
+            streams:
+              - from: "s"
+                to: "b"
+                grouping: {type: SHUFFLE}
+            """))
+        topo = load_flux(str(f))
+    name = "wordcount" if loader == "toml" else "flux-name"
+    assert all(topo.conf_for(c)["topology.name"] == name for c in topo.components)
