@@ -845,6 +845,35 @@ def _recorded(recorder: Any) -> None:
                err=True)
 
 
+@main.command("lib")
+@click.argument("lang", type=click.Choice(["ruby", "node", "python"]))
+@click.option("--copy", "copy_to", metavar="DIR", type=click.Path(file_okay=False),
+              help="Copy the library into DIR (made if missing), beside your components, and print the copy's path.")
+def lib(lang: str, copy_to: str | None) -> None:
+    """Print where the component library for LANG is (a file for ruby and
+    node, the directory to put on PYTHONPATH for python), or copy it."""
+    import shutil
+
+    from ._libs import USAGE, library_path
+
+    try:
+        path = library_path(lang)
+    except FileNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
+    if copy_to is not None:
+        if lang == "python":
+            raise click.UsageError("--copy applies to ruby and node; the Python library is installed with pip")
+        try:
+            os.makedirs(copy_to, exist_ok=True)
+            path = pathlib.Path(shutil.copy(path, copy_to)).resolve()
+        except OSError as exc:
+            click.echo(f"error: --copy {copy_to}: {exc.strerror or exc}", err=True)
+            raise SystemExit(EXIT_USAGE) from None
+        click.echo(f"copied; a component beside it loads it with: {USAGE[lang]}", err=True)
+    click.echo(str(path))
+
+
 @main.command("replay")
 @click.argument("recording", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--component", required=True, metavar="C", help="The recorded component to replay.")

@@ -19,7 +19,7 @@ def wheel(tmp_path_factory):
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for folder in ("multilang", "shellbolt", "adapters", "spec/vectors"):
+    for folder in ("multilang", "shellbolt", "adapters", "spec/vectors", "examples/ruby", "examples/node"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
@@ -37,3 +37,20 @@ def test_wheel_carries_the_vectors(wheel):
     assert not missing, missing
     assert "multilang/vectors/schema.json" in names and "multilang/conform.py" in names
     assert len(VECTOR_FILES) > 5
+
+
+def test_wheel_carries_the_ruby_and_node_libraries_and_multilang_lib_finds_them(wheel, tmp_path):
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        z.extractall(site)
+    for lang, name in (("ruby", "multilang.rb"), ("node", "multilang.js")):
+        assert f"multilang/{lang}/{name}" in names
+        assert (site / "multilang" / lang / name).read_bytes() == (ROOT / "examples" / lang / name).read_bytes()
+    assert not [n for n in names if "split_bolt" in n or "sentence_spout" in n], "the examples stay out of the wheel"
+    # The installed package (not this checkout) answers `multilang lib`.
+    code = "from multilang._libs import library_path as p; print(p('ruby')); print(p('node'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(site / "multilang/ruby/multilang.rb"), str(site / "multilang/node/multilang.js")]

@@ -444,3 +444,22 @@ def test_pipe_json_input_takes_lists_of_any_length_unless_fields_are_given(tmp_p
     p = subprocess.run(ML + ["pipe", "--json-input", "--fields", "a,,b", "--", "cat"], input="[1, 2]\n", cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--fields 'a,,b' has an empty field name" in p.stderr
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_multilang_lib_copies_the_node_library_beside_a_component_that_then_runs(tmp_path):
+    p = multilang("lib", "node", "--copy", str(tmp_path / "bolts"))
+    assert p.returncode == 0, p.stderr
+    copied = Path(p.stdout.strip())
+    assert copied == tmp_path / "bolts" / "multilang.js" and copied.read_bytes() == (EXAMPLES / "node/multilang.js").read_bytes()
+    assert "require('./multilang')" in p.stderr
+    (tmp_path / "bolts" / "upper.js").write_text(textwrap.dedent("""\
+        const { BasicBolt } = require('./multilang');
+        class Upper extends BasicBolt { process(tup) { this.emit([tup.values[0].toUpperCase()]); } }
+        new Upper().run();
+        """))
+    p = multilang("pipe", "--", "node", str(tmp_path / "bolts" / "upper.js"), input="a\nb\n", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert sorted(json_lines(p.stdout)) == [["A"], ["B"]]
+    assert Path(multilang("lib", "ruby").stdout.strip()).name == "multilang.rb"
+    assert multilang("lib", "python", "--copy", str(tmp_path)).returncode == 2
