@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import sqlite3
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -147,14 +148,22 @@ class MemoryStore(StateStore):
 #: ``PRAGMA application_id`` of our state files ("MLST")
 _APPLICATION_ID = 0x4D4C5354
 
+# Every row of kv, completed and outputs carries a CRC-32 of its other
+# columns (_crc): a value changed on disk (a flipped bit, a hand edit) is
+# refused when the store is opened, not resumed from. Stores written before
+# the column existed get it added, empty: their rows are checked for JSON only.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kv (component TEXT NOT NULL, task INTEGER NOT NULL, key TEXT NOT NULL,
-    value TEXT NOT NULL, PRIMARY KEY (component, task, key)) WITHOUT ROWID;
+    value TEXT NOT NULL, crc INTEGER, PRIMARY KEY (component, task, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS completed (spout TEXT NOT NULL, task INTEGER NOT NULL, msg_id TEXT NOT NULL,
-    PRIMARY KEY (spout, task, msg_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
+    crc INTEGER, PRIMARY KEY (spout, task, msg_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, record TEXT NOT NULL, crc INTEGER) WITHOUT ROWID;
 """
+
+
+def _crc(*columns: Any) -> int:
+    return zlib.crc32("\0".join(map(str, columns)).encode("utf-8", "surrogatepass"))
 
 
 class SqliteStore(StateStore):
@@ -179,6 +188,9 @@ class SqliteStore(StateStore):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA)
+            for table in ("kv", "completed", "outputs"):
+                if "crc" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
             db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second run fails here, not later
             db.execute("COMMIT")
@@ -196,9 +208,38 @@ class SqliteStore(StateStore):
             self._stored_topology = meta.get("topology")
             self._parallelism = {k[len("tasks:"):]: int(v) for k, v in meta.items() if k.startswith("tasks:")}
             self._with_completed = {r[0] for r in db.execute("SELECT DISTINCT spout FROM completed")}
+            damage = self._damage()
         except (sqlite3.Error, ValueError) as exc:
+            damage = str(exc)
+        if damage is not None:
             db.close()
-            raise TopologyError(f"state store {self.path} is damaged ({exc}); use another --state-dir") from None
+            raise TopologyError(f"state store {self.path} is damaged ({damage}); it is not resumed from: use "
+                                "another --state-dir") from None
+
+    def _damage(self) -> str | None:
+        """What is wrong with the stored rows (a checksum that does not
+        match, a value that is not JSON), or None: checked when the store is
+        opened, before any process starts."""
+        db = self._db
+        for comp, task, key, value, crc in db.execute("SELECT component, task, key, value, crc FROM kv"):
+            where = f"bolt {comp!r} task {task} key {key!r}"
+            if crc is not None and crc != _crc(comp, task, key, value):
+                return f"the value of {where} does not match its checksum"
+            try:
+                orjson.loads(value)
+            except orjson.JSONDecodeError as exc:
+                return f"the value of {where} is not JSON: {exc}"
+        for spout, task, msg_id, crc in db.execute("SELECT spout, task, msg_id, crc FROM completed"):
+            if crc is not None and crc != _crc(spout, task, msg_id):
+                return f"a message id of spout {spout!r} task {task} does not match its checksum"
+        for key, record, crc in db.execute("SELECT key, record, crc FROM outputs"):
+            if crc is not None and crc != _crc(key, record):
+                return f"the output of key {key} does not match its checksum"
+            try:
+                orjson.loads(record)
+            except orjson.JSONDecodeError as exc:
+                return f"the output of key {key} is not JSON: {exc}"
+        return None
 
     def check(self, topology: str, parallelism: Mapping[str, int]) -> None:
         if self._stored_topology is not None and self._stored_topology != topology:
@@ -222,22 +263,30 @@ class SqliteStore(StateStore):
         try:
             for (comp, index), (put, delete) in cp.changes.items():
                 if put:
-                    db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?)",
-                                   [(comp, index, k, orjson.dumps(v).decode()) for k, v in put.items()])
+                    rows = [(comp, index, k, orjson.dumps(v).decode()) for k, v in put.items()]
+                    db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?, ?, ?)",
+                                   [(*row, _crc(*row)) for row in rows])
                 if delete:
                     db.executemany("DELETE FROM kv WHERE component = ? AND task = ? AND key = ?",
                                    [(comp, index, k) for k in delete])
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"tasks:{comp}", str(parallelism[comp])))
             if cp.completed:
-                db.executemany("INSERT OR IGNORE INTO completed VALUES (?, ?, ?)", cp.completed)
+                db.executemany("INSERT OR IGNORE INTO completed VALUES (?, ?, ?, ?)",
+                               [(*row, _crc(*row)) for row in cp.completed])
             if cp.outputs:
-                db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?)",
-                               [(k, orjson.dumps(r).decode()) for k, r in cp.outputs.items()])
+                rows = [(k, orjson.dumps(r).decode()) for k, r in cp.outputs.items()]
+                db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?)", [(*row, _crc(*row)) for row in rows])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('txid', ?)", (str(cp.txid),))
             db.execute("INSERT OR REPLACE INTO meta VALUES ('topology', ?)", (self.topology,))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does): a
+            # second ROLLBACK would raise and hide the cause.
+            if db.in_transaction:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
             raise
         self.txid = cp.txid
         self._with_completed.update(s for s, _, _ in cp.completed)

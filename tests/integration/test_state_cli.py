@@ -607,6 +607,22 @@ def test_a_damaged_or_foreign_sqlite_file_is_refused_without_a_traceback(tmp_pat
     r = run(toml, "--state-dir", "state")
     assert no_traceback(r), r.stderr[-1500:]
     assert r.returncode == 2 and "state/wc.sqlite" in r.stderr
+    assert "[summary]" not in r.stderr, "refused before any process started, not after the run began"
+
+
+def test_a_damaged_value_is_refused_before_any_component_starts(tmp_path):
+    # The store is checked when it is opened: no process is started only to
+    # be stopped when its state turns out to be unreadable (issue 32).
+    assert run(wc_toml(tmp_path), "--state-dir", "state").returncode == 0
+    con = sqlite3.connect(tmp_path / "state" / "wc.sqlite")
+    con.execute("UPDATE kv SET value = '{not json' WHERE key = 'b'")  # one value; the outputs stay good
+    con.commit()
+    con.close()
+    started = tmp_path / "count-started"
+    count = f'touch "{started}" && exec "{PY}" "{EXAMPLES / "python" / "count_bolt.py"}"'
+    r = run(wc_toml(tmp_path, count_cmd=["sh", "-c", count]), "--state-dir", "state")
+    assert r.returncode == 2 and "state/wc.sqlite is damaged" in r.stderr, r.stderr[-1500:]
+    assert not started.exists(), "the count bolt was started"
 
 
 def test_an_empty_state_file_is_a_new_store(tmp_path):

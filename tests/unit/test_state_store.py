@@ -114,3 +114,61 @@ def test_a_writer_killed_mid_commit_leaves_the_last_whole_checkpoint(tmp_path):
         assert s.load("c", 0)["n"] == txid == s.load("c", 1)["n"] and s.load("c", 0)["k199"] == txid
         assert s.completed("s", 0, str(txid)) and not s.completed("s", 0, str(txid + 1))
         s.close()
+
+
+def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stays(tmp_path):
+    store = SqliteStore(str(tmp_path), "wc")
+    try:
+        store.commit(Checkpoint(1, changes={("count", 0): ({"alice": 1}, [])}), {"count": 1})
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from now on
+        big = {f"key-{i}": "x" * 200 for i in range(2000)}
+        with pytest.raises(Exception, match="database or disk is full"):
+            store.commit(Checkpoint(2, changes={("count", 0): (big, [])}), {"count": 1})
+        assert store.txid == 1 and store.load("count", 0) == {"alice": 1}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("table, change, named", [
+    ("kv", "UPDATE kv SET value = '90800' WHERE key = 'alice'", "the value of bolt 'count' task 0 key 'alice' does "
+                                                                "not match its checksum"),
+    ("kv", "UPDATE kv SET value = '{not json', crc = NULL", "the value of bolt 'count' task 0 key 'alice' is not JSON"),
+    ("completed", "UPDATE completed SET msg_id = '8'", "a message id of spout 'spout' task 0 does not match its "
+                                                       "checksum"),
+    ("outputs", "UPDATE outputs SET record = '{\"word\":\"alice\",\"count\":90800}'", "the output of key [\"alice\"] "
+                                                                                     "does not match its checksum"),
+])
+def test_a_stored_row_changed_on_disk_is_refused_when_the_store_is_opened(tmp_path, table, change, named):
+    import sqlite3
+
+    store = SqliteStore(str(tmp_path), "wc")
+    store.commit(Checkpoint(1, changes={("count", 0): ({"alice": 10800}, [])}, completed=[("spout", 0, msg_key(7))],
+                            outputs={'["alice"]': {"word": "alice", "count": 10800}}), {"count": 1})
+    store.close()
+    con = sqlite3.connect(tmp_path / "wc.sqlite")
+    con.execute(change)
+    con.commit()
+    con.close()
+    with pytest.raises(TopologyError) as err:
+        SqliteStore(str(tmp_path), "wc")
+    assert named in str(err.value) and "wc.sqlite is damaged" in str(err.value)
+
+
+def test_a_store_written_before_checksums_gets_the_column_and_is_read(tmp_path):
+    import sqlite3
+
+    store = SqliteStore(str(tmp_path), "wc")
+    store.commit(Checkpoint(1, changes={("count", 0): ({"alice": 3}, [])}), {"count": 1})
+    store.close()
+    con = sqlite3.connect(tmp_path / "wc.sqlite")
+    con.execute("ALTER TABLE kv DROP COLUMN crc")  # as an earlier version wrote it
+    con.commit()
+    con.close()
+    store = SqliteStore(str(tmp_path), "wc")
+    try:
+        assert store.load("count", 0) == {"alice": 3}
+        store.commit(Checkpoint(2, changes={("count", 0): ({"alice": 4}, [])}), {"count": 1})
+    finally:
+        store.close()
+    assert SqliteStore(str(tmp_path), "wc").load("count", 0) == {"alice": 4}
