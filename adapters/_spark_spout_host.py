@@ -79,24 +79,13 @@ class _Crash(Exception):
         self.events = events
 
 
-#: The conf key of the extension offer (§9.1). This host speaks the standard
-#: protocol only, so it never offers one, whatever the ``conf`` option says.
-_OFFER_KEY = "multilang.extensions"
-
-
 def spout_conf(opts: "_Options") -> dict[str, Any]:
-    """The conf the spout gets in its handshake (and the host reads).
-
-    ``multilang.extensions`` is left out: in a handshake conf it *is* the
-    host's offer (§9.1), and this host speaks no extension. A spout of our
-    libraries would accept ``batch`` from a topology conf passed through, send
-    batch frames, and the source would see no emit at all."""
+    """The conf the spout gets in its handshake (and the host reads). This
+    host speaks the standard protocol: its handshake offers no extension
+    (§9.1), whatever ``multilang.extensions`` the conf carries."""
     user = opts.conf
-    if user.get(_OFFER_KEY):
-        log.info("multilang source: conf %s = %r ignored: the source speaks the standard protocol and "
-                 "offers the spout no extension", _OFFER_KEY, user.get(_OFFER_KEY))
     conf = {**{k: SCHEMA[k].default for k in _HANDSHAKE_DEFAULTS}, "topology.name": f"spark-{opts.component}",
-            **{k: v for k, v in user.items() if k != _OFFER_KEY}}
+            **user}
     if opts.max_pending is not None:
         conf["topology.max.spout.pending"] = opts.max_pending
     return {k: v for k, v in conf.items() if _jsonable(v)}

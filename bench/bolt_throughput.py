@@ -34,7 +34,7 @@ exact ack/emit counts. Best of R timed runs is reported; components are
 interleaved round-robin so background load hits them alike.
 
 ``--batch B`` then also times the batched fast path (spec §9.5): the driver
-offers ``multilang.extensions: ["batch"]`` in the handshake conf, requires the
+offers ``"extensions": ["batch"]`` in the handshake (§9.1), requires the
 bolt to accept it, and sends ``{"tuples": [...]}`` frames of B tuples; acks are
 counted from the raw bytes of the ``{"command":"batch",...,"acks":[...]}``
 frames (the commas between ``"acks":[`` and the next ``]``; tuple ids are
@@ -186,7 +186,7 @@ class Workload:
 
     def _offer(self) -> None:
         hs = copy.deepcopy(self._hs)
-        hs["conf"]["multilang.extensions"] = self.extensions
+        hs["extensions"] = self.extensions
         self._hs = hs
         self.handshake = orjson.dumps(hs) + TERM
 

@@ -21,8 +21,8 @@ Sections
      pystorm (standard only: it does not know the extension);
    * Ruby and Node: echo = bench/components/{ruby_echo.rb,node_echo.js},
      split = examples/{ruby,node}/split_bolt.*, standard and batched;
-   * batched = the driver offers ``multilang.extensions: ["batch"]`` in the
-     handshake conf, requires the pid reply to accept it, and sends
+   * batched = the driver offers ``"extensions": ["batch"]`` in the
+     handshake (§9.1), requires the pid reply to accept it, and sends
      ``{"tuples": [...]}`` frames of ``--batch`` (100) tuples; acks are
      counted from the raw bytes of the ``"acks":[...]`` arrays;
    * msgpack (spec §9.6): the driver offers ``["msgpack"]`` (standard frames)

@@ -357,6 +357,8 @@ class _Run:
         conf.update(opts.get("conf", {}))
         context = opts.get("context", DEFAULT_CONTEXT[self.role])
         frame = {"pidDir": self.proc.pid_dir, "conf": conf, "context": context}
+        if "extensions" in opts:  # the host's offer (§9.1)
+            frame["extensions"] = opts["extensions"]
         data = _encode_frame(frame, opts)
         self.send_bytes(data, chunk_size=opts.get("chunk_size"), delay_ms=opts.get("delay_ms", 0))
         obj = self.next_frame(time.monotonic() + self.handshake_timeout)

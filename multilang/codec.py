@@ -294,7 +294,10 @@ def encode_json(msg: Message) -> Any:
     if t is Metrics:
         return {"command": "metrics", "name": msg.name, "params": msg.params}
     if t is Handshake:
-        return {"pidDir": msg.pid_dir, "conf": msg.conf, "context": msg.context}
+        obj = {"pidDir": msg.pid_dir, "conf": msg.conf, "context": msg.context}
+        if msg.extensions:  # §9.1: a host that offers nothing omits the key
+            obj["extensions"] = list(msg.extensions)
+        return obj
     if t is Pid:
         obj = {"pid": msg.pid}
         if msg.extensions:
@@ -527,7 +530,11 @@ def decode_host_frame(body: bytes, *, spout: bool, loads: Any = loads) -> Messag
         context = obj.get("context") or {}
         if type(conf) is not dict or type(context) is not dict:
             raise RemoteProtocolError("handshake 'conf' and 'context' must be JSON objects", frame=body, rule="frame.invalid")
-        return Handshake(pid_dir=pid_dir, conf=conf, context=context)
+        offer = obj.get("extensions") or []
+        if type(offer) is not list or not all(type(e) is str for e in offer):
+            raise RemoteProtocolError("handshake 'extensions' must be a list of strings (§9.1)", frame=body,
+                                      rule="frame.invalid")
+        return Handshake(pid_dir=pid_dir, conf=conf, context=context, extensions=tuple(offer))
     if "tuples" in obj and not spout:
         return _tuple_batch(obj["tuples"], body)
     if not spout and obj.get("command") == "state":

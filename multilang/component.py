@@ -311,9 +311,8 @@ class Component:
         # process to signal; then the pid reply, before anything else.
         with open(os.path.join(ev.pid_dir, str(pid)), "w"):
             pass
-        offered = self.conf.get("multilang.extensions") or ()
-        accept = tuple(e for e in self.extensions
-                       if isinstance(offered, list) and e in offered and (e != "state" or self._stateful))
+        offered = ev.extensions  # §9.1: the handshake's own key; a conf key is not an offer
+        accept = tuple(e for e in self.extensions if e in offered and (e != "state" or self._stateful))
         self._out.append(self._conn.send(Pid(pid=pid, extensions=accept)))
         self._flush()
         self.initialize(self.conf, self.context)

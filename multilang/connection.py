@@ -949,8 +949,7 @@ class Connection:
         elif t in _STATE_TYPES:
             ledger.state_frame(msg, err, frame)
         elif t is Handshake:
-            offered = (msg.conf or {}).get("multilang.extensions") or ()
-            self.offered = tuple(offered) if isinstance(offered, list) else ()
+            self.offered = msg.extensions  # §9.1: never a conf key (Storm's host copies the user's conf)
             if not remote and "msgpack" in self.offered:
                 self._held = bytearray()
         elif t is Pid:

@@ -118,11 +118,14 @@ class TopologyContext:
 
 @dataclass(**_FROZEN)
 class Handshake(Message):
-    """First frame from the host (§2.2). ``context`` is kept as Storm's JSON."""
+    """First frame from the host (§2.2). ``context`` is kept as Storm's JSON.
+    ``extensions``: the host's offer (§9.1), the frame's top-level
+    ``extensions`` key, which Storm's host never writes; a conf key is no offer."""
 
     pid_dir: str
     conf: dict[str, Any] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+    extensions: tuple[str, ...] = ()
 
     @property
     def topology_context(self) -> TopologyContext:

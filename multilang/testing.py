@@ -382,16 +382,17 @@ class ComponentProcess:
                   offer: Sequence[str] | None = None, accept: Sequence[str] = ()) -> dict[str, Any]:
         """Send the handshake (spec §2.2) and check the pid reply (§2.3); return the reply.
 
-        ``offer`` puts ``multilang.extensions`` in the conf (§9.1); ``accept``
+        ``offer`` is the handshake's ``extensions`` (the host's offer, §9.1); ``accept``
         is the ``extensions`` the reply must list (§9.2; none by default).
         Checks: the reply is the very first line on stdout, it is exactly
         ``{"pid": <the process's pid>}`` (plus ``extensions``) with JSON types,
         and an empty file ``<pidDir>/<pid>`` exists.
         """
         conf = dict(self.conf if conf is None else conf)
+        frame = {"pidDir": str(self.pid_dir), "conf": conf, "context": self.context if context is None else context}
         if offer is not None:
-            conf["multilang.extensions"] = list(offer)
-        self.send({"pidDir": str(self.pid_dir), "conf": conf, "context": self.context if context is None else context})
+            frame["extensions"] = list(offer)
+        self.send(frame)
         # Nothing may come before the pid reply: stdout starts with it (one line, then "end").
         first = self.read_raw()
         assert first.startswith(b"{") and b"\n" not in first, \

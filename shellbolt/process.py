@@ -31,7 +31,7 @@ import os
 import signal
 import subprocess
 from collections import deque
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 import trio
 
@@ -236,17 +236,20 @@ class ShellProcess:
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def start(self, nursery: trio.Nursery, conf: dict[str, Any], context: dict[str, Any]) -> list[Message]:
-        """Spawn and handshake (§2). The stderr drain runs in ``nursery``
-        until stderr's EOF. Returns events that arrived right after the pid
-        reply (a spout may emit while opening, §4.4)."""
+    async def start(self, nursery: trio.Nursery, conf: dict[str, Any], context: dict[str, Any],
+                    offers: Sequence[str] = ()) -> list[Message]:
+        """Spawn and handshake (§2), offering the extensions ``offers``
+        (§9.1). The stderr drain runs in ``nursery`` until stderr's EOF.
+        Returns events that arrived right after the pid reply (a spout may
+        emit while opening, §4.4)."""
         await nursery.start(self._run_stderr)
         timeout = self.conf.handshake_timeout
         events: list[Message] = []
         # §2.4: measured from the process start, so a child that does not
         # even read its handshake is caught too.
         with trio.move_on_after(timeout) as scope:
-            await self.write(self.conn.send(Handshake(pid_dir=self.pid_dir, conf=conf, context=context)))
+            await self.write(self.conn.send(Handshake(pid_dir=self.pid_dir, conf=conf, context=context,
+                                                          extensions=tuple(offers))))
             while True:
                 batch = await self.read_events()
                 if batch and isinstance(batch[0], Pid):

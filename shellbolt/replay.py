@@ -405,7 +405,7 @@ def plan(s: Session, role: Role) -> Plan:
                     ev = decode_component_frame(body, loads=comp_loads)
                     if type(ev) is Pid and pid is None:
                         pid = ev
-                        offered = (handshake.conf.get("multilang.extensions") if handshake else None) or []
+                        offered = handshake.extensions if handshake else ()
                         msgpack = "msgpack" in ev.extensions and "msgpack" in offered
                         if msgpack:
                             host_loads = comp_loads = msgpack_loads

@@ -103,13 +103,11 @@ class ShellTask(Task):
         )
         self.proc = proc
         try:
-            conf = {**self.conf}
-            offered = conf.get("multilang.extensions")
-            if isinstance(offered, list):
-                conf["multilang.extensions"] = self.offers(offered)
+            offered = self.conf.get("multilang.extensions")
+            offers = self.offers(offered) if isinstance(offered, list) else []
             context = rt.topology.context_for(self.name, self.task_id).to_json()
             async with trio.open_nursery() as n:
-                early = await proc.start(n, conf, context)  # spawned, stderr drained, handshaken
+                early = await proc.start(n, self.conf, context, offers)  # spawned, stderr drained, handshaken
                 self.obs.extensions = proc.conn.extensions
                 log.debug("%s started: pid %s", self.where(), proc.pid)
                 await self._handle(proc, early)

@@ -5,7 +5,7 @@
  *
  * Speaks Storm's standard multilang protocol, so components built on it run
  * both under multilang-bridge and under Storm's own ShellBolt / ShellSpout.
- * When the host offers the `batch` extension (conf "multilang.extensions",
+ * When the host offers the `batch` extension (the handshake's "extensions",
  * spec §9) it is accepted: input tuples may then arrive many per frame, and
  * emits that want no task ids, acks and fails are collected into `batch`
  * frames, written at the end of each event-loop turn. When the host offers
@@ -808,6 +808,7 @@ class Component {
     this._handshaken = false;
     this._extensions = [];      // accepted at the handshake
     this._stateAccepted = false;   // extension state accepted (spec §9.7; StatefulBolt only)
+    this._offered = [];            // the host's offer (spec §9.1)
     this._mpReader = null;      // input after a msgpack switch-over (§9.6)
     this._halfway = 0;          // frames to handle before the halfway flush of a burst
     this._maxFrame = MAX_FRAME_BYTES;   // §1.3: the default until the handshake's conf
@@ -1013,10 +1014,11 @@ class Component {
   /** §9.1, §9.2: accept the offered extensions this component knows. */
   _negotiate(msg) {
     const conf = (msg && msg.conf) || {};
-    const offered = conf['multilang.extensions'];
-    this._extensions = Array.isArray(offered)
-      ? [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e))
-      : [];
+    // §9.1: the offer is the handshake's own key, which Storm's host never
+    // writes; a conf key (a topology conf Storm passes through) is not one.
+    const offered = msg && Array.isArray(msg.extensions) ? msg.extensions : [];
+    this._offered = offered;
+    this._extensions = [...new Set(this._acceptedExtensions())].filter((e) => offered.includes(e));
     this._stateAccepted = this._extensions.includes('state');
     const limit = conf['multilang.max.frame.bytes'];
     this._maxFrame = Number.isSafeInteger(limit) && limit > 0 ? limit : MAX_FRAME_BYTES;   // §1.3
@@ -1560,8 +1562,7 @@ class StatefulBolt extends BasicBolt {
   _startHook(conf, context) {
     const r = super._startHook(conf, context);
     if (this._stateAccepted) return r;   // initState follows the host's init
-    const offered = conf && conf['multilang.extensions'];
-    if (Array.isArray(offered) && offered.includes('state')) {
+    if (this._offered.includes('state')) {
       process.stderr.write(`multilang: ${this.constructor.name} declined the offered state extension ` +
                            `(extensions ${JSON.stringify(this._acceptedExtensions())}); its state is kept in memory only\n`);
     }

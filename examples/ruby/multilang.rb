@@ -5,7 +5,7 @@
 #
 # It speaks Storm's standard multilang protocol, so components built on it run
 # both under multilang-bridge and under Storm's own ShellBolt / ShellSpout.
-# Extensions (conf "multilang.extensions", spec §9) are accepted when the host
+# Extensions (the handshake's "extensions" offer, spec §9) are accepted when the host
 # offers them. `batch` (§9.5): input tuples may then arrive many per frame, and
 # emits that want no task ids, acks and fails are collected into `batch`
 # frames. `msgpack` (§9.6): after the JSON handshake and pid reply, every frame
@@ -421,6 +421,7 @@ module Multilang
     @batching = false # extension batch accepted (spec §9.5)
     @msgpack = false  # extension msgpack accepted (spec §9.6): frames after the pid reply
     @accepted = []    # every extension the pid reply accepted
+    @offered = []     # the host's offer (the handshake's own "extensions", spec §9.1)
     @max_frame = MAX_FRAME_BYTES
     @b_emits = []     # the output batch being filled
     @b_acks = []
@@ -433,7 +434,7 @@ module Multilang
     @mb_bytes = 0
 
     class << self
-      attr_reader :logger, :batching, :msgpack, :max_frame, :accepted
+      attr_reader :logger, :batching, :msgpack, :max_frame, :accepted, :offered
 
       # Idempotent; called when this file is loaded.
       def install
@@ -585,8 +586,11 @@ module Multilang
         conf = msg['conf'].is_a?(Hash) ? msg['conf'] : {}
         limit = conf['multilang.max.frame.bytes']
         @max_frame = limit if limit.is_a?(Integer) && limit.positive?
-        offered = conf['multilang.extensions']
-        accepted = offered.is_a?(Array) ? Array(accept).map(&:to_s).uniq.select { |e| offered.include?(e) } : []
+        # §9.1: the offer is the handshake's own key, which Storm's host never
+        # writes; a conf key (a topology conf Storm passes through) is not one.
+        offered = msg['extensions'].is_a?(Array) ? msg['extensions'] : []
+        @offered = offered.freeze
+        accepted = Array(accept).map(&:to_s).uniq.select { |e| offered.include?(e) }
         reply = { 'pid' => pid }
         reply['extensions'] = accepted unless accepted.empty?
         @lock.synchronize do
@@ -1516,7 +1520,7 @@ module Multilang
       @stateful = Wire.accepted.include?('state')
       if @stateful
         read_init
-      elsif Array(@conf['multilang.extensions']).include?('state')
+      elsif Wire.offered.include?('state')
         warn "multilang: #{self.class} declined the offered state extension (extensions #{extensions.inspect}); " \
              'its state is kept in memory only'
       end

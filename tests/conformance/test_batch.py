@@ -16,7 +16,7 @@ BATCH = [v for v in VECTORS if v.file == "batch"]
 def _offered(v):
     if not isinstance(v.handshake, dict):
         return None
-    return v.handshake.get("conf", {}).get("multilang.extensions")
+    return v.handshake.get("extensions")
 
 
 def test_batch_vectors_exist_and_cite_section_9():
@@ -44,7 +44,7 @@ VECTOR_FILE = {
             "id": "t.offered",
             "title": "offered: accepted, tuple batches acked in an output batch",
             "spec": ["9.5"], "role": "bolt", "requires": "protocol",
-            "handshake": {"conf": {"multilang.extensions": ["batch"]}},
+            "handshake": {"extensions": ["batch"]},
             "steps": [
                 {"expect_count": {"pid": {"$type": "integer"}, "extensions": ["batch"]}, "count": 1},
                 {"send": {"tuples": [["1", "s", "default", 1, ["a"]], ["2", "s", "default", 1, ["b"]]]}},

@@ -23,7 +23,7 @@ ALL_EXTENSIONS = {"batch", "msgpack", "state"}
 
 def _offered(v):
     hs = v.handshake if isinstance(v.handshake, dict) else {}
-    return hs.get("conf", {}).get("multilang.extensions") or []
+    return hs.get("extensions") or []
 
 
 # -- the vectors -------------------------------------------------------------------------

@@ -494,12 +494,12 @@ def test_sentence_spout(started, tmp_path):
 # Extension batch (spec §9.5)
 # ---------------------------------------------------------------------------
 
-OFFER = {"multilang.extensions": ["batch"]}
+OFFER = ("batch",)
 
 
-def batch_start(started, argv, conf=None, accepted=("batch",)):
+def batch_start(started, argv, offer=OFFER, accepted=("batch",)):
     c = started(argv, handshake=False)
-    c.handshake(OFFER if conf is None else conf, accept=accepted)
+    c.handshake(offer=offer, accept=accepted)
     return c
 
 
@@ -617,8 +617,8 @@ def test_batch_declined_is_byte_for_byte_standard(started, tmp_path, how):
     }[how]
     path = script(tmp_path, f"declined_{how}.js", body)
     outputs = []
-    for conf in ({}, OFFER):
-        c = batch_start(started, [NODE, str(path)], conf=conf, accepted=())
+    for offer in ((), OFFER):
+        c = batch_start(started, [NODE, str(path)], offer=offer, accepted=())
         c.send(tup("1", ["a"]))
         c.send(heartbeat())
         c.send(tick("2"))

@@ -36,8 +36,8 @@ CONFORMANCE = NODE_DIR / "conformance_component.js"
 NODE_ECHO = ROOT / "bench" / "components" / "node_echo.js"
 NODE = shutil.which("node")
 CONF = {"topology.name": "t"}
-MP = {"multilang.extensions": ["msgpack"]}
-BOTH = {"multilang.extensions": ["batch", "msgpack"]}
+MP = ["msgpack"]  # offers (the handshake's "extensions", spec §9.1)
+BOTH = ["batch", "msgpack"]
 TIMEOUT = 5.0
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -65,8 +65,8 @@ class MsgpackHost:
 
     # -- handshake ------------------------------------------------------------
 
-    def handshake(self, conf, accept):
-        self.c.handshake({**CONF, **conf}, accept=accept)
+    def handshake(self, offer, accept, conf=None):
+        self.c.handshake({**CONF, **(conf or {})}, offer=offer, accept=accept)
         self.pos = bytes(self.c.stdout).index(b"\nend\n") + 5  # just past the JSON pid reply
         return self
 
@@ -123,16 +123,16 @@ class MsgpackHost:
 
 @pytest.fixture
 def start(tmp_path):
-    """start(argv, conf=MP, accept=("msgpack",), cwd=ROOT) -> MsgpackHost after the handshake."""
+    """start(argv, offer=MP, accept=("msgpack",), conf=None, cwd=ROOT) -> MsgpackHost after the handshake."""
     with ComponentProcesses(cwd=ROOT, pid_dir=tmp_path / "pids", conf=CONF) as procs:
-        def _start(argv, conf=MP, accept=("msgpack",), handshake=True, **kw):
+        def _start(argv, offer=MP, accept=("msgpack",), handshake=True, conf=None, **kw):
             h = MsgpackHost(procs.start([str(a) for a in argv], **kw))
-            return h.handshake(conf, accept) if handshake else h
+            return h.handshake(offer, accept, conf) if handshake else h
         yield _start
 
 
-def conformance(start, mode="bolt", conf=MP, accept=("msgpack",)):
-    h = start([NODE, CONFORMANCE, mode], conf=conf, accept=accept)
+def conformance(start, mode="bolt", offer=MP, accept=("msgpack",)):
+    h = start([NODE, CONFORMANCE, mode], offer=offer, accept=accept)
     assert h.read() == {"command": "log", "msg": f"multilang-conformance ready mode={mode} lang=node", "level": 2}
     return h
 
@@ -143,10 +143,10 @@ def script(tmp_path, name, body):
     return path
 
 
-def handshake_bytes(tmp_path, conf, terminator=b"\nend\n"):
+def handshake_bytes(tmp_path, offer, terminator=b"\nend\n"):
     pid_dir = tmp_path / "raw-pids"
     pid_dir.mkdir(exist_ok=True)
-    hs = {"pidDir": str(pid_dir), "conf": {**CONF, **conf}, "context": {"taskid": 2}}
+    hs = {"pidDir": str(pid_dir), "conf": CONF, "context": {"taskid": 2}, "extensions": offer}
     return json.dumps(hs).encode() + terminator
 
 
@@ -176,13 +176,13 @@ def test_spec_example_bytes_and_switch_over(start):
     h.expect_silence()
 
 
-@pytest.mark.parametrize("conf, accept", [
-    ({}, ()),
-    ({"multilang.extensions": []}, ()),
-    ({"multilang.extensions": ["batch"]}, ("batch",)),
+@pytest.mark.parametrize("offer, accept", [
+    (None, ()),
+    ([], ()),
+    (["batch"], ("batch",)),
 ])
-def test_not_offered_stays_json(start, conf, accept):
-    h = start([NODE, CONFORMANCE, "bolt"], conf=conf, accept=accept)
+def test_not_offered_stays_json(start, offer, accept):
+    h = start([NODE, CONFORMANCE, "bolt"], offer=offer, accept=accept)
     c = h.c
     assert c.read() == {"command": "log", "msg": "multilang-conformance ready mode=bolt lang=node", "level": 2}
     c.send(tup("1", ["echo", "\u00e9"]))
@@ -205,13 +205,13 @@ def test_opt_out_keeps_batch_only(start, tmp_path, how):
                     "const b = new B(); b.extensions = ['batch']; b.run();",
     }[how]
     path = script(tmp_path, f"optout_{how}.js", body)
-    h = start([NODE, path], conf=BOTH, accept=("batch",))
+    h = start([NODE, path], offer=BOTH, accept=("batch",))
     h.c.send(tup("1", ["a"]))
     assert h.c.read() == {"command": "batch", "emits": [[["a"], ["1"]]], "acks": ["1"]}
     # and with nothing accepted, the standard protocol
     path2 = script(tmp_path, "none.js", "class B extends ml.Bolt { static extensions = []; process(t) { this.ack(t); } }\n"
                                         "new B().run();")
-    h2 = start([NODE, path2], conf=BOTH, accept=())
+    h2 = start([NODE, path2], offer=BOTH, accept=())
     h2.c.send(tup("1", ["a"]))
     assert h2.c.read_raw() == b'{"command":"ack","id":"1"}'
 
@@ -224,13 +224,13 @@ def test_early_frames_reencoded_after_pid_reply(start, tmp_path):
         "noisy.js",
         "console.log('top level \\u00e9');\n"
         "class B extends ml.Bolt { initialize(conf, ctx) {"
-        " console.log(JSON.stringify([conf['topology.name'], conf['multilang.extensions']])); } }\n"
+        " console.log(JSON.stringify([conf['topology.name'], Object.keys(conf).length])); } }\n"
         "new B().run();",
     )
     h = start([NODE, path])
     assert bytes(h.c.stdout).startswith(b'{"pid":')
     assert h.read_n(2) == [{"command": "log", "msg": "top level \u00e9"},
-                           {"command": "log", "msg": '["t",["msgpack"]]'}]
+                           {"command": "log", "msg": '["t",1]'}]
 
 
 # ---------------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_integers_beyond_2_53_as_json_parse(start):
 
 
 def test_batch_and_msgpack(start):
-    h = conformance(start, conf=BOTH, accept=("batch", "msgpack"))
+    h = conformance(start, offer=BOTH, accept=("batch", "msgpack"))
     h.send(tuples(tup("1", ["echo", "a"]), tup("2", ["fail"]), tick("3"), tup("-4", ["hold"]),
                   tup("0005", ["release", ["r"]]), tup("6", ["emit_unanchored", ["u", None, 2.5]])))
     assert h.read() == {
@@ -408,7 +408,7 @@ def test_batch_and_msgpack(start):
 
 
 def test_split_bolt_batch_msgpack(start):
-    h = start([NODE, NODE_DIR / "split_bolt.js"], conf=BOTH, accept=("batch", "msgpack"))
+    h = start([NODE, NODE_DIR / "split_bolt.js"], offer=BOTH, accept=("batch", "msgpack"))
     h.send(tuples(tup("1", ["  Hello, World!  \u00c9t\u00e9 (don't)"]), tick("t"), tup("2", [""])))
     assert h.read() == {
         "command": "batch",
@@ -493,7 +493,7 @@ def test_spout_batch_msgpack(start, tmp_path):
         "  nextTuple() { this.emit(['n', 1], {msgId: 0}); this.emit(['m'], {msgId: 'x', stream: 's'}); this.emit(['u']); }\n"
         "}\nnew S().run();",
     )
-    h = start([NODE, path], conf=BOTH, accept=("batch", "msgpack"))
+    h = start([NODE, path], offer=BOTH, accept=("batch", "msgpack"))
     h.send(cmd("next"))
     assert h.read_n(2) == [{"command": "batch", "emits": [[["n", 1], 0], [["m"], "x", "s"], [["u"]]]},
                            {"command": "sync"}]
@@ -613,7 +613,7 @@ def test_oversize_length_fails_at_once(start):
 
 
 def test_oversize_against_conf_limit(start):
-    h = start([NODE, CONFORMANCE, "bolt"], conf={**MP, "multilang.max.frame.bytes": 100})
+    h = start([NODE, CONFORMANCE, "bolt"], conf={"multilang.max.frame.bytes": 100})
     h.read()
     h.send(tup("1", ["echo", "x" * 30]))  # under the limit
     assert h.read_n(2)[1] == {"command": "ack", "id": "1"}

@@ -631,11 +631,11 @@ def test_sentence_spout_ids_replay_and_exhaustion(spawn, tmp_path):
 # Extension batch (spec §9.5)
 # ---------------------------------------------------------------------------
 
-OFFER = {"multilang.extensions": ["batch"]}
+OFFER = ("batch",)
 
 
-def batch_handshake(host, conf=None, accepted=("batch",)) -> dict:
-    return host.handshake(OFFER if conf is None else conf, accept=accepted)
+def batch_handshake(host, offer=OFFER, accepted=("batch",)) -> dict:
+    return host.handshake(offer=offer, accept=accepted)
 
 
 def batch_conformance(spawn, mode: str) -> ComponentProcess:
@@ -753,9 +753,9 @@ def test_batch_declined_is_byte_for_byte_standard(spawn, script, how):
                     'b = B.new\nb.extensions = []\nb.run\n',
     }[how]
     outputs = []
-    for conf in ({}, OFFER):
+    for offer in ((), OFFER):
         host = spawn(script(body, name=f"declined_{how}.rb"))
-        batch_handshake(host, conf=conf, accepted=())
+        batch_handshake(host, offer=offer, accepted=())
         host.send(tup("1", ["a"]))
         host.send(HEARTBEAT)
         host.send(tick("2"))

@@ -584,15 +584,15 @@ def test_an_id_coming_back_with_other_values_is_dropped_acked_and_warned_about(t
 
 def test_a_conf_offering_extensions_is_not_offered_to_the_spout(tmp_path):
     """A topology conf passed through as ``conf`` may say ``multilang.extensions``;
-    in a handshake that key is the host's offer (§9.1), and our Python spout
-    would accept ``batch``, which this host does not speak: no row, ever."""
+    a conf key is no offer (§9.1), and this host offers nothing: had our Python
+    spout accepted ``batch``, which this host does not speak, no row would come."""
     from multilang.adapters._spark_source_options import _Options
     from multilang.adapters._spark_spout_host import spout_conf
 
     conf = {"multilang.extensions": ["batch", "state"], "sentences.note": "kept"}
     opts = _Options.parse(CaseInsensitiveDict({"command": '["python", "s.py"]', "fields": "s", "conf": json.dumps(conf)}))
     handshake = spout_conf(opts)
-    assert "multilang.extensions" not in handshake and handshake["sentences.note"] == "kept"
+    assert handshake["multilang.extensions"] == ["batch", "state"] and handshake["sentences.note"] == "kept"
 
     expected = write_lines(tmp_path / "lines.txt", 10)
     reader = reader_for(command=json.dumps(["python", str(PY_SENTENCES), str(tmp_path / "lines.txt")]),

@@ -103,7 +103,7 @@ def test_handshake_then_pid(role):
 
 def test_pid_extensions_recorded():
     host, comp = Connection(BOLT, HOST), Connection(BOLT, COMP)
-    deliver(comp, host.send(Handshake(pid_dir="/tmp", conf={"multilang.extensions": ["batch"]}, context={})))
+    deliver(comp, host.send(Handshake(pid_dir="/tmp", context={}, extensions=("batch",))))
     deliver(host, comp.send(Pid(pid=5, extensions=("batch",))))
     assert host.extensions == comp.extensions == ("batch",)
     assert host.batching and comp.batching
@@ -806,7 +806,7 @@ def test_bolt_fast_paths_refuse_what_the_general_path_refuses():
 
 def batched_pair():
     host, comp = Connection(BOLT, HOST), Connection(BOLT, COMP)
-    deliver(comp, host.send(Handshake(pid_dir="/tmp", conf={"multilang.extensions": ["batch"]}, context={})))
+    deliver(comp, host.send(Handshake(pid_dir="/tmp", context={}, extensions=("batch",))))
     deliver(host, comp.send(Pid(pid=5, extensions=("batch",))))
     return host, comp
 

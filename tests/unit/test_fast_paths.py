@@ -53,8 +53,7 @@ def pair(role=BOLT, mode="json", **kw):
     """A host and a component connection past the pid reply, in ``mode``."""
     exts = MODES[mode]
     host, comp = Connection(role, HOST, **kw), Connection(role, COMP, **kw)
-    conf = {"multilang.extensions": list(exts)} if exts else {}
-    comp.receive_data(host.send(Handshake(pid_dir="/tmp/pids", conf=conf, context={"taskid": 3})))
+    comp.receive_data(host.send(Handshake(pid_dir="/tmp/pids", context={"taskid": 3}, extensions=tuple(exts))))
     assert type(comp.next_event()) is Handshake
     host.receive_data(comp.send(Pid(pid=99, extensions=exts)))
     assert type(host.next_event()) is Pid

@@ -117,7 +117,7 @@ def test_many_emits_under_msgpack_and_batch_whatever_bytes_their_values_hold():
 
 def negotiated(offer, accept, role=Role.BOLT, split=False):
     host, comp = Connection(role, Side.HOST), Connection(role, Side.COMPONENT)
-    comp.receive_data(host.send(Handshake(pid_dir="/tmp", conf={"multilang.extensions": offer}, context={})))
+    comp.receive_data(host.send(Handshake(pid_dir="/tmp", context={}, extensions=tuple(offer))))
     events(comp)
     # the pid reply and the first msgpack frames in one write (or byte by byte)
     data = comp.send(Pid(pid=5, extensions=tuple(accept))) + comp.send(Log(msg="up\nend\n", level=2))

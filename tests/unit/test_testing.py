@@ -40,8 +40,8 @@ ECHO = textwrap.dedent("""
             msg = json.loads(text)
             open(os.path.join(msg["pidDir"], str(os.getpid())), "w").close()
             reply = {"pid": os.getpid()}
-            if msg["conf"].get("multilang.extensions"):
-                reply["extensions"] = msg["conf"]["multilang.extensions"]
+            if msg.get("extensions"):
+                reply["extensions"] = msg["extensions"]
             text = json.dumps(reply, separators=(",", ":")).encode()
         out.write(text + nl + b"end" + nl)
         out.flush()

@@ -26,7 +26,7 @@ def main():
         return
     pid = os.getpid()
     open(os.path.join(hs["pidDir"], str(pid)), "w").close()
-    offered = hs.get("conf", {}).get("multilang.extensions") or []
+    offered = hs.get("extensions") or []
     accept = ["batch"] if "batch" in offered else []
     if MODE == "unoffered":
         accept = ["batch"]

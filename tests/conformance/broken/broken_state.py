@@ -34,7 +34,7 @@ def main():
         return
     pid = os.getpid()
     open(os.path.join(hs["pidDir"], str(pid)), "w").close()
-    offered = hs.get("conf", {}).get("multilang.extensions") or []
+    offered = hs.get("extensions") or []
     accept = ["state"] if "state" in offered and MODE != "unnegotiated" or MODE == "unoffered" else []
     send({"pid": pid, "extensions": accept} if accept else {"pid": pid})
     for msg in messages:

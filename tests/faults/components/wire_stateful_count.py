@@ -19,7 +19,7 @@ def send(obj):
     sys.stdout.flush()
 
 hs = read()
-offered = hs["conf"].get("multilang.extensions") or []
+offered = hs.get("extensions") or []
 accept = ["state"] if "state" in offered else []
 send({"pid": os.getpid(), "extensions": accept})
 state, dirty, undo = {}, {}, {}
