@@ -5,4 +5,8 @@ The engines are submodules, imported by name (``multilang.adapters.spark``,
 brings its own dependencies (pyspark, asyncio), so the package imports none.
 """
 
+from multilang.component import release_stdout
+
+release_stdout()  # a host: its stdout is its own
+
 __all__: list[str] = []

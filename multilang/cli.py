@@ -35,8 +35,11 @@ from typing import IO, Any, Iterator
 import click
 import orjson
 
+from .component import release_stdout
 from .errors import MultilangError, TopologyError
 from ._pipe_input import StdinFeed
+
+release_stdout()  # a host: its stdout is its own
 
 __all__ = ["main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SIGINT", "EXIT_SIGTERM", "EXIT_OUTPUT_CLOSED"]
 

@@ -23,8 +23,9 @@ protocol gets a private duplicate of fd 1, fd 1 itself is pointed at stderr
 ``sys.stdout`` becomes a writer whose lines are sent as ``log`` frames. A
 stray ``print()`` therefore shows up in the host's log instead of killing the
 component. The guard starts in :meth:`Component.run` (importing ``multilang``
-must not take over a host's stdout), so a script must not print at import
-time, before ``run()``; the Ruby and Node libraries guard from load time.
+must not take over a host's stdout); what a component script prints after
+``import multilang`` and before ``run()`` is held and logged after the pid
+reply (``_early_output``), as the Ruby and Node libraries do.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import traceback
 from functools import partial
 from typing import Any, Iterable
 
+from . import _early_output
 from ._state import Role, Side
 from .connection import _JUST_STR, _JUST_TUPLE, NEED_DATA, Connection, _first
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -73,7 +75,20 @@ from .messages import (
 )
 from .state import CHUNK_BYTES, KeyValueState
 
-__all__ = ["Component", "Bolt", "BasicBolt", "StatefulBolt", "Spout", "TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
+_early_output.hold()  # a component script's prints before run() must not precede the pid reply (§2.3)
+
+
+def release_stdout() -> None:
+    """For hosts and tools that import ``multilang``: stop holding what
+    ``print`` writes (the component library holds a component script's
+    prints until its ``run()``, to log them after the pid reply). The CLI,
+    ``multilang.shellbolt``, ``multilang.adapters`` and ``multilang.testing``
+    call it when imported; what was held goes to stdout."""
+    _early_output.release()
+
+
+__all__ = ["Component", "Bolt", "BasicBolt", "StatefulBolt", "Spout", "TRACE", "DEBUG", "INFO", "WARN", "ERROR",
+           "release_stdout"]
 
 TRACE, DEBUG, INFO, WARN, ERROR = 0, 1, 2, 3, 4
 
@@ -171,6 +186,7 @@ class Component:
     #: accepted by a :class:`StatefulBolt` only, whatever a subclass lists.
     extensions: tuple[str, ...] = ("batch", "msgpack")
     _stateful = False  # a StatefulBolt: may accept "state"
+    _early = ""  # printed before run() (_early_output), logged after the pid reply
 
     def __init__(self) -> None:
         self.conf: dict[str, Any] = {}
@@ -237,6 +253,7 @@ class Component:
                 pass  # not a pipe, or above /proc/sys/fs/pipe-max-size
 
     def _guard_stdout(self) -> int:
+        self._early = _early_output.take()  # printed before run(): logged after the pid reply
         sys.stdout.flush()
         proto = os.dup(1)
         os.dup2(2, 1)
@@ -314,6 +331,10 @@ class Component:
         offered = ev.extensions  # §9.1: the handshake's own key; a conf key is not an offer
         accept = tuple(e for e in self.extensions if e in offered and (e != "state" or self._stateful))
         self._out.append(self._conn.send(Pid(pid=pid, extensions=accept)))
+        if self._early and isinstance(sys.stdout, _LogWriter):
+            for line in self._early.splitlines():  # a log frame a line, as print() after run() gives
+                sys.stdout.write(line + "\n")
+            self._early = ""
         self._flush()
         self.initialize(self.conf, self.context)
 

@@ -51,6 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ._early_output import release
+
+release()  # a host of components: its stdout is its own (multilang.component.release_stdout)
+
 __all__ = [
     "DEFAULT_TIMEOUT",
     "DEFAULT_CONTEXT",

@@ -12,6 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from multilang.component import release_stdout
+
+release_stdout()  # a host: its stdout is its own
+
 __all__ = [
     "TopologyBuilder",
     "Topology",

@@ -318,6 +318,34 @@ def test_print_becomes_log_and_fd1_goes_to_stderr(started, tmp_path):
     assert b"raw fd1" not in c.stdout and b"child" not in c.stdout
 
 
+def test_a_print_at_import_time_comes_after_the_pid_reply_as_log_frames(started, tmp_path):
+    # Storm's host reads the pid reply first and gives up on anything else
+    # (§2.3): what a script prints after `import multilang` and before run()
+    # is held and logged after the reply, as the Ruby and Node libraries do.
+    path = script(
+        tmp_path,
+        "early.py",
+        """
+        from multilang import BasicBolt
+        print("loading the model")
+        print("a", "b")
+
+        class B(BasicBolt):
+            def process(self, tup):
+                self.emit(tup.values)
+
+        print("ready", end="")
+        B().run()
+        """,
+    )
+    c = started([PY, str(path)])  # the handshake check: the pid reply is the very first line on stdout
+    assert c.read_n(3) == [{"command": "log", "msg": "loading the model", "level": 2},
+                           {"command": "log", "msg": "a b", "level": 2},
+                           {"command": "log", "msg": "ready", "level": 2}]
+    c.send(tup("1", ["x"]))
+    assert c.read_n(2) == [emit(["x"], anchors=["1"]), {"command": "ack", "id": "1"}]
+
+
 def test_stdin_eof_exits_zero_promptly(started):
     for mode in ("bolt", "basic", "spout"):
         c = conformance(started, mode)
