@@ -80,12 +80,18 @@ def _finite(value: float | None) -> float | None:
 
 
 def _setup_logging(level: str) -> None:
+    """``--log-level`` is the host's own level. What components say (their
+    ``log`` frames below WARN and their stderr lines, multilang.component.*,
+    within a line budget per process) shows at info unless it is ``error``,
+    as Storm's worker log shows a ShellBolt's logs."""
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    components = {"debug": logging.DEBUG, "error": logging.ERROR}.get(level, logging.INFO)
+    logging.getLogger("multilang.component").setLevel(components)
 
 
 def _live_view(tasks: bool) -> Any:

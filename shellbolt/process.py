@@ -40,6 +40,7 @@ from multilang.errors import ComponentCrashed, HeartbeatTimeout, ProtocolError
 from multilang.messages import ConnectionClosed, Handshake, Message, Pid, TaskIds
 
 from .conf import ProcessConf
+from .ratelog import LineBudget
 
 __all__ = ["ShellProcess", "Transport", "Spawn", "spawn_child", "ChildTransport", "StreamTransport"]
 
@@ -200,7 +201,9 @@ class ShellProcess:
         self._stderr_done = trio.Event()
         self._send_lock = trio.Lock()
         self._pending_error: Exception | None = None
-        self._stderr_log = logging.getLogger(f"multilang.component.{component}")
+        #: what the component says: its log frames and stderr lines (shown by default, multilang/cli.py)
+        self._component_log = logging.getLogger(f"multilang.component.{component}")
+        self._log_budget = LineBudget()
 
     @property
     def open(self) -> bool:
@@ -388,7 +391,6 @@ class ShellProcess:
         """Log stderr continuously (a chatty child must never block, §8.3)."""
         assert self.proc is not None
         buf = b""
-        prefix = f"[{self.component}:{self.task} pid {self.proc.pid}] "
         try:
             while True:
                 try:
@@ -397,23 +399,42 @@ class ShellProcess:
                     chunk = b""
                 if not chunk:
                     if buf:
-                        self._stderr_line(prefix, buf)
+                        self._stderr_line(buf)
                     return
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
-                    self._stderr_line(prefix, line)
+                    self._stderr_line(line)
                 if len(buf) > 65536:  # a line that never ends: log it in pieces
-                    self._stderr_line(prefix, buf)
+                    self._stderr_line(buf)
                     buf = b""
         finally:
             self._stderr_done.set()
+            if self._log_budget.dropped:  # the count of the last window: the process is gone
+                self._component_log.info("[%s:%s pid %s] %d more lines not shown in its last %.0fs", self.component,
+                                         self.task, self.pid, self._log_budget.dropped, self._log_budget.interval)
 
-    def _stderr_line(self, prefix: str, line: bytes) -> None:
+    def _stderr_line(self, line: bytes) -> None:
         text = line.decode("utf-8", "replace").rstrip("\r")
         # The tail goes into error messages: bound each line too.
         self.stderr_tail.append(text if len(text) <= _TAIL_LINE else f"{text[:_TAIL_LINE]}... ({len(text)} characters)")
-        self._stderr_log.info("%s%s", prefix, text)
+        self.component_log(logging.INFO, text)
+
+    def component_log(self, level: int, text: str) -> None:
+        """A line the component wrote (a ``log`` frame below WARN, a stderr
+        line), prefixed with its component, task and pid, within the
+        process's line budget; a count says how many were not shown."""
+        logger = self._component_log
+        if not logger.isEnabledFor(level):
+            return
+        dropped = self._log_budget.take(trio.current_time())
+        if dropped is None:
+            return
+        where = f"[{self.component}:{self.task} pid {self.pid or (self.proc.pid if self.proc else '?')}]"
+        if dropped:
+            logger.info("%s %d more lines not shown in the last %.0fs (at most %d per %.0fs a process)", where,
+                        dropped, self._log_budget.interval, self._log_budget.lines, self._log_budget.interval)
+        logger.log(level, "%s %s", where, text)
 
     async def _settle(self) -> None:
         """Give an exiting child a moment so its exit status and last stderr

@@ -18,7 +18,7 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["RateLimitedLog"]
+__all__ = ["RateLimitedLog", "LineBudget"]
 
 # Numbers, and quoted values that start a word ("tuple 'abc'", not "bolt:1's").
 # A quote left open (a value cut short, "...") is masked to the end of the line.
@@ -70,3 +70,29 @@ class RateLimitedLog:
         sample = last if len(last) <= 160 else last[:160] + "..."
         self.logger.log(state[2], "%s: %d more like this in the last %.0fs, the last: %s",
                         where, state[1], max(now - state[0], 0.0), sample)
+
+
+class LineBudget:
+    """At most ``lines`` log lines of one process per ``interval`` seconds
+    (its ``log`` frames and stderr lines): a component that logs per tuple
+    shows its first lines and then a count, not a flood. Pure: the clock is
+    passed in."""
+
+    def __init__(self, lines: int = 100, interval: float = 10.0) -> None:
+        self.lines, self.interval = lines, interval
+        self._start: float | None = None
+        self._used = 0
+        self.dropped = 0  # lines not shown in the current window
+
+    def take(self, now: float) -> int | None:
+        """None: do not show this line. Else the number of lines not shown
+        since the last window began, to report before this one (often 0)."""
+        if self._start is None or now - self._start >= self.interval:
+            dropped, self.dropped = self.dropped, 0
+            self._start, self._used = now, 1
+            return dropped
+        if self._used < self.lines:
+            self._used += 1
+            return 0
+        self.dropped += 1
+        return None

@@ -133,8 +133,8 @@ class ShellTask(Task):
             if level >= logging.WARNING:  # a component's own errors, maybe one per tuple: rate-limited
                 self.runtime.errlog.log(self.where(), level, trio.current_time(), "[%s pid %s] %s",
                                         self.where(), proc.pid, ev.msg)
-            else:
-                log.log(level, "[%s pid %s] %s", self.where(), proc.pid, ev.msg)
+            else:  # shown by default, within the process's line budget (multilang.component.*)
+                proc.component_log(level, ev.msg)
         elif t is Error:
             self.stats.errors += 1
             err = ComponentReportedError(ev.msg, component=self.name, task=self.task_id, pid=proc.pid)

@@ -463,3 +463,32 @@ def test_multilang_lib_copies_the_node_library_beside_a_component_that_then_runs
     assert sorted(json_lines(p.stdout)) == [["A"], ["B"]]
     assert Path(multilang("lib", "ruby").stdout.strip()).name == "multilang.rb"
     assert multilang("lib", "python", "--copy", str(tmp_path)).returncode == 2
+
+
+def test_component_logs_and_stderr_show_by_default_tagged_and_within_a_budget(tmp_path):
+    bolt = tmp_path / "chatty.py"
+    bolt.write_text(textwrap.dedent("""\
+        import sys
+        from multilang import BasicBolt
+
+        class Chatty(BasicBolt):
+            def process(self, tup):
+                self.log(f"log line {tup.values[0]}")
+                print(f"stderr line {tup.values[0]}", file=sys.stderr, flush=True)
+                self.emit(tup.values)
+
+        Chatty().run()
+        """))
+    few = multilang("pipe", "--", sys.executable, str(bolt), input="a\nb\n")
+    assert few.returncode == 0, few.stderr[-2000:]
+    for text in ("log line a", "stderr line a", "log line b", "stderr line b"):
+        assert f"multilang.component.bolt: [bolt:1 pid " in few.stderr and text in few.stderr, few.stderr[-2000:]
+    lines = "".join(f"{i}\n" for i in range(300))
+    p = multilang("pipe", "--", sys.executable, str(bolt), input=lines, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert len(json_lines(p.stdout)) == 300
+    shown = [ln for ln in p.stderr.splitlines() if "[bolt:1 pid " in ln and " line " in ln]
+    assert len(shown) <= 100, f"{len(shown)} lines: the budget is 100 per 10 s a process"
+    assert "more lines not shown" in p.stderr
+    quiet = multilang("pipe", "--log-level", "error", "--", sys.executable, str(bolt), input=lines, timeout=120)
+    assert quiet.returncode == 0 and "log line" not in quiet.stderr and "stderr line" not in quiet.stderr

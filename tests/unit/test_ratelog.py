@@ -59,3 +59,13 @@ def test_memory_is_bounded_by_the_number_of_kinds_remembered(caplog):
         for i in range(5000):
             rl.log(f"t:{i}", logging.ERROR, 0.0, "distinct")
     assert len(rl._kinds) <= 1000
+
+
+def test_a_line_budget_shows_the_first_lines_of_a_window_then_counts_the_rest():
+    from multilang.shellbolt.ratelog import LineBudget
+
+    b = LineBudget(lines=3, interval=10.0)
+    assert [b.take(0.0), b.take(1.0), b.take(2.0)] == [0, 0, 0]
+    assert [b.take(3.0), b.take(4.0)] == [None, None] and b.dropped == 2
+    assert b.take(10.5) == 2 and b.dropped == 0, "a new window reports what the last one did not show"
+    assert b.take(11.0) == 0
