@@ -55,6 +55,14 @@ class StdinFeed:
         from collections import deque
 
         self.items: Any = deque()
+        self.numbers: Any = deque()  # the stdin line number of each item waiting in ``items``
+        #: the line number of each item the spout took and has not finished
+        #: with (its message id: items are numbered from 0 as they are taken)
+        self._lines: dict[int, int] = {}
+        self._taken = 0
+        #: told the message ids whose trees completed, and a message id that failed (multilang pipe's output)
+        self.on_ack: Any = None
+        self.on_fail: Any = None
         self.open = True
         self.n_fields = n_fields
         self.json_input = json_input
@@ -75,11 +83,36 @@ class StdinFeed:
     def take(self, n: int) -> list[list[Any]]:
         """Up to ``n`` lines' values, in order; fewer: that is all for now
         (the spout's burst in one call, PythonSpoutTask)."""
-        items = self.items
+        items, numbers, lines, seq = self.items, self.numbers, self._lines, self._taken
         got = [items.popleft() for _ in range(min(n, len(items)))]
+        for _ in got:
+            lines[seq] = numbers.popleft()
+            seq += 1
+        self._taken = seq
         if self._room is not None and len(items) <= self.CAPACITY // 2:
             self._room.set()
         return got
+
+    def ack(self, msg_ids: list[int]) -> None:
+        """The trees of these inputs completed (PythonSpoutTask)."""
+        lines = self._lines
+        for i in msg_ids:
+            del lines[i]
+        if self.on_ack is not None:
+            self.on_ack(msg_ids)
+
+    def fail(self, msg_id: int) -> None:
+        """The tree of this input failed: it is replayed, or a dead letter."""
+        if self.on_fail is not None:
+            self.on_fail(msg_id)
+
+    def line_of(self, msg_id: Any) -> int | None:
+        """The stdin line number of an input the spout has not finished with."""
+        return self._lines.get(msg_id)
+
+    def forget(self, msg_id: Any) -> None:
+        """An input given up on (its dead letter is written)."""
+        self._lines.pop(msg_id, None)
 
     async def pump(self, runtime: Any, spout: Any) -> None:
         import os
@@ -87,7 +120,7 @@ class StdinFeed:
         import trio
 
         fd, buf, number = sys.stdin.fileno(), bytearray(), 0
-        loads, append = orjson.loads, self.items.append
+        loads, append, numbered = orjson.loads, self.items.append, self.numbers.append
         skipping = False  # inside a line over max_line: its bytes are dropped up to its end
         while True:
             while len(self.items) >= self.CAPACITY:
@@ -130,12 +163,14 @@ class StdinFeed:
                         if type(values) is not list:
                             values = [values]
                     append(values)
+                    numbered(number)
             else:
                 for raw in lines:
                     number += 1
                     values = self._values(raw[:-1] if raw.endswith(b"\r") else raw, number, runtime, spout)
                     if values is not None:
                         append(values)
+                        numbered(number)
             if too_long:
                 number += 1
                 runtime.dead_letter(spout, None, [too_long.decode("utf-8", "backslashreplace") + "..."],

@@ -38,6 +38,7 @@ import orjson
 from .component import release_stdout
 from .errors import MultilangError, TopologyError
 from ._pipe_input import StdinFeed
+from ._pipe_output import HeldOutputs
 
 release_stdout()  # a host: its stdout is its own
 
@@ -128,7 +129,8 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
         click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "
                    f"multilang.max.replays, or refused before they were sent (0 attempts){where}:", err=True)
         for d in result.dead_letter_sample:
-            click.echo(f"[summary]   {d.component}: {_clip(_json_text(d.input))} "
+            where = f"stdin line {d.line}" if getattr(d, "line", None) is not None else d.component
+            click.echo(f"[summary]   {where}: {_clip(_json_text(d.input))} "
                        f"({d.attempts} attempts): {d.cause}", err=True)
         if result.dead_letters > len(result.dead_letter_sample):
             click.echo(f"[summary]   ... and {result.dead_letters - len(result.dead_letter_sample)} more", err=True)
@@ -169,25 +171,33 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _dead_letter_writer(path: str | None) -> tuple[Any, Any]:
+def _dead_letter_writer(path: str | None, line_of: Any = None) -> tuple[Any, Any]:
     """(on_dead_letter callback, file) for --dead-letter: JSON lines with the
-    input, the cause, the component and the attempts, flushed per letter."""
-    if path is None:
+    input, the cause, the component and the attempts, flushed per letter;
+    ``line_of`` (``multilang pipe``'s stdin feed) adds the input's line."""
+    f = None
+    if path is not None:
+        try:
+            f = open(path, "w", encoding="utf-8")
+        except OSError as exc:
+            click.echo(f"error: --dead-letter {path}: {exc.strerror}", err=True)
+            raise SystemExit(EXIT_USAGE) from None
+    if f is None and line_of is None:
         return None, None
-    try:
-        f = open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        click.echo(f"error: --dead-letter {path}: {exc.strerror}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
 
     def write(letter: Any) -> None:
-        f.write(_json_text(letter.to_json()) + "\n")
-        f.flush()
+        if line_of is not None and letter.msg_id is not None:
+            letter.line = line_of.line_of(letter.msg_id)
+            line_of.forget(letter.msg_id)
+        if f is not None:
+            f.write(_json_text(letter.to_json()) + "\n")
+            f.flush()
 
     return write, f
 
 
-def _runtime(topology: Any, out: "_Output", dead_letter: str | None, **outputs: Any) -> tuple[Any, Any]:
+def _runtime(topology: Any, out: "_Output", dead_letter: str | None, line_of: Any = None,
+             **outputs: Any) -> tuple[Any, Any]:
     """The embedded runtime for ``topology`` writing to ``out``, with
     --dead-letter's writer: (runtime, dead-letter file or None). A topology
     the runtime refuses is a usage error (exit 2)."""
@@ -198,7 +208,7 @@ def _runtime(topology: Any, out: "_Output", dead_letter: str | None, **outputs: 
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
-    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter)
+    runtime.on_dead_letter, dead_file = _dead_letter_writer(dead_letter, line_of)
     out.runtime = runtime
     return runtime, dead_file
 
@@ -286,10 +296,11 @@ class _Output:
             if self._size >= self.LIMIT:
                 self._spill()
 
-    def values(self, component: str, stream: str, values: list[Any], roots: list[int]) -> None:
-        """A bolt's output (``multilang pipe``; Runtime's on_tracked_output) as
-        one line: its values in order, its declared output fields or any
-        number of values. The per-tuple path: :meth:`line` inline."""
+    def values(self, values: list[Any]) -> None:
+        """A bolt's output (``multilang pipe``, once its input's tree
+        completed: _pipe_output) as one line: its values in order, its
+        declared output fields or any number of values. The per-tuple path:
+        :meth:`line` inline."""
         if self.closed:
             return
         try:
@@ -596,7 +607,10 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         raise SystemExit(EXIT_USAGE) from None
 
     out = _Output(sys.stdout)
-    runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=out.values)
+    held = HeldOutputs(out.values)  # each input's outputs once its tree completes: exactly once per input
+    runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=held.output, line_of=feed)
+    held.roots = runtime.acker.roots
+    feed.on_ack, feed.on_fail = held.acked, held.failed
     start = time.monotonic()
     try:
         (spout,) = [t for t in runtime.tasks.values() if t.name == "stdin"]

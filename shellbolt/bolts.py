@@ -54,6 +54,7 @@ class ShellBoltTask(ShellTask):
         self._urgent: list[bytes] = []
         self._last_settled = 0.0  # when the process last acked or failed a tuple (or started)
         self._warned_holding = False
+        self._holding_since: float | None = None  # since when it holds tuples (seen at a heartbeat)
         self._alone: str | None = None  # the id of a tuple being tried alone (§8.4)
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
@@ -80,14 +81,23 @@ class ShellBoltTask(ShellTask):
             self._check_holding(proc)
 
     def _check_holding(self, proc: ShellProcess) -> None:
-        """One clear warning for a bolt that keeps taking tuples and settles
-        none of them (storm-starter's splitsentence.rb never acks): its
-        trees time out and are replayed, and the host keeps every one of
-        those ids until the bolt acks or fails it (§5.3)."""
-        if self._warned_holding or len(self.in_flight) < self.max_pending:
+        """One clear warning for a bolt that holds tuples whose trees wait
+        for it and settles none of them for the message timeout
+        (storm-starter's splitsentence.rb never acks): those trees time out
+        and are replayed, and the host keeps every one of those ids until
+        the bolt acks or fails it (§5.3). However few the tuples: a pipe of
+        a few lines must say so too. Ticks and tuples of finished trees
+        wait for nobody."""
+        if self._warned_holding:
             return
-        quiet = trio.current_time() - self._last_settled
-        if quiet >= self.message_timeout:
+        now = trio.current_time()
+        if not self.in_flight:
+            self._holding_since = None
+            return
+        if self._holding_since is None:
+            self._holding_since = now
+        quiet = now - max(self._last_settled, self._holding_since)
+        if quiet >= self.message_timeout and any(self.sink.waited_for(t) for t in self.in_flight.values()):
             self._warned_holding = True
             log.warning("%s (pid %s) holds %d tuples and has acked or failed none for %.0fs; their trees time out "
                         "after topology.message.timeout.secs (%gs) and are replayed. A bolt must ack or fail every "

@@ -98,10 +98,14 @@ class DeadLetter:
     input: list[Any]
     cause: str
     attempts: int
+    line: int | None = None  # multilang pipe: the input's stdin line
 
     def to_json(self) -> dict[str, Any]:
-        return {"component": self.component, "task": self.task, "input": self.input, "cause": self.cause,
-                "attempts": self.attempts}
+        out = {"component": self.component, "task": self.task, "input": self.input, "cause": self.cause,
+               "attempts": self.attempts}
+        if self.line is not None:
+            out["line"] = self.line
+        return out
 
 
 @dataclass

@@ -207,7 +207,11 @@ class PythonSpoutTask(SpoutTask):
     source calls :meth:`resume` when it has more. Such a source may also
     offer ``take(n)``: up to ``n`` value lists in order, fewer meaning
     "that is all for now", each a list the spout may keep (a burst in one
-    call instead of a ``next`` per item; ``multilang pipe``'s stdin feed)."""
+    call instead of a ``next`` per item; ``multilang pipe``'s stdin feed).
+    Any source may offer Storm's ``ack(msg_ids)`` and ``fail(msg_id)``: told
+    the message ids (item numbers from 0, in the order the source gave the
+    items) whose trees completed, or that failed (to be replayed, or given
+    up on as a dead letter)."""
 
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
@@ -216,6 +220,8 @@ class PythonSpoutTask(SpoutTask):
         src = impl.source() if callable(impl.source) else impl.source
         self._items = iter(src)
         self._take = getattr(self._items, "take", None) if getattr(self._items, "open", None) is not None else None
+        self._on_ack = getattr(self._items, "ack", None)
+        self._on_fail = getattr(self._items, "fail", None)
         self._values: dict[int, list[Any]] = {}
         self._replay: deque[int] = deque()
         self._seq = 0
@@ -237,6 +243,8 @@ class PythonSpoutTask(SpoutTask):
         pop = self._values.pop
         for msg_id in msg_ids:
             pop(msg_id, None)
+        if self._on_ack is not None:
+            self._on_ack(msg_ids)
         for d in (self._fails, self._crashes):
             if d:
                 for msg_id in msg_ids:
@@ -276,7 +284,11 @@ class PythonSpoutTask(SpoutTask):
                     self._values.pop(msg_id, None)
                     self._fails.pop(msg_id, None)
                     self._crashes.pop(msg_id, None)
+                    if self._on_ack is not None:
+                        self._on_ack([msg_id])
                 elif msg_id in self._values:
+                    if self._on_fail is not None:
+                        self._on_fail(msg_id)
                     if not getattr(cause, "blamed", True):  # §8.4: it only shared a crashed process
                         self._replay.append(msg_id)
                         continue

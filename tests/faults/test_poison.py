@@ -46,7 +46,8 @@ def test_pipe_with_one_poison_line_ends_by_itself_exit_1_and_names_it(mode, tmp_
     summary = [x for x in proc.stderr.splitlines() if x.startswith("[summary]")]
     assert any('["poison"] (4 attempts)' in x and CAUSES[mode] in x for x in summary), "\n".join(summary)
     assert letters == [{"component": "stdin", "task": letters[0]["task"], "input": ["poison"],
-                        "cause": letters[0]["cause"], "attempts": 4}]
+                        "cause": letters[0]["cause"], "attempts": 4, "line": 101}]
+    assert any(x.startswith('[summary]   stdin line 101: ["poison"]') for x in summary), "\n".join(summary)
     assert CAUSES[mode] in letters[0]["cause"] and "bolt:1" in letters[0]["cause"]
 
 
@@ -283,3 +284,61 @@ def test_json_input_lines_no_frame_can_carry_are_dead_letters_and_the_rest_goes_
     assert "stdin line 4 is nested deeper than 200 levels" in causes[deep]
     (poison,) = [x for x in letters if x["attempts"]]
     assert poison["input"] == [{"k": 1}, 12345678901234567890123] and poison["attempts"] == 4
+
+
+def _script(tmp_path, name: str, body: str) -> list[str]:
+    path = tmp_path / name
+    path.write_text(body)
+    return ["python", str(path)]
+
+
+def test_pipe_prints_each_input_once_though_its_first_attempt_emitted_and_failed(tmp_path):
+    # The bolt emits, then fails, the first attempt of every input (and
+    # crashes on line 5 after emitting it): the replays emit again. What
+    # pipe prints is each input's outputs once, from the attempt that completed.
+    bolt = _script(tmp_path, "flaky.py", """\
+import os, sys
+from multilang import Bolt
+seen = set()
+class Flaky(Bolt):
+    def process(self, tup):
+        v = tup.values[0]
+        self.emit([v.upper()], anchors=[tup])
+        self.emit([v + "!"], anchors=[tup])
+        if v == "line5" and not os.path.exists(sys.argv[1]):
+            open(sys.argv[1], "w").close()
+            self._flush()
+            os._exit(3)
+        if v in seen:
+            self.ack(tup)
+        else:
+            seen.add(v)
+            self.fail(tup)
+Flaky().run()
+""")
+    lines = [f"line{i}" for i in range(50)]
+    proc = subprocess.run(ML + ["pipe", "--", *bolt, str(tmp_path / "crashed")], input="".join(f"{x}\n" for x in lines),
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "crashed").exists()
+    out = sorted(json.loads(x)[0] for x in proc.stdout.splitlines())
+    assert out == sorted([x.upper() for x in lines] + [x + "!" for x in lines]), "each output once"
+
+
+def test_pipe_with_a_bolt_that_never_acks_prints_nothing_warns_and_names_the_lines(tmp_path):
+    bolt = _script(tmp_path, "never_acks.py", """\
+from multilang import Bolt
+class Never(Bolt):
+    def process(self, tup):
+        self.emit([tup.values[0].upper()], anchors=[tup])
+Never().run()
+""")
+    dead = tmp_path / "dead.jsonl"
+    proc = subprocess.run(ML + ["pipe", "-c", "topology.message.timeout.secs=1", "-c", "multilang.max.replays=1",
+                                "--dead-letter", str(dead), "--", *bolt], input="a\nb\n",
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stdout == "", "nothing of an input given up on is printed"
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert sorted((d["line"], d["input"], d["attempts"]) for d in letters) == [(1, ["a"], 2), (2, ["b"], 2)]
+    assert "has acked or failed none" in proc.stderr, proc.stderr[-3000:]
