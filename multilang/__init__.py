@@ -19,15 +19,47 @@ The sans-IO protocol core lives in :mod:`multilang.connection`,
 the host runtime in :mod:`multilang.shellbolt`; engines in :mod:`multilang.adapters`.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from . import errors
-from ._state import Role, Side, State
-from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt
-from .connection import NEED_DATA, Connection
 from .errors import *  # noqa: F403 - every exception: errors.__all__ names them
-from .messages import Tick, TopologyContext, Tuple, Tuples
-from .state import KeyValueState
+
+if _TYPE_CHECKING:
+    from ._state import Role, Side, State
+    from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt
+    from .connection import NEED_DATA, Connection
+    from .messages import Tick, TopologyContext, Tuple, Tuples
+    from .state import KeyValueState
 
 __version__ = "0.1.0"
+
+#: Names load on first use (PEP 562): ``import multilang`` itself costs
+#: almost nothing, so the console script (``_entry``) installs its signal
+#: handlers before the rest of the package is read.
+_LAZY = {
+    **dict.fromkeys(("Role", "Side", "State"), "_state"),
+    **dict.fromkeys(("DEBUG", "ERROR", "INFO", "TRACE", "WARN", "BasicBolt", "Bolt", "Component", "Spout",
+                     "StatefulBolt"), "component"),
+    **dict.fromkeys(("NEED_DATA", "Connection"), "connection"),
+    **dict.fromkeys(("Tick", "TopologyContext", "Tuple", "Tuples"), "messages"),
+    "KeyValueState": "state",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'multilang' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 __all__ = [
     "Bolt",

@@ -63,8 +63,10 @@ def _from_main_script() -> bool:
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith("<frozen importlib") or os.path.abspath(name).startswith(here + os.sep)):
-            return frame.f_globals.get("__name__") == "__main__"
+        module = frame.f_globals.get("__name__") or ""
+        if not (name.startswith("<frozen importlib") or module == "importlib" or module.startswith("importlib.")
+                or os.path.abspath(name).startswith(here + os.sep)):
+            return module == "__main__"
         frame = frame.f_back
     return False
 

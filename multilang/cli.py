@@ -20,6 +20,7 @@ Human output (progress, summary, logs) goes to stderr; data to stdout.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ from typing import IO, Any, Iterator
 import click
 import orjson
 
+from . import _signals
 from .component import release_stdout
 from .errors import MultilangError, TopologyError
 from ._pipe_input import StdinFeed
@@ -50,8 +52,22 @@ EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, as a shell reports `yes | head`
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="multilang-bridge")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Run Apache Storm multilang spouts and bolts, in any language."""
+    if ctx.invoked_subcommand not in ("run", "pipe"):
+        _signals.default()  # only run and pipe finish their output after a signal
+
+
+def _owning_signals(fn: Any) -> Any:
+    """run and pipe: a signal at any moment is noted, never a traceback or
+    a raw death (_signals); while the topology runs, _run_trio receives them."""
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        with _signals.owned():
+            return fn(*args, **kwargs)
+
+    return command
 
 
 def _parse_conf(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -239,19 +255,28 @@ def _run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
                 nonlocal first
+
+                def handle(signum: int) -> bool:
+                    """True: stop at once (a second signal)."""
+                    nonlocal first
+                    name = signal.Signals(signum).name
+                    if first is None:
+                        first = signum
+                        click.echo(f"{name}: stopping (the summary and the output so far follow; signal "
+                                   "again to stop at once)", err=True)
+                        runtime.request_stop("signal")
+                        return False
+                    click.echo(f"{name}: stopping at once", err=True)
+                    runtime.abort()
+                    nursery.cancel_scope.cancel()
+                    return True
+
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for signum in signals:
-                        name = signal.Signals(signum).name
-                        if first is None:
-                            first = signum
-                            click.echo(f"{name}: stopping (the summary and the output so far follow; signal "
-                                       "again to stop at once)", err=True)
-                            runtime.request_stop("signal")
-                            continue
-                        click.echo(f"{name}: stopping at once", err=True)
-                        runtime.abort()
-                        nursery.cancel_scope.cancel()
+                    if _signals.first is not None and handle(_signals.first):  # one that came during start-up
                         return
+                    async for signum in signals:
+                        if handle(signum):
+                            return
 
             nursery.start_soon(watch)
             out = await fn(nursery)
@@ -394,6 +419,21 @@ async def _flush_every(stream: Any, interval: float = 0.2) -> None:
         stream.flush()
 
 
+def _stopped_before_start() -> None:
+    """A signal during start-up: nothing has run yet, so nothing is printed
+    but a line saying so (FILE of -o is left as it was)."""
+    if _signals.first is not None:
+        click.echo(f"[summary] interrupted by {signal.Signals(_signals.first).name} before the topology started: "
+                   "nothing ran", err=True)
+        raise SystemExit(EXIT_SIGINT if _signals.first == signal.SIGINT else EXIT_SIGTERM)
+
+
+def _interrupted(signum: int, keyed: bool) -> None:
+    view = "the last tuple per key so far" if keyed else "what the run emitted before it stopped"
+    click.echo(f"[summary] interrupted by {signal.Signals(signum).name}: the output is partial ({view}); "
+               "all component processes were stopped", err=True)
+
+
 def _exit_code(result: Any, signum: int | None) -> int:
     if signum is not None:
         return EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
@@ -450,6 +490,7 @@ def _exit_code(result: Any, signum: int | None) -> int:
 @click.option("--metrics-host", metavar="HOST",
               help="The address --metrics-port listens on (default 127.0.0.1, this machine only; 0.0.0.0: every "
                    "interface, for a Prometheus on another host or outside a container).")
+@_owning_signals
 def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
         output: str, conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
         state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
@@ -492,6 +533,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         raise SystemExit(EXIT_USAGE) from None
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
+    _stopped_before_start()
     with _output_file(output) as stream:
         if engine == "spark":
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
@@ -526,6 +568,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
         result, signum = _run_trio(go, runtime)
         if result is None:  # stopped at once by a second signal: what it had
             result = runtime.result()
+        signum = signum or _signals.first  # one that came as the run ended: it ends as interrupted too
     except KeyboardInterrupt:
         click.echo("interrupted; all component processes were stopped", err=True)
         raise SystemExit(EXIT_SIGINT) from None
@@ -542,9 +585,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     out.flush()
     _summary(result, time.monotonic() - start, dead_letter)
     if signum is not None:
-        view = "the last tuple per key so far" if topology.output.key else "what the run emitted before it stopped"
-        click.echo(f"[summary] interrupted by {signal.Signals(signum).name}: the output is partial ({view}); "
-                   "all component processes were stopped", err=True)
+        _interrupted(signum, bool(topology.output.key))
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else _exit_code(result, signum))
 
 
@@ -560,6 +601,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write input lines given up on (after multilang.max.replays) here, as JSON lines.")
 @click.argument("command", nargs=-1, required=True)
+@_owning_signals
 def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: tuple[str, ...], log_level: str,
          dead_letter: str | None, command: tuple[str, ...]) -> None:
     """Pipe stdin through one bolt: each line becomes a tuple, each emit a JSON line.
@@ -606,6 +648,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
 
+    _stopped_before_start()
     out = _Output(sys.stdout)
     held = HeldOutputs(out.values)  # each input's outputs once its tree completes: exactly once per input
     runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=held.output, line_of=feed)
@@ -623,6 +666,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         result, signum = _run_trio(go, runtime)
         if result is None:  # stopped at once by a second signal: what it had
             result = runtime.result()
+        signum = signum or _signals.first
     except KeyboardInterrupt:
         raise SystemExit(EXIT_SIGINT) from None
     except MultilangError as exc:
@@ -635,6 +679,8 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
     code = EXIT_OUTPUT_CLOSED if out.closed and signum is None else _exit_code(result, signum)
     if code not in (EXIT_OK, EXIT_OUTPUT_CLOSED):
         _summary(result, time.monotonic() - start, dead_letter)
+    if signum is not None:
+        _interrupted(signum, False)
     raise SystemExit(code)
 
 

@@ -41,7 +41,7 @@ NUMBERED_SPOUT = COMPONENTS / "numbered_spout.py"
 EVENT_FIELDS = ["event", "msg_id"]
 
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang.cli import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
 
 needs_ruby = pytest.mark.skipif(shutil.which("ruby") is None, reason="needs ruby")
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs node")

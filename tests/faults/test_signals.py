@@ -150,3 +150,74 @@ def test_a_second_signal_stops_at_once_and_still_prints_the_summary(tmp_path):
     assert "SIGINT: stopping at once" in err and "[summary]" in err
     # Not a timed assert of speed: the graces alone would take 10 s or more.
     assert took < 8, f"the second signal did not cut the graces short ({took:.1f}s)"
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """The process has a handler for SIGTERM (its console script installs one
+    before it imports the command line; Python itself never does)."""
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+# (first signal, seconds after the CLI owns its signals, second signal or None, seconds after the
+# first). The pass condition does not depend on when they land: start-up (0: while the command
+# line is still being imported), the topology loading, processes starting, the run, its end.
+_MOMENTS = [
+    (signal.SIGINT, 0, None, 0),
+    (signal.SIGTERM, 0, None, 0),
+    (signal.SIGINT, 0.05, None, 0),
+    (signal.SIGTERM, 0.15, None, 0),
+    (signal.SIGINT, 0.4, signal.SIGTERM, 0.15),
+    (signal.SIGINT, 0.8, signal.SIGTERM, 0.5),
+    (signal.SIGINT, 0.6, signal.SIGINT, 0.05),
+    (signal.SIGTERM, 1.0, signal.SIGINT, 0.3),
+]
+
+
+@pytest.mark.parametrize("first, at, second, after", _MOMENTS,
+                         ids=[f"{a.name}@{t}" + (f"+{b.name}@{d}" if b else "") for a, t, b, d in _MOMENTS])
+def test_any_signal_at_any_moment_ends_in_130_or_143_with_a_summary_and_no_traceback(first, at, second, after):
+    proc = subprocess.Popen(ML + ["run", "examples/wordcount.toml", "--no-progress"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Before the interpreter runs any code, a signal ends a process as its default action says: the
+        # first moment that can be asked of the CLI is when it has its handlers.
+        while not _catches_sigterm(proc.pid):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.001)
+        time.sleep(at)
+        proc.send_signal(first)
+        if second is not None:
+            time.sleep(after)
+            proc.send_signal(second)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + first, (proc.returncode, err[-3000:])
+    assert "Traceback" not in err and "Aborted" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "[summary]" in err, err[-3000:]
+    if "nothing ran" not in err:  # the run had started: the output so far, marked partial
+        assert f"interrupted by {first.name}: the output is partial" in err, err[-3000:]
+        assert all(json.loads(line)["count"] >= 1 for line in out.splitlines())
+
+
+def test_pipe_says_its_output_is_partial_when_interrupted():
+    proc = subprocess.Popen(ML + ["pipe", "--", "python", str(ROOT / "examples/python/split_bolt.py")], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("one two\n")
+        proc.stdin.flush()
+        got = [proc.stdout.readline() for _ in range(2)]
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got == ['["one"]\n', '["two"]\n']
+    assert proc.returncode == 130, err[-3000:]
+    assert "[summary] interrupted by SIGINT: the output is partial" in err, err[-3000:]

@@ -28,7 +28,7 @@ COMPONENTS = Path(__file__).resolve().parent / "components"
 WORDCOUNT = "examples/wordcount.toml"
 
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang.cli import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
 
 needs_ruby_node = pytest.mark.skipif(
     shutil.which("ruby") is None or shutil.which("node") is None, reason="the word count needs ruby and node"

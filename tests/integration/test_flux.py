@@ -29,7 +29,7 @@ FLUX = EXAMPLES / "flux"
 COMPONENTS = Path(__file__).resolve().parent / "components"
 
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang.cli import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
 
 
 def multilang(*args: str, timeout: float = 60, env: dict | None = None):

@@ -19,7 +19,7 @@ from multilang.shellbolt import PythonBolt, PythonSpout, Runtime, ShellBolt, Top
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ROOT / "examples" / "python" / "split_bolt.py"
-ML = [sys.executable, "-c", "from multilang.cli import main; main()"]
+ML = [sys.executable, "-c", "from multilang._entry import main; main()"]
 SENTENCES = [[f"the quick brown fox {i} jumps over the lazy dog"] for i in range(300)]
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

@@ -29,7 +29,7 @@ from multilang.shellbolt.replay import plan
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang.cli import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
 
 needs_ruby_node = pytest.mark.skipif(
     shutil.which("ruby") is None or shutil.which("node") is None, reason="the word count needs ruby and node"

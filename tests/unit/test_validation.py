@@ -738,7 +738,7 @@ def test_fuzz_malformed_files_give_a_topology_error_or_load(tmp_path, caplog):
 def _cli_command() -> list[str]:
     # The module this test imported, run by this interpreter (not a console
     # script that may belong to another installation).
-    return [sys.executable, "-c", "from multilang.cli import main; main()"]
+    return [sys.executable, "-c", "from multilang._entry import main; main()"]
 
 
 def test_fuzz_sample_through_the_real_cli(tmp_path):
