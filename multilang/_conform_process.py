@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from ._conform_errors import ConformError, _Failure
 
 _STDERR_KEEP = 16 * 1024  # bytes of stderr kept (its tail goes in a report)
+_QUEUED_CHUNKS = 64  # stdout chunks (of up to 64 KiB) read ahead of the runner
 _TIMEOUT = object()
 _EOF = object()
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -35,6 +36,17 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 class _Process:
     """One component process: pipes, reader threads, deadline-bound I/O, reaping."""
+
+    #: every process not killed yet (vectors run in threads: Ctrl-C kills them all)
+    _live: "set[_Process]" = set()
+    _live_lock = threading.Lock()
+
+    @classmethod
+    def kill_all(cls) -> None:
+        with cls._live_lock:
+            live = list(cls._live)
+        for p in live:
+            p.kill()
 
     def __init__(self, argv: Sequence[str], env: dict[str, str] | None, cwd: str | None) -> None:
         self.pid_dir = tempfile.mkdtemp(prefix="multilang-conform-")  # mode 0700
@@ -56,7 +68,10 @@ class _Process:
         self.returncode: int | None = None
         self.exited = False  # exited (maybe not reaped yet)
         self.cpu_at_exit: float | None = None
-        self._out: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        #: stdout chunks not read yet; bounded, so a component that writes
+        #: without end waits for the runner (memory stays bounded)
+        self._out: queue.Queue[bytes] = queue.Queue(maxsize=_QUEUED_CHUNKS)
+        self._closing = False
         self._err = bytearray()
         self._err_lock = threading.Lock()
         self._stdin_fd = self.proc.stdin.fileno()
@@ -67,17 +82,28 @@ class _Process:
         ]
         for t in self._threads:
             t.start()
+        with self._live_lock:
+            self._live.add(self)
 
     def _pump_stdout(self) -> None:
         fd = self.proc.stdout.fileno()
         try:
             while True:
                 data = os.read(fd, 1 << 16)
-                self._out.put(data)
+                while True:
+                    try:
+                        self._out.put(data, timeout=0.1)
+                        break
+                    except queue.Full:
+                        if self._closing:  # kill(): nobody reads any more
+                            return
                 if not data:
                     return
         except OSError:
-            self._out.put(b"")
+            try:
+                self._out.put_nowait(b"")
+            except queue.Full:
+                pass
 
     def _pump_stderr(self) -> None:
         fd = self.proc.stderr.fileno()
@@ -176,6 +202,11 @@ class _Process:
 
     def kill(self) -> None:
         """Kill the process group, reap the process, remove the pid dir."""
+        with self._live_lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._live.discard(self)
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

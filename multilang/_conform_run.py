@@ -35,7 +35,7 @@ from ._state import Role, Side
 from .codec import decode_component_frame, decode_host_frame, loads, msgpack_frame, msgpack_loads
 from .connection import Connection
 from .errors import ProtocolError
-from .framing import TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
+from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
 from .messages import Ack, Batch, Emit, Fail, Pid, TaskIds, Tick, Tuple, TupleBatch
 
 # The fixed waits below are for the default --timeout (2 s); a longer --timeout
@@ -174,10 +174,14 @@ class _Run:
 
     def next_frame(self, deadline: float) -> Any:
         """The next frame from the component (checked), ``_TIMEOUT`` or ``_EOF``."""
+        chunk_read = False
         while not self.bodies:
             if self.eof:
                 return _EOF
+            if time.monotonic() > deadline and chunk_read:
+                return _TIMEOUT  # bytes keep coming, and no frame of them (a chatty component): time is up
             chunk = self.proc.read(deadline)
+            chunk_read = True
             if chunk is _TIMEOUT:
                 return _TIMEOUT
             if not chunk:
@@ -191,9 +195,13 @@ class _Run:
                     raise _Failure("frame.truncated", f"stdout ended in the middle of a frame (§1.2): {exc}") from None
                 continue
             if self.held is not None:
+                searched = len(self.held)
                 self.held += chunk
-                cut = first_frame_end(self.held)
+                cut = first_frame_end(self.held, searched)
                 if cut < 0:
+                    if len(self.held) > DEFAULT_MAX_FRAME_SIZE:  # memory stays bounded by the frame limit
+                        raise _Failure("frame.too-large", f"{len(self.held)} bytes and no end of a frame: over "
+                                                          f"the {DEFAULT_MAX_FRAME_SIZE}-byte frame limit (§1.3)")
                     continue
                 chunk = bytes(self.held[:cut])
                 del self.held[:cut]

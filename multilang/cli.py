@@ -840,8 +840,11 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
 @click.option("--strict", is_flag=True, default=False,
               help="Failed recommended checks fail the run too (reported as FAIL, not WARN).")
 @click.option("-k", "select", metavar="SUBSTRING", default=None, help="Run only vectors whose id contains SUBSTRING.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1, max=64), default=None,
+              help="Vectors run at once, each against its own process. Default: 4 (2 per core, at most 4); 1: one "
+                   "after another (a component that cannot bear several of itself at once).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def conform(role, fmt, vectors_dir, timeout, strict, select, cmd) -> None:  # fmt: skip
+def conform(role, fmt, vectors_dir, timeout, strict, select, jobs, cmd) -> None:  # fmt: skip
     """Check that a component speaks the multilang protocol.
 
     Plays the host against CMD (started once per vector, no shell) and runs
@@ -863,9 +866,12 @@ def conform(role, fmt, vectors_dir, timeout, strict, select, cmd) -> None:  # fm
 
     try:
         report = run_conformance(list(cmd), role, vectors_dir=vectors_dir, timeout=timeout, select=select,
-                                 strict=strict)
+                                 strict=strict, jobs=jobs)
     except ConformError as exc:
         raise click.UsageError(str(exc)) from None
+    except KeyboardInterrupt:  # every component process was killed on the way out
+        click.echo("conform: interrupted; no verdict", err=True)
+        raise SystemExit(EXIT_SIGINT) from None
     if select and not report.results:
         raise click.UsageError(f"no vector id contains {select!r}")
     if fmt == "json":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -62,6 +63,10 @@ __all__ = [
     "EXTENSION",
 ]
 
+#: Vectors run at once by default (``--jobs``): each waits mostly on its own
+#: process, so a few at a time fill the cores without one starving another.
+DEFAULT_JOBS = min(4, 2 * (os.cpu_count() or 1))
+
 #: spec/CONFORMANCE.md "Announcing itself".
 READY_RE = re.compile(r"^multilang-conformance ready mode=(bolt|basic|spout|stateful) lang=(\S+)$")
 
@@ -92,6 +97,8 @@ def _probe(argv: Sequence[str], timeout: float, env, cwd) -> tuple[str | None, s
                 try:
                     bodies.extend(reader.feed(chunk))
                 except ProtocolError:
+                    return None
+                if not bodies and time.monotonic() > deadline:  # output without end, and no frame in it
                     return None
             return bodies.pop(0)
 
@@ -165,6 +172,7 @@ def run_conformance(
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     strict: bool = False,
+    jobs: int | None = None,
 ) -> Report:
     """Run the conformance vectors against the component command ``argv``.
 
@@ -173,8 +181,11 @@ def run_conformance(
     bounds each wait for a frame (seconds); above the default 2 s it also
     stretches every other wait in proportion (handshake, ready line, exit,
     pid file). ``select`` keeps only vectors whose id contains it. ``strict``
-    makes failed recommended checks fail the run (``report.ok``). Raises :class:`ConformError` if the vectors cannot be
-    loaded or the command cannot be started.
+    makes failed recommended checks fail the run (``report.ok``). ``jobs``:
+    vectors run at once, each against its own process (default
+    :data:`DEFAULT_JOBS`; 1 runs them one after another). Raises
+    :class:`ConformError` if the vectors cannot be loaded or the command
+    cannot be started.
     """
     if not argv:
         raise ConformError("no component command given")
@@ -194,22 +205,44 @@ def run_conformance(
     probe_wait = max(timeout, _MIN_HANDSHAKE_WAIT * _scale(timeout))
     handshake_timeout = probe_wait if answered else timeout
     r = Role(role)
-    silent = ""  # set when a vector, after the probe, also got no pid reply: the rest are not run
+    results: list[CheckResult | None] = []
+    todo: list[tuple[int, Vector]] = []
     for v in vectors:
         why = _applicable(v, role, mode)
         if why:
-            report.results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=NOT_APPLICABLE,
-                                              reason=why, level=v.level))
-            continue
-        if silent:
-            report.results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=FAILED,
-                                              rule="handshake.timeout", step="handshake", reason=silent, level=v.level))
-            continue
-        result = _run_vector(v, argv, r, timeout, handshake_timeout, env, cwd_s)
-        report.results.append(result)
-        if not answered and result.rule == "handshake.timeout":
-            silent = (f"not run: the component answered no handshake, neither the probe "
-                      f"({probe_wait:g} s) nor {v.id} ({timeout:g} s)")
+            results.append(CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=NOT_APPLICABLE,
+                                       reason=why, level=v.level))
+        else:
+            todo.append((len(results), v))
+            results.append(None)
+
+    def run_one(v: Vector) -> CheckResult:
+        return _run_vector(v, argv, r, timeout, handshake_timeout, env, cwd_s)
+
+    jobs = DEFAULT_JOBS if jobs is None else max(1, jobs)
+    if answered and jobs > 1 and len(todo) > 1:
+        with ThreadPoolExecutor(jobs, thread_name_prefix="conform-vector") as pool:
+            try:
+                for (i, _), result in zip(todo, pool.map(run_one, [v for _, v in todo])):
+                    results[i] = result
+            except BaseException:  # Ctrl-C: no vector not yet started starts, the running ones are killed
+                pool.shutdown(wait=False, cancel_futures=True)
+                _Process.kill_all()
+                raise
+    else:
+        # One after another: a component that answered no probe is tried once more; if
+        # that gets no pid reply either, the rest are not run (each would wait as long).
+        silent = ""
+        for i, v in todo:
+            if silent:
+                results[i] = CheckResult(id=v.id, title=v.title, spec=v.spec, file=v.file, status=FAILED,
+                                         rule="handshake.timeout", step="handshake", reason=silent, level=v.level)
+                continue
+            results[i] = result = run_one(v)
+            if not answered and result.rule == "handshake.timeout":
+                silent = (f"not run: the component answered no handshake, neither the probe "
+                          f"({probe_wait:g} s) nor {v.id} ({timeout:g} s)")
+    report.results.extend(r for r in results if r is not None)
     report.duration = time.monotonic() - t0
     return report
 

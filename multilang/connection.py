@@ -219,8 +219,9 @@ class Connection:
                     return
                 self._held = None  # closed before the pid reply was read
             else:
+                searched = len(held)
                 held += data
-                cut = first_frame_end(held)
+                cut = first_frame_end(held, searched)
                 if cut < 0 and len(held) <= self._max_frame_size:
                     return
                 if cut < 0:

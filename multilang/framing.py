@@ -132,13 +132,16 @@ class FrameReader:
         return len(self._buf)
 
 
-def first_frame_end(data: bytes | bytearray) -> int:
+def first_frame_end(data: bytes | bytearray, searched: int = 0) -> int:
     """The offset just past the first terminator in ``data``, or -1.
 
     Used at the switch to a length-prefixed framing (§9.6): the last JSON
     frame (the pid reply) is cut off exactly where it ends, and the bytes
-    after it go to the new reader untouched."""
-    m = _TERM.search(data)
+    after it go to the new reader untouched. ``searched``: how many bytes
+    at the start were searched already (a buffer that grows by chunks is
+    searched once, not again per chunk); a terminator that spans its end
+    is still found."""
+    m = _TERM.search(data, max(0, searched - 5))
     return -1 if m is None else m.end()
 
 

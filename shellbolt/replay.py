@@ -212,10 +212,11 @@ class _Stream:
     def feed(self, data: bytes) -> list[bytes]:
         if self._reader is not None:
             return self._reader.feed(data) if data else self._reader.close()
+        searched = len(self._held)
         self._held += data
         if self._first:
             return []
-        cut = first_frame_end(self._held)
+        cut = first_frame_end(self._held, searched)
         if cut < 0:
             if len(self._held) > self.max_frame:
                 raise FrameTooLarge(f"first frame exceeds the {self.max_frame}-byte limit")

@@ -3,6 +3,7 @@
 import json
 import shutil
 import subprocess
+import time
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 
 from conform_support import BROKEN, PY, ROOT
 from multilang.cli import main
+from multilang.testing import descendant_pids, running
 
 BOLT = [PY, str(ROOT / "examples/python/conformance_component.py"), "bolt"]
 NUMERIC = [PY, str(BROKEN / "broken_numeric_ack_ids.py")]
@@ -149,3 +151,61 @@ def test_installed_entry_point():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["passed"] == 1
+
+
+ML = shutil.which("multilang")
+
+
+def test_a_component_that_writes_without_end_gets_a_verdict_within_bounded_memory():
+    # `yes` writes "y" lines for ever, never a frame: each check ends at the
+    # frame limit or its timeout, whichever comes first, and memory stays
+    # bounded by the frame limit (issue 32: no verdict after 200 s, 650 MB).
+    proc = subprocess.Popen([ML, "conform", "-k", "bolt.tuple-acked", "--", "yes"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    hang = time.monotonic() + 300  # a guard against a hang (before the fix: no verdict after 200 s), not a speed check
+    while proc.poll() is None:
+        if time.monotonic() > hang:
+            proc.kill()
+            pytest.fail("no verdict")
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                peak = max(peak, next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")))
+        except (OSError, StopIteration):
+            pass
+        try:
+            proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            pass
+    out = proc.stdout.read()
+    assert proc.returncode == 1, out + proc.stderr.read()
+    assert "FAIL bolt.tuple-acked-or-failed" in out
+    assert "rule frame.too-large" in out or "rule handshake.timeout" in out, out
+    assert peak < 64 * 1024 + 200 * 1024, f"peak RSS {peak} KiB: more than the 64 MiB frame limit and the runner"
+
+
+def test_ctrl_c_stops_conform_at_once_and_kills_every_component_process():
+    proc = subprocess.Popen([ML, "conform", "--", "yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def yes_running():
+            for p in descendant_pids(proc.pid):
+                try:
+                    if open(f"/proc/{p}/comm").read().strip() == "yes":
+                        return True
+                except OSError:
+                    pass
+            return False
+
+        while not yes_running():  # a component process writes: the vectors are under way
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+        children = descendant_pids(proc.pid)
+        proc.send_signal(2)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not [p for p in children if running(p)], "a component process outlived conform"
