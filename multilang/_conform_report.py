@@ -20,6 +20,17 @@ RECOMMENDED = "recommended"  # the liberal reading: a failure is a warning unles
 EXTENSION = "extension"  # an extension the component accepted: a failure fails the run
 LEVELS = (REQUIRED, RECOMMENDED, EXTENSION)
 
+#: Rules about what a component writes, broken whatever the vector fed it: a
+#: double ack, an id not echoed as sent, a frame that is not JSON... A
+#: recommended vector reads the protocol liberally on the *input* side; one
+#: of these broken there is a FAIL all the same, never a warning.
+REQUIRED_RULES = frozenset({
+    "ids.known", "ids.unique", "ids.string-echo", "anchors.known", "frame.json", "frame.invalid", "frame.msgpack",
+    "frame.too-large", "values.json", "heartbeat.never-acked", "task-ids.owed", "batch.negotiated",
+    "state.negotiated", "state.invalid", "state.order", "handshake.extensions", "handshake.pid-first",
+    "spout.emit-anchors",
+})
+
 
 @dataclass
 class CheckResult:
@@ -80,8 +91,9 @@ class Report:
     strict: bool = False
 
     def is_warning(self, r: CheckResult) -> bool:
-        """A failed check that is only reported (a recommended one, not strict)."""
-        return r.status == FAILED and r.level == RECOMMENDED and not self.strict
+        """A failed check that is only reported: a recommended one, not
+        strict, and not broken by a rule of :data:`REQUIRED_RULES`."""
+        return r.status == FAILED and r.level == RECOMMENDED and not self.strict and r.rule not in REQUIRED_RULES
 
     @property
     def passed(self) -> int:
@@ -178,7 +190,10 @@ class Report:
             "results": results,
         }
 
-    def to_text(self) -> str:
+    def to_text(self, verbose: bool = False) -> str:
+        """The report as text: a line per check, its reasons and frames for a
+        failure; the not-applicable checks only counted unless ``verbose``
+        (as pytest counts its skips)."""
         diagnoses = self.diagnosis()
         consequences = self._consequences(diagnoses)
         # The diagnosis comes first: it names the cause of a cascade of failures.
@@ -189,11 +204,14 @@ class Report:
             if r.status == PASSED:
                 lines.append(f"PASS {r.id}  [{sections}] {r.title}")
             elif r.status == NOT_APPLICABLE:
-                lines.append(f"N/A  {r.id}  ({r.reason})")
+                if verbose:
+                    lines.append(f"N/A  {r.id}  ({r.reason})")
             else:
                 tag = "WARN" if self.is_warning(r) else "FAIL"
                 see = " (see diagnosis)" if r.id in consequences else ""
                 level = f" ({r.level})" if r.level != REQUIRED else ""
+                if r.level == RECOMMENDED and r.rule in REQUIRED_RULES:
+                    level = f" (a recommended check; rule {r.rule} is required wherever it is broken)"
                 lines.append(f"{tag} {r.id}  [{sections}] {r.title}{level}{see}")
                 where = f"{r.step}, " if r.step else ""
                 lines.append(f"     {where}rule {r.rule}: {r.reason}")
@@ -202,7 +220,7 @@ class Report:
                     lines.append("     stderr tail:")
                     lines.extend(f"       {s}" for s in r.stderr.splitlines()[-8:])
         if self.not_applicable:
-            lines.append(f"{self.not_applicable} not applicable")
+            lines.append(f"{self.not_applicable} not applicable" + ("" if verbose else " (-v lists them)"))
         lines.append(self.summary())
         return "\n".join(lines)
 

@@ -840,11 +840,12 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
 @click.option("--strict", is_flag=True, default=False,
               help="Failed recommended checks fail the run too (reported as FAIL, not WARN).")
 @click.option("-k", "select", metavar="SUBSTRING", default=None, help="Run only vectors whose id contains SUBSTRING.")
+@click.option("--verbose", "-v", is_flag=True, help="List the checks that do not apply to this component too.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1, max=64), default=None,
               help="Vectors run at once, each against its own process. Default: 4 (2 per core, at most 4); 1: one "
                    "after another (a component that cannot bear several of itself at once).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def conform(role, fmt, vectors_dir, timeout, strict, select, jobs, cmd) -> None:  # fmt: skip
+def conform(role, fmt, vectors_dir, timeout, strict, select, verbose, jobs, cmd) -> None:  # fmt: skip
     """Check that a component speaks the multilang protocol.
 
     Plays the host against CMD (started once per vector, no shell) and runs
@@ -879,7 +880,7 @@ def conform(role, fmt, vectors_dir, timeout, strict, select, jobs, cmd) -> None:
     elif fmt == "junit":
         click.echo(report.to_junit())
     else:
-        click.echo(report.to_text())
+        click.echo(report.to_text(verbose))
     sys.exit(0 if report.ok else 1)
 
 

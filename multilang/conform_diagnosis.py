@@ -23,6 +23,9 @@ one that explains it):
   reply was seen anywhere.
 - ``stdout is not protocol``: frames that are not JSON (``frame.json``), or
   non-JSON bytes written before the pid reply (``handshake.pid-first``).
+- ``acks a tuple twice``: an ack or fail of an id the component had
+  settled already (``ids.known``, "it acked that tuple already"): one such
+  check is enough.
 - ``exits on the first tuple``: the process went away (``process.*`` rules)
   right after the first tuple was sent, without writing anything after it.
 - ``never acks or fails`` / ``answers only after T s``: checks timed out
@@ -157,6 +160,17 @@ def _plain_tuple(frame: str) -> bool:
     """A tuple frame any component can read: one line, '\\n' endings, one write."""
     body = frame[3:]
     return "\\r" not in body and "[written in" not in body and body.rstrip().endswith("\\nend\\n")
+
+
+def _syncs_tuples(r: _R) -> bool:
+    """A sync came back right after a tuple (not a heartbeat) was sent."""
+    last_sent_tuple = False
+    for f in r.frames:
+        if _sent(f):
+            last_sent_tuple = _is_tuple(f) and not _is_heartbeat(f)
+        elif last_sent_tuple and _received(f) and _SYNC_FRAME.search(f):
+            return True
+    return False
 
 
 def _handled_visibly(r: _R) -> bool:
@@ -319,6 +333,10 @@ def _acks(failed: list[_R], everything: list[_R]) -> Diagnosis | None:
         f"No ack or fail frame was received in any check that sent tuples ({_plural(len(waits), 'check')} "
         f"timed out waiting for one). {does} no tuple{tried} Every tuple must be acked or failed (§3)."
     )
+    if any(_syncs_tuples(r) for r in waits):  # a spout answers each command with sync, and takes a tuple for one
+        return Diagnosis("this looks like a spout: run with --role spout",
+                         "It answers tuples with sync, as a spout answers its commands (§4), and acks none. " + detail,
+                         ids)
     return Diagnosis(f"never acks or fails (0 of {_plural(tuples, 'tuple')} answered)", detail, ids)
 
 
@@ -344,8 +362,18 @@ def _heartbeats(failed: list[_R], everything: list[_R]) -> Diagnosis | None:
                      detail, [r.id for r in hit])
 
 
+def _settles_twice(failed: list[_R], everything: list[_R]) -> Diagnosis | None:
+    hit = [r for r in failed if r.rule == "ids.known" and "that tuple already" in r.reason]
+    if not hit:  # one is enough: acking a tuple twice is never right, and the checks it breaks say only "unknown id"
+        return None
+    verb = "fails" if all("failed that tuple already" in r.reason for r in hit) else "acks"
+    detail = (f"{_plural(len(hit), 'check')} saw the component {verb[:-1]} a tuple it had acked or failed already. "
+              "Each tuple is acked or failed exactly once (§3.6); a second ack names an id the host no longer knows.")
+    return Diagnosis(f"{verb} a tuple twice", detail, [r.id for r in hit])
+
+
 _RULES: tuple[Callable[[list[_R], list[_R]], Diagnosis | None], ...] = (
-    _handshake, _garbage, _exits, _acks, _heartbeats,
+    _handshake, _garbage, _settles_twice, _exits, _acks, _heartbeats,
 )
 
 

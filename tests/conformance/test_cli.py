@@ -39,13 +39,37 @@ def test_fail_exit_1_names_check_and_rule():
     assert '<- {"command": "ack", "id": 42}' in res.output  # the frame involved
 
 
-def test_not_applicable_reported_but_not_counted():
+def test_not_applicable_counted_and_listed_with_verbose_only():
     res = invoke("-k", "tick", "--", PY, str(ROOT / "examples/python/split_bolt.py"))
     assert res.exit_code == 0, res.output
     lines = res.output.rstrip("\n").splitlines()
     assert lines[-1] == "0 passed, 0 failed"
-    assert lines[-2] == "4 not applicable"  # bolt-api.tick, basic.tick, and both again over msgpack
+    assert lines[-2] == "4 not applicable (-v lists them)"  # bolt-api.tick, basic.tick, and both again over msgpack
+    assert not any(line.startswith("N/A") for line in lines), "hidden by default, as pytest hides skips"
+    verbose = invoke("-v", "-k", "tick", "--", PY, str(ROOT / "examples/python/split_bolt.py"))
+    lines = verbose.output.rstrip("\n").splitlines()
+    assert lines[-2] == "4 not applicable"
     assert any(line.startswith("N/A  bolt-api.tick") for line in lines)
+
+
+FAULTY = [PY, str(ROOT / "tests/faults/components/faulty_bolt.py")]
+
+
+def test_a_double_ack_fails_required_even_in_a_recommended_check_and_is_diagnosed():
+    res = invoke("-k", "framing.crlf", "--", *FAULTY, "--fault", "double_ack")
+    assert res.exit_code == 1, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("diagnosis: acks a tuple twice:"), res.output
+    assert any(line.startswith("FAIL framing.crlf ") and "rule ids.known is required wherever it is broken" in line
+               for line in lines), res.output
+    assert not any(line.startswith("WARN") for line in lines)
+
+
+def test_a_spout_checked_as_a_bolt_that_syncs_tuples_is_told_to_use_role_spout():
+    res = invoke("-k", "bolt.", "--", "node", str(ROOT / "examples/node/sentence_spout.js"),
+                 str(ROOT / "examples/data/alice.txt"))
+    assert res.exit_code == 1
+    assert res.output.splitlines()[0].startswith("diagnosis: this looks like a spout: run with --role spout"), res.output
 
 
 def test_format_json():
