@@ -961,11 +961,14 @@ def lib(lang: str, copy_to: str | None) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.05, max=3600), default=10.0, show_default=True,
               help="Seconds CMD may send nothing while the replay waits for it (handshake, an ack, a sync): "
                    "longer is a hang (exit 1).")
+@click.option("--partial", is_flag=True,
+              help="Replay a recording with a truncated or damaged segment: what is whole before the damage. Without "
+                   "it such a recording is an error (exit 1), naming the segment and what was lost.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True)
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def replay(recording: str, component: str, task: int | None, session: int | None, cwd: str | None, timeout: float,
-           log_level: str, cmd: tuple[str, ...]) -> None:
+           log_level: str, cmd: tuple[str, ...], partial: bool = False) -> None:
     """Feed a recorded task's input to CMD and compare its output.
 
     Plays the host against CMD (no shell) as the run played it for one task
@@ -982,6 +985,7 @@ def replay(recording: str, component: str, task: int | None, session: int | None
     """
     import trio
 
+    from .shellbolt.record import RecordingDamaged
     from .shellbolt.replay import ReplayUsageError, replay as run_replay, resolve_argv, select
 
     _setup_logging(log_level)
@@ -990,7 +994,7 @@ def replay(recording: str, component: str, task: int | None, session: int | None
     if not cmd:
         raise click.UsageError("no command to replay into: give it after --, e.g. -- ruby ruby/split_bolt.rb")
     try:
-        sel = select(recording, component, task, session)
+        sel = select(recording, component, task, session, partial)
         workdir = cwd or (sel.session.start or {}).get("cwd") or os.getcwd()
         if not os.path.isdir(workdir):
             raise ReplayUsageError(f"the recorded process ran in {workdir}, which does not exist here: give --cwd")
@@ -1000,6 +1004,9 @@ def replay(recording: str, component: str, task: int | None, session: int | None
     except ReplayUsageError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
+    except RecordingDamaged as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_FAILED) from None
     for note in outcome.notes[len(sel.notes):]:
         click.echo(f"[replay] {note}", err=True)
     click.echo(outcome.text)

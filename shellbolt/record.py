@@ -63,6 +63,7 @@ __all__ = [
     "Recorder",
     "TaskRecorder",
     "RecordingError",
+    "RecordingDamaged",
     "Entry",
     "Session",
     "TaskLog",
@@ -85,6 +86,11 @@ SEGMENTS_KEY = "multilang.record.segments"
 
 class RecordingError(Exception):
     """A directory that cannot be recorded into, or is not a recording."""
+
+
+class RecordingDamaged(RecordingError):
+    """A segment is cut short or damaged: replaying it would compare only
+    part of what was recorded (``multilang replay`` exits 1 unless --partial)."""
 
 
 def _now_iso() -> str:
@@ -375,29 +381,48 @@ class TaskLog:
         return [s for s in self.sessions.values() if s.complete]
 
 
-def _entries(path: str, notes: list[str]) -> Iterator[tuple[bytes, int, int, int, bytes]]:
+_KIND_NAMES = {SESSION: "session start", HOST: "host bytes", COMPONENT: "component bytes", END: "session end"}
+
+
+def _entries(path: str, notes: list[str], partial: bool) -> Iterator[tuple[bytes, int, int, int, bytes]]:
+    """The entries of one segment. One cut short (a truncated file; entries
+    are written whole, so not a host that stopped) or damaged raises
+    :class:`RecordingDamaged` naming it and what is lost; with ``partial``
+    the entries before it are read and the loss is a note."""
     with open(path, "rb") as f:
         data = f.read()
     name = os.path.basename(path)
     if not data.startswith(MAGIC):
         raise RecordingError(f"{path}: not a recording segment of format version {VERSION}")
     pos, end, size = len(MAGIC), len(data), _HEAD.size
+    count = 0
     while pos < end:
+        lost = None
         if end - pos < size:
-            notes.append(f"{name}: cut short after {pos} bytes (the host stopped while writing)")
-            return
-        kind, session, pid, t, n = _HEAD.unpack_from(data, pos)
-        if kind not in _KINDS:
-            raise RecordingError(f"{path}: entry at byte {pos} has unknown kind {kind!r}: the file is damaged")
-        if pos + size + n > end:
-            notes.append(f"{name}: cut short after {pos} bytes (the host stopped while writing)")
+            lost = f"ends {end - pos} bytes into the header of entry {count + 1}"
+        else:
+            kind, session, pid, t, n = _HEAD.unpack_from(data, pos)
+            if kind not in _KINDS:
+                lost = f"has no entry at byte {pos} (kind {kind!r}): it is damaged there"
+            elif pos + size + n > end:
+                lost = (f"ends inside entry {count + 1} ({_KIND_NAMES[kind]} of session {session}): "
+                        f"{pos + size + n - end} of its {n} bytes are missing")
+        if lost is not None:
+            what = (f"{path}: {lost}; {count} entries ({pos} of {end} bytes) before it are whole, and whatever was "
+                    f"recorded after it in this segment is lost")
+            if not partial:
+                raise RecordingDamaged(f"{what}. The recording is truncated or damaged: a replay of it would compare "
+                                       "only part of what was recorded (--partial replays what is there)")
+            notes.append(f"{name}: {lost}; replaying the {count} whole entries before it (--partial)")
             return
         yield kind, session, pid, t, data[pos + size : pos + size + n]
         pos += size + n
+        count += 1
 
 
-def read_task(path: str) -> TaskLog:
-    """Read one task's segments (``DIR/<component>/task-<id>``)."""
+def read_task(path: str, partial: bool = False) -> TaskLog:
+    """Read one task's segments (``DIR/<component>/task-<id>``); a segment cut
+    short or damaged raises :class:`RecordingDamaged` unless ``partial``."""
     try:
         names = sorted(n for n in os.listdir(path) if n.startswith("seg-") and n.endswith(".mlrec"))
     except OSError as exc:
@@ -408,7 +433,7 @@ def read_task(path: str) -> TaskLog:
         notes.append(f"the oldest segments were rotated away (multilang.record.segments); the recording starts "
                      f"at {names[0]}")
     for name in names:
-        for kind, number, pid, t, data in _entries(os.path.join(path, name), notes):
+        for kind, number, pid, t, data in _entries(os.path.join(path, name), notes, partial):
             s = sessions.get(number)
             if s is None:
                 s = sessions[number] = Session(number=number, pid=pid)

@@ -74,7 +74,7 @@ from multilang.messages import (
 
 from .conf import ProcessConf
 from .process import ShellProcess
-from .record import COMPONENT, HOST, RecordingError, Session, TaskLog, load_recording, read_task
+from .record import COMPONENT, HOST, RecordingDamaged, RecordingError, Session, TaskLog, load_recording, read_task
 
 __all__ = ["ReplayUsageError", "Selection", "Plan", "Outcome", "select", "plan", "replay", "resolve_argv"]
 
@@ -115,9 +115,12 @@ def _task_dirs(comp_dir: str) -> dict[int, str]:
     return out
 
 
-def select(path: str, component: str, task: int | None = None, session: int | None = None) -> Selection:
+def select(path: str, component: str, task: int | None = None, session: int | None = None,
+           partial: bool = False) -> Selection:
     """The session to replay: ``session`` of ``task`` of ``component``, by
-    default the last complete session of the component's only task."""
+    default the last complete session of the component's only task that
+    took tuples. A damaged or truncated segment raises RecordingDamaged
+    unless ``partial``."""
     try:
         meta = load_recording(path)
     except RecordingError as exc:
@@ -142,7 +145,9 @@ def select(path: str, component: str, task: int | None = None, session: int | No
         raise ReplayUsageError(f"component {component!r} has no recorded task {task}; recorded tasks: "
                                f"{', '.join(map(str, sorted(tasks)))}")
     try:
-        log = read_task(tasks[task])
+        log = read_task(tasks[task], partial)
+    except RecordingDamaged:
+        raise
     except RecordingError as exc:
         raise ReplayUsageError(str(exc)) from None
     complete = log.complete

@@ -350,3 +350,22 @@ def test_replay_by_default_skips_a_last_session_that_took_no_tuple(tmp_path):
     r = ml("replay", str(rec), "--component", "split", "--session", "2", "--",
            "python", str(EXAMPLES / "python" / "split_bolt.py"))
     assert r.returncode == 0 and r.stdout.startswith("no difference: 0 tuples"), r.stdout + r.stderr
+
+
+@needs_ruby_node
+def test_a_truncated_segment_is_an_error_naming_it_unless_partial(wordcount_recording, tmp_path):
+    # Issue 32: a segment cut in half replayed as "no difference: 13 tuples" (25 were recorded), exit 0.
+    rec = tmp_path / "rec"
+    shutil.copytree(wordcount_recording, rec)
+    task = busiest(rec, "split")
+    (seg,) = sorted((rec / "split" / f"task-{task}").iterdir())
+    full = seg.read_bytes()
+    seg.write_bytes(full[: len(full) // 2])
+    r = ml("replay", str(rec), "--component", "split", "--task", str(task), "--", "ruby", "ruby/split_bolt.rb")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert seg.name in r.stderr and "bytes are missing" in r.stderr and "--partial" in r.stderr, r.stderr
+    assert "no difference" not in r.stdout
+    r = ml("replay", str(rec), "--component", "split", "--task", str(task), "--partial", "--",
+           "ruby", "ruby/split_bolt.rb")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("no difference: ") and f"{seg.name}: ends inside entry" in r.stderr
