@@ -10,7 +10,7 @@ no trio, no rich: a frame is a dozen short lines, and a small ANSI renderer
   second. Log lines written meanwhile go above the rows (the view wraps the
   logging handlers' stream and ``sys.stderr`` while it draws).
 * Elsewhere (a log file, CI): plain ``[progress]`` lines every 2 s, at most
-  ~100 characters each: one summary line, one per component (per task too
+  ~120 characters each: one summary line, one per component (per task too
   with ``tasks=True``), and a STALLED line when stalled.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 __all__ = ["LiveView", "fmt_ms", "fmt_count", "fmt_duration"]
 
-PLAIN_WIDTH = 100
+PLAIN_WIDTH = 120  # a component line keeps its latency, capacity, in flight and queued
 _CSI = "\x1b["
 _LOUD = "\x1b[1;37;41m"  # bold white on red
 _BOLD = "\x1b[1m"
@@ -261,7 +261,7 @@ class LiveView:
     # -- plain lines ----------------------------------------------------------------------------------
 
     def lines(self, snap: dict[str, Any]) -> list[str]:
-        """Plain ``[progress]`` lines (no ANSI), each at most ~100 characters."""
+        """Plain ``[progress]`` lines (no ANSI), each at most ~120 characters."""
         el = f"[progress] {fmt_duration(snap['elapsed_s'])}"
         trees = snap["trees"]
         flight = "" if trees["in_flight"] is None else f"{trees['in_flight']} in flight, "
@@ -276,15 +276,16 @@ class LiveView:
         for key, row in self._rows(snap):
             rate = self._rate(key, snap["elapsed_s"], row["emitted"])
             text = f"{el} {key}: emitted {row['emitted']} ({rate:.0f}/s) acked {row['acked']} failed {row['failed']}"
-            if row["in_flight"] is not None:
-                text += f" in flight {row['in_flight']}"
-            if row["queued"]:
-                text += f" queued {row['queued']}"
+            # The figures a reader looks for first come first: a line is cut at PLAIN_WIDTH.
             lat = _lat(row)
             if lat["count"]:
                 text += f" {'complete' if row['kind'] == 'spout' else 'exec'} {_pair(lat)}ms"
             if row["capacity"] is not None:
                 text += f" cap {row['capacity']:.2f}"
+            if row["in_flight"] is not None:
+                text += f" in flight {row['in_flight']}"
+            if row["queued"]:
+                text += f" queued {row['queued']}"
             if row["restarts"]:
                 text += f" restarts {row['restarts']}"
             if row["last_error"]:

@@ -126,20 +126,22 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     if result.pending:
         line += f", abandoned at stop {result.pending}"
     click.echo(line, err=True)
+    spouts = set(getattr(result, "spouts", ()))
     for name, s in result.stats.items():
         skipped = "skipped (already committed, or in flight from a process that died)"
         extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
                                                             ("dead letters", s.dead_letters),
                                                             (skipped, s.skipped)) if n)
-        click.echo(f"[summary]   {name}: emitted {s.emitted}, executed {s.executed}, acked {s.acked}, "
+        executed = "" if name in spouts else f"executed {s.executed}, "  # a spout executes nothing
+        click.echo(f"[summary]   {name}: emitted {s.emitted}, {executed}acked {s.acked}, "
                    f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
-        exts = getattr(result, "extensions", {}).get(name)
-        if exts is not None:  # a shell component: what its processes negotiated (§9.2)
-            click.echo(f"[summary]     {name} protocol: " + (f"extensions {', '.join(exts)}" if exts else "standard"),
-                       err=True)
         if s.metrics:  # the last `metrics` frame of each name (§3.7)
             shown = ", ".join(f"{k}={orjson.dumps(v, default=repr).decode()}" for k, v in sorted(s.metrics.items()))
             click.echo(f"[summary]     {name} metrics: {_clip(shown)}", err=True)
+    exts = getattr(result, "extensions", {})
+    if exts:  # the shell components: what their processes negotiated (§9.2), one line for all
+        click.echo("[summary] protocol: " + "; ".join(f"{n} {'+'.join(e) if e else 'standard'}"
+                                                    for n, e in exts.items()), err=True)
     if result.dead_letters:
         where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"
         click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "

@@ -147,6 +147,8 @@ class RunResult:
     #: (§9.2), in the order first accepted; [] = standard mode. In-process
     #: components speak no protocol and are not listed.
     extensions: dict[str, list[str]] = field(default_factory=dict)
+    #: the spout components (the summary shows no "executed" for them)
+    spouts: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -698,5 +698,6 @@ class Runtime:
             repeated_failures=repeated,
             stopped_by=self._stopped_by or "request",
             extensions=extensions,
+            spouts=[n for n, c in self.topology.components.items() if c.kind == "spout"],
             **(self.checkpoints.summary() if self.checkpoints is not None else {}),
         )

@@ -85,10 +85,11 @@ def test_without_a_terminal_the_live_view_writes_short_plain_lines():
     text = out.getvalue()
     assert "\x1b" not in text
     lines = text.splitlines()
-    assert lines and all(line.startswith("[progress] ") and len(line) <= 100 for line in lines), lines
+    assert lines and all(line.startswith("[progress] ") and len(line) <= 120 for line in lines), lines
     assert any(re.match(r"\[progress\] [\d.]+s trees: \d+ in flight, \d+ completed, \d+ failed", ln) for ln in lines)
-    assert any(re.match(r"\[progress\] [\d.]+s split: emitted \d+ \(\d+/s\) acked \d+ failed \d+ in flight \d+", ln)
-               for ln in lines)
+    # the latency and the tuples in flight both fit (issue 32: the latencies were cut off)
+    assert any(re.match(r"\[progress\] [\d.]+s split: emitted \d+ \(\d+/s\) acked \d+ failed \d+ exec [\d.]+/[\d.]+ms"
+                        r"( cap [\d.]+)? in flight \d+", ln) for ln in lines), lines
 
 
 NEVER_ACKS = '''

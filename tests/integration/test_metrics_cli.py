@@ -127,10 +127,11 @@ def total(fams: dict, family: str, **want: str) -> float:
 
 def summary_counts(stderr: str) -> dict[str, dict[str, int]]:
     out = {}
-    for m in re.finditer(r"\[summary\]   (\S+): emitted (\d+), executed (\d+), acked (\d+), failed (\d+), "
+    # (a spout's line has no "executed": it executes nothing)
+    for m in re.finditer(r"\[summary\]   (\S+): emitted (\d+), (?:executed (\d+), )?acked (\d+), failed (\d+), "
                          r"restarts (\d+), errors (\d+)", stderr):
-        out[m.group(1)] = dict(zip(["emitted", "executed", "acked", "failed", "restarts", "errors"],
-                                   map(int, m.groups()[1:])))
+        out[m.group(1)] = {k: int(v) for k, v in zip(["emitted", "executed", "acked", "failed", "restarts", "errors"],
+                                                     m.groups()[1:]) if v is not None}
     return out
 
 
