@@ -147,9 +147,10 @@ class _WorkerLog(logging.Handler):
         m = _WHERE.match(msg) or _COMPONENT.search(msg.split("\n", 1)[0])
         if m is not None:
             comp, task, pid = m.group(1), int(m.group(2)), m.group(3)
-        if record.name.startswith("multilang.component."):  # a stderr line: "[comp:task pid N] text"
+        if record.name.startswith("multilang.component."):  # a log() line or a stderr line: "[comp:task pid N] text"
             comp = record.name[len("multilang.component."):]
-            if m is not None and m.start() == 0 and msg.startswith("[", 0):
+            if getattr(record, "stream", None) == "stderr" and m is not None and m.start() == 0 \
+                    and msg.startswith("[", 0):
                 text = msg[m.end() + 2:]
                 if pid is not None:
                     self._keep_tail(int(pid), text)

@@ -155,6 +155,10 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     if result.stopped_by == "replays":
         click.echo("[summary] stopped: trees kept failing and none completed while a shell spout replayed message "
                    "ids failed past multilang.max.replays; it would have replayed them for ever", err=True)
+    for where, n, sample in getattr(result, "not_replayed", ()):
+        click.echo(f"[summary] spout {where} never emitted again {n} message id(s) that failed (e.g. "
+                   f"{_clip(', '.join(map(repr, sample)), 100)}): that input is lost. A spout must replay what fails "
+                   "for at-least-once results, and for exactly-once state (docs/STATE.md)", err=True)
     for name, msg_id, times, cause in result.repeated_failures:
         click.echo(f"[summary] spout {name!r} saw message id {_clip(repr(msg_id))} fail {times} times"
                    + (f"; last cause: {cause}" if cause else ""), err=True)

@@ -42,6 +42,8 @@ from multilang.messages import ConnectionClosed, Handshake, Message, Pid, TaskId
 from .conf import ProcessConf
 from .ratelog import LineBudget
 
+_STDERR = {"stream": "stderr"}
+
 __all__ = ["ShellProcess", "Transport", "Spawn", "spawn_child", "ChildTransport", "StreamTransport"]
 
 _READ_SIZE = 1 << 16
@@ -418,12 +420,14 @@ class ShellProcess:
         text = line.decode("utf-8", "replace").rstrip("\r")
         # The tail goes into error messages: bound each line too.
         self.stderr_tail.append(text if len(text) <= _TAIL_LINE else f"{text[:_TAIL_LINE]}... ({len(text)} characters)")
-        self.component_log(logging.INFO, text)
+        self.component_log(logging.INFO, text, stderr=True)
 
-    def component_log(self, level: int, text: str) -> None:
+    def component_log(self, level: int, text: str, *, stderr: bool = False) -> None:
         """A line the component wrote (a ``log`` frame below WARN, a stderr
         line), prefixed with its component, task and pid, within the
-        process's line budget; a count says how many were not shown."""
+        process's line budget; a count says how many were not shown. A
+        stderr line's record has ``stream = "stderr"`` (the Spark executor
+        log tags it so)."""
         logger = self._component_log
         if not logger.isEnabledFor(level):
             return
@@ -434,7 +438,7 @@ class ShellProcess:
         if dropped:
             logger.info("%s %d more lines not shown in the last %.0fs (at most %d per %.0fs a process)", where,
                         dropped, self._log_budget.interval, self._log_budget.lines, self._log_budget.interval)
-        logger.log(level, "%s %s", where, text)
+        logger.log(level, "%s %s", where, text, extra=_STDERR if stderr else None)
 
     async def _settle(self) -> None:
         """Give an exiting child a moment so its exit status and last stderr

@@ -149,6 +149,9 @@ class RunResult:
     extensions: dict[str, list[str]] = field(default_factory=dict)
     #: the spout components (the summary shows no "executed" for them)
     spouts: list[str] = field(default_factory=list)
+    #: a run to the end: (spout, message ids) of ids failed to a shell spout that never emitted them again
+    #: (at most 5 shown): their input is lost (docs/STATE.md)
+    not_replayed: list[tuple[str, int, list[Any]]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -656,8 +656,12 @@ class Runtime:
                 await self.wait_for_change()
 
     async def _expire_loop(self) -> None:
+        spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
+        replay_within = 3 * self.acker.timeout  # a spout that has not re-emitted a failed id by then: warned once
         while True:
             await trio.sleep(1.0)
+            for t in spouts:
+                t.check_replays(trio.current_time(), replay_within)
             if self.acker.expire(trio.current_time()):
                 self.settle()
 
@@ -674,6 +678,17 @@ class Runtime:
         while True:
             await trio.sleep(interval)
             report(self)
+
+    def _not_replayed(self) -> list[tuple[str, int, list[Any]]]:
+        """A run to the end: the spouts had every chance to replay what failed."""
+        if self._stopped_by != "done":
+            return []
+        now = trio.current_time()
+        out = []
+        for t in self.tasks.values():
+            if isinstance(t, SpoutTask) and (ids := t.not_replayed(now)):
+                out.append((t.where(), len(ids), [m for m, _ in ids[:5]]))
+        return out
 
     def result(self) -> RunResult:
         view = self.outputs_by_key
@@ -699,5 +714,6 @@ class Runtime:
             stopped_by=self._stopped_by or "request",
             extensions=extensions,
             spouts=[n for n, c in self.topology.components.items() if c.kind == "spout"],
+            not_replayed=self._not_replayed(),
             **(self.checkpoints.summary() if self.checkpoints is not None else {}),
         )

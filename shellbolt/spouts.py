@@ -47,6 +47,10 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         #: replays (Storm semantics); the host only names the ids that keep
         #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
         self.fail_counts: dict[Any, list[Any]] = {}
+        #: msg id key -> (msg id, when it failed): failed ids the spout has not emitted again yet
+        #: (at most _MAX_FAIL_IDS): a spout that never replays loses them (docs/STATE.md)
+        self._awaiting_replay: dict[Any, tuple[Any, float]] = {}
+        self._warned_not_replaying = False
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id))
@@ -59,6 +63,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                         "queued (about 100 bytes each) until it does. Keep each `next` short, as Storm requires.",
                         self.where(), _OWED_WARNING)
         counts = self.fail_counts
+        if kind == "fail" and len(self._awaiting_replay) < _MAX_FAIL_IDS:
+            self._awaiting_replay[id_key(msg_id)] = (msg_id, trio.current_time())
         if kind == "fail" or counts:
             key = id_key(msg_id)
             if kind == "fail":
@@ -101,6 +107,25 @@ class ShellSpoutTask(ShellTask, SpoutTask):
             return
         self.runtime.dead_letter(self, msg_id, values, cause, attempts)
         self.notify("ack", msg_id)
+
+    def not_replayed(self, now: float) -> list[tuple[Any, float]]:
+        return [(msg_id, now - at) for msg_id, at in self._awaiting_replay.values()]
+
+    def check_replays(self, now: float, within: float) -> None:
+        """One warning for a spout that does not emit a failed id again
+        within ``within`` seconds: Storm leaves replays to the spout, and
+        one that does not replay loses that input (with stateful bolts, the
+        trees a rollback failed)."""
+        if self._warned_not_replaying or not self._awaiting_replay:
+            return
+        late = [(m, now - at) for m, at in self._awaiting_replay.values() if now - at >= within]
+        if late:
+            self._warned_not_replaying = True
+            msg_id, ago = late[0]
+            log.warning("%s: message id %s failed %.0fs ago and the spout has not emitted it again (%d such id(s)); "
+                        "a spout must replay what fails, or that input is lost: exactly-once with stateful bolts, and "
+                        "at-least-once anywhere, need a spout that replays (docs/STATE.md)", self.where(),
+                        brief(repr(msg_id), 100), ago, len(late))
 
     def at_rest(self) -> str | None:
         # A shell spout's input never ends as far as the host knows (Storm's neither).
@@ -180,12 +205,16 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         for ev in events:
             t = type(ev)
             if t is Emit:
+                if self._awaiting_replay and ev.id is not None:
+                    self._awaiting_replay.pop(id_key(ev.id), None)
                 ids = rt.route(self, ev, None, touched)
                 if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
                     replies.append(reply)  # §4.3: answered before the spout's next frame is read
             elif t is Batch:  # §9.5: a spout's emits carry message ids
                 for e in ev.emits:
                     n = len(e)
+                    if self._awaiting_replay and n > 1 and e[1] is not None:
+                        self._awaiting_replay.pop(id_key(e[1]), None)
                     rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
                                         id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
             elif t is Sync:

@@ -211,6 +211,16 @@ class SpoutTask(Task):
         last asks gave nothing, but more may come), None (it may emit)."""
         return None
 
+    def not_replayed(self, now: float) -> list[tuple[Any, float]]:
+        """(message id, seconds since it failed) of the ids failed to this
+        spout that it has not emitted again; a spout of the host replays
+        by itself (none)."""
+        return []
+
+    def check_replays(self, now: float, within: float) -> None:
+        """Warn about failed ids not emitted again within ``within`` seconds
+        (a shell spout decides about replays; the host's own spouts replay)."""
+
     def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
         """(component, msg id, times failed, last cause) of the ids that kept failing, for the summary."""
         return []

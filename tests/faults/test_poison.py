@@ -342,3 +342,30 @@ Never().run()
     letters = [json.loads(x) for x in dead.read_text().splitlines()]
     assert sorted((d["line"], d["input"], d["attempts"]) for d in letters) == [(1, ["a"], 2), (2, ["b"], 2)]
     assert "has acked or failed none" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_shell_spout_that_never_replays_a_failed_id_is_named_at_the_end(tmp_path):
+    # Storm leaves replays to the spout; one that drops what fails loses that input. The run
+    # still ends well (exit 0: the spout decided), but the summary says which ids it never re-emitted.
+    spout = _script(tmp_path, "no_replay.py", """\
+from multilang import Spout
+class NoReplay(Spout):
+    def initialize(self, conf, ctx):
+        self.i = 0
+    def next_tuple(self):
+        if self.i < 5:
+            self.emit([self.i], msg_id=self.i)
+            self.i += 1
+    def fail(self, msg_id):
+        pass  # forgets it
+NoReplay().run()
+""")
+    bolt = ["python", str(COMPONENTS / "faulty_bolt.py"), "--fault", "fail", "--after", "2"]
+    topo = tmp_path / "t.toml"
+    topo.write_text(f'[spouts.spout]\ncommand = {toml_str(spout)}\nfields = ["n"]\n'
+                    f'[bolts.bolt]\ncommand = {toml_str(bolt)}\nfields = ["n"]\ninputs = [{{ source = "spout" }}]\n')
+    proc = subprocess.run(ML + ["run", str(topo), "--no-progress"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = "[summary] spout spout:2 never emitted again 1 message id(s) that failed (e.g. 2): that input is lost"
+    assert said in proc.stderr, proc.stderr[-3000:]
