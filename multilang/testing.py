@@ -513,15 +513,27 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 
 def child_pids(pid: int | None = None) -> list[int]:
-    """Pids whose parent is ``pid`` (default: this process), zombies included."""
+    """Pids whose parent is ``pid`` (default: this process), zombies included;
+    not the JVM of this process's SparkSession, which lives as long as the
+    session (a test run's, shared by its Spark tests), not as long as a test."""
     pid = os.getpid() if pid is None else pid
+    jvm = _spark_gateway_pid() if pid == os.getpid() else None
     kids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             fields = _stat_fields(int(d))
-            if fields is not None and int(fields[1]) == pid:
+            if fields is not None and int(fields[1]) == pid and int(d) != jvm:
                 kids.append(int(d))
     return sorted(kids)
+
+
+def _spark_gateway_pid() -> int | None:
+    import sys
+
+    context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+    gateway = getattr(context, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    return getattr(proc, "pid", None)
 
 
 def descendant_pids(pid: int | None = None) -> list[int]:

@@ -13,3 +13,13 @@ from hypothesis import settings
 settings.register_profile("default", derandomize=True)
 settings.register_profile("explore", max_examples=1000)
 settings.load_profile("default")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Spark tests share one SparkSession (tests/spark/conftest.py): with
+    pytest-xdist they all go to one worker (``--dist loadgroup``)."""
+    import pytest
+
+    for item in items:
+        if "tests/spark/" in item.nodeid or item.nodeid.startswith("spark/"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
