@@ -446,7 +446,7 @@ def _exit_code(result: Any, signum: int | None) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-@main.command()
+@main.command(short_help="Run a topology (TOML or Storm Flux YAML), embedded or on Spark.")
 @click.argument("topology_file", type=click.Path(dir_okay=False))
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="local: the embedded trio runtime. spark: compile onto Spark.")
@@ -518,6 +518,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
         else:
             topology = load_topology(topology_file, overrides)
+        if engine == "spark" and master is not None and not _SPARK_MASTER.match(master):
+            raise TopologyError(f"--master {master!r}: a Spark master URL is local, local[N], local[*], local[N,F], "
+                                "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT")
         if engine == "spark":
             kept = (["--state-dir"] if state_dir is not None else []) + [
                 k for k in ("topology.state.provider", "topology.state.provider.config")
@@ -595,15 +598,18 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else _exit_code(result, signum))
 
 
-@main.command()
+@main.command(short_help="Pipe stdin through one bolt: a tuple per line, a JSON line per emit.")
 @click.option("--fields", default=None,
               help="Comma-separated input fields of the tuples the bolt gets. Default: one field, line; with "
                    "--json-input, as many values as each line's list has.")
 @click.option("--output-fields", default=None, help="Comma-separated fields the bolt emits (default: any number of values).")
 @click.option("--json-input", is_flag=True, help="Each input line is a JSON list of values instead of one string "
                                                   "(any other JSON value, such as an object, is one value).")
-@click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
+@click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE",
+              help="Conf override, e.g. -c topology.message.timeout.secs=5 (VALUE parsed as JSON if it can be; "
+                   "docs/CONF.md lists the keys).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True,
+              help="The host's own messages; what the bolt logs and writes to stderr shows unless error.")
 @click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
               help="Write input lines given up on (after multilang.max.replays) here, as JSON lines.")
 @click.argument("command", nargs=-1, required=True)
@@ -716,6 +722,10 @@ def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | 
     for h, p in reporter.endpoints:
         click.echo(f"[metrics] serving http://{f'[{h}]' if ':' in h else h}:{p}/metrics", err=True)
     return reporter or None
+
+
+#: the master URLs Spark's submitter accepts (anything else: a Java stack trace from spark-submit)
+_SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|spark://\S+|yarn|k8s://\S+)$")
 
 
 def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
@@ -927,7 +937,7 @@ def _recorded(recorder: Any) -> None:
                err=True)
 
 
-@main.command("lib")
+@main.command("lib", short_help="Print or copy the Ruby, Node or Python component library.")
 @click.argument("lang", type=click.Choice(["ruby", "node", "python"]))
 @click.option("--copy", "copy_to", metavar="DIR", type=click.Path(file_okay=False),
               help="Copy the library into DIR (made if missing), beside your components, and print the copy's path.")

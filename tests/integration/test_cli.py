@@ -492,3 +492,21 @@ def test_component_logs_and_stderr_show_by_default_tagged_and_within_a_budget(tm
     assert "more lines not shown" in p.stderr
     quiet = multilang("pipe", "--log-level", "error", "--", sys.executable, str(bolt), input=lines, timeout=120)
     assert quiet.returncode == 0 and "log line" not in quiet.stderr and "stderr line" not in quiet.stderr
+
+
+def test_a_bad_spark_master_is_one_line_and_exit_2_before_any_jvm_starts():
+    p = multilang("run", WORDCOUNT, "--engine", "spark", "--master", "bogus://nowhere")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "error: --master 'bogus://nowhere': a Spark master URL is local, local[N], local[*], local[N,F], "
+        "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT"]
+
+
+def test_help_texts_are_whole_sentences_and_every_option_says_what_it_does():
+    top = multilang("--help").stdout
+    commands = top.split("Commands:", 1)[1]
+    assert "..." not in commands, commands
+    for name in ("run", "pipe", "conform", "replay", "lib"):
+        assert f"  {name} " in commands
+    pipe_help = multilang("pipe", "--help").stdout
+    assert "-c, --conf KEY=VALUE" in pipe_help and "Conf override" in pipe_help
