@@ -19,7 +19,6 @@ Human output (progress, summary, logs) goes to stderr; data to stdout.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -29,9 +28,8 @@ import pathlib
 import re
 import signal
 import sys
-import tempfile
 import time
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import click
 import orjson
@@ -40,6 +38,7 @@ from . import _signals
 from .component import release_stdout
 from .errors import MultilangError, TopologyError
 from ._pipe_input import StdinFeed
+from ._output import Output, flush_every, output_file
 from ._pipe_output import HeldOutputs
 
 release_stdout()  # a host: its stdout is its own
@@ -155,6 +154,10 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
     if result.stopped_by == "replays":
         click.echo("[summary] stopped: trees kept failing and none completed while a shell spout replayed message "
                    "ids failed past multilang.max.replays; it would have replayed them for ever", err=True)
+    for name, n in getattr(result, "reused_ids", {}).items():
+        click.echo(f"[summary] spout {name!r} reused {n} message id(s) for inputs other than those a checkpoint "
+                   "holds under them: delivered as new inputs (at least once); a spout must give each input one id "
+                   "for exactly-once state (docs/STATE.md)", err=True)
     for where, n, sample in getattr(result, "not_replayed", ()):
         click.echo(f"[summary] spout {where} never emitted again {n} message id(s) that failed (e.g. "
                    f"{_clip(', '.join(map(repr, sample)), 100)}): that input is lost. A spout must replay what fails "
@@ -218,7 +221,7 @@ def _dead_letter_writer(path: str | None, line_of: Any = None) -> tuple[Any, Any
     return write, f
 
 
-def _runtime(topology: Any, out: "_Output", dead_letter: str | None, line_of: Any = None,
+def _runtime(topology: Any, out: "Output", dead_letter: str | None, line_of: Any = None,
              **outputs: Any) -> tuple[Any, Any]:
     """The embedded runtime for ``topology`` writing to ``out``, with
     --dead-letter's writer: (runtime, dead-letter file or None). A topology
@@ -260,8 +263,6 @@ def _run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
         out = None
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
-                nonlocal first
-
                 def handle(signum: int) -> bool:
                     """True: stop at once (a second signal)."""
                     nonlocal first
@@ -300,129 +301,6 @@ def _run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
             raise leaves[0] from None
         raise
     return result, first
-
-
-class _Output:
-    """Where the data goes. When its reader goes away (``| head``) the run
-    stops quietly, as Unix tools do, and exits 141 (128 + SIGPIPE)."""
-
-    #: bytes gathered before they are written: one write per burst of
-    #: records, not one per record (a text layer's write per line cost more
-    #: than the rest of `multilang pipe`'s output path, bench/host_pipe.py)
-    LIMIT = 1 << 16
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self._raw: Any = getattr(stream, "buffer", None)  # the byte layer under a text stream
-        self._lines: list[bytes] = []
-        self._size = 0
-        self.closed = False
-        self.runtime: Any = None
-
-    def line(self, data: bytes) -> None:
-        """One record (bytes, without its newline)."""
-        if not self.closed:
-            self._lines.append(data)
-            self._size += len(data)
-            if self._size >= self.LIMIT:
-                self._spill()
-
-    def values(self, values: list[Any]) -> None:
-        """A bolt's output (``multilang pipe``, once its input's tree
-        completed: _pipe_output) as one line: its values in order, its
-        declared output fields or any number of values. The per-tuple path:
-        :meth:`line` inline."""
-        if self.closed:
-            return
-        try:
-            data = orjson.dumps(values)
-        except TypeError:  # integers beyond 64 bits: the standard library writes them
-            data = json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode()
-        self._lines.append(data)
-        self._size += len(data)
-        if self._size >= self.LIMIT:
-            self._spill()
-
-    def _spill(self) -> None:
-        lines, self._lines, self._size = self._lines, [], 0
-        if lines and not self.closed:
-            data = b"\n".join(lines) + b"\n"
-            try:
-                if self._raw is not None:
-                    self._raw.write(data)
-                else:
-                    self.stream.write(data.decode())
-            except BrokenPipeError:
-                self._reader_gone()
-
-    def flush(self) -> None:
-        self._spill()
-        if not self.closed:
-            try:
-                (self._raw or self.stream).flush()
-            except BrokenPipeError:
-                self._reader_gone()
-
-    def _reader_gone(self) -> None:
-        import os
-
-        self.closed = True
-        try:  # nothing more reaches the closed pipe, not even Python's flush at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        except (OSError, ValueError):
-            pass
-        click.echo("the output's reader went away; stopping", err=True)
-        if self.runtime is not None:
-            self.runtime.request_stop("output closed")
-
-
-@contextlib.contextmanager
-def _output_file(path: str) -> Iterator[IO[str]]:
-    """``-o FILE``: the run writes a hidden file beside FILE, moved over FILE
-    when the run ends (its output so far, after a signal too). A run refused
-    with exit 2, or a host that crashes, leaves FILE as it was: never empty
-    or half-written in place of the old one. ``-`` is stdout."""
-    if path == "-":
-        yield sys.stdout
-        return
-    target = os.path.abspath(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
-                                   suffix=".partial")
-    except OSError as exc:
-        click.echo(f"error: --output {path}: {exc.strerror or exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
-    stream = os.fdopen(fd, "w", encoding="utf-8")
-    keep = False
-    try:
-        yield stream
-        keep = True
-    except SystemExit as exc:
-        keep = exc.code != EXIT_USAGE
-        raise
-    finally:
-        try:
-            stream.close()
-            if keep:
-                os.replace(tmp, target)
-        except OSError as exc:  # a full disk, say: FILE keeps its old contents
-            click.echo(f"error: --output {path}: {exc.strerror or exc}; what was written is in {tmp}", err=True)
-        if not keep:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
-async def _flush_every(stream: Any, interval: float = 0.2) -> None:
-    """Outputs reach a pipe as they come (within ``interval``), not at the
-    end, without a write call per tuple."""
-    import trio
-
-    while True:
-        await trio.sleep(interval)
-        stream.flush()
 
 
 def _stopped_before_start() -> None:
@@ -518,9 +396,6 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
         else:
             topology = load_topology(topology_file, overrides)
-        if engine == "spark" and master is not None and not _SPARK_MASTER.match(master):
-            raise TopologyError(f"--master {master!r}: a Spark master URL is local, local[N], local[*], local[N,F], "
-                                "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT")
         if engine == "spark":
             kept = (["--state-dir"] if state_dir is not None else []) + [
                 k for k in ("topology.state.provider", "topology.state.provider.config")
@@ -528,6 +403,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             if kept:
                 raise TopologyError(f"{' and '.join(kept)}: on --engine spark the state of stateful bolts is kept "
                                     "in the --checkpoint directory, versioned by micro-batch (docs/SPARK.md)")
+            if master is not None and not _SPARK_MASTER.match(master):
+                raise TopologyError(f"--master {master!r}: a Spark master URL is local, local[N], local[*], "
+                                    "local[N,F], local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT")
         else:
             for flag, value in (("--checkpoint", checkpoint), ("--remote", remote), ("--master", master)):
                 if value is not None:
@@ -543,7 +421,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
     _stopped_before_start()
-    with _output_file(output) as stream:
+    with output_file(output, refused=EXIT_USAGE) as stream:
         if engine == "spark":
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                            duration=duration, max_tuples=max_tuples, output=stream,
@@ -560,7 +438,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     if until_done is None:
         until_done = duration is None and max_tuples is None
 
-    out = _Output(output)
+    out = Output(output)
 
     def emit(record: dict[str, Any]) -> None:
         out.line(orjson.dumps(record))
@@ -570,7 +448,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     start = time.monotonic()
     try:
         async def go(nursery: Any) -> Any:
-            nursery.start_soon(_flush_every, out)
+            nursery.start_soon(flush_every, out)
             return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
                                      progress=_live_view(progress_tasks) if progress else None, metrics=metrics)
 
@@ -661,7 +539,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         raise SystemExit(EXIT_USAGE) from None
 
     _stopped_before_start()
-    out = _Output(sys.stdout)
+    out = Output(sys.stdout)
     held = HeldOutputs(out.values)  # each input's outputs once its tree completes: exactly once per input
     runtime, dead_file = _runtime(topology, out, dead_letter, on_tracked_output=held.output, line_of=feed)
     held.roots = runtime.acker.roots
@@ -672,7 +550,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
 
         async def go(nursery: Any) -> Any:
             nursery.start_soon(feed.pump, runtime, spout)
-            nursery.start_soon(_flush_every, out)
+            nursery.start_soon(flush_every, out)
             return await runtime.run(until_done=True)
 
         result, signum = _run_trio(go, runtime)

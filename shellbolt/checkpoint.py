@@ -35,9 +35,9 @@ from multilang.errors import ComponentError
 from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
 
 from .acker import TupleEdges, edges_of, roots_of
-from .results import Cause
+from .results import Cause, brief
 from .sinks import AckerSink
-from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_config
+from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_config, values_hash
 from .tasks import SpoutTask, Task, log
 
 if TYPE_CHECKING:
@@ -92,8 +92,16 @@ class Checkpointer:
         self._skip_spouts: dict[str, bool] = {}
         #: spout task -> message id (msg_key) -> its tree, for spouts whose process died (spout_lost)
         self._in_flight_ids: dict[int, dict[str, int]] = {}
+        #: root -> values_hash of its spout tuple, while stateful tasks run: committed with the id, so that
+        #: an id reused for another input is not taken for the input a checkpoint covers (docs/STATE.md)
+        self.hashes: dict[int, int | None] = {}
+        #: spout name -> emits whose message id a checkpoint (or a tree in flight) holds for other values:
+        #: delivered as new inputs, and reported
+        self.reused: dict[str, int] = {}
         self.resuming = False  # the store holds a checkpoint of an earlier run
-        if self.provider != "sqlite" or self.provider_config.get("dir"):
+        #: a store that outlives the run: a later run may resume from it (and skip what it covers)
+        self.named = self.provider != "sqlite" or bool(self.provider_config.get("dir"))
+        if self.named:
             self._open()  # a named store: resume from it, or refuse it now (a TopologyError)
 
     # -- the store ------------------------------------------------------------------
@@ -120,17 +128,23 @@ class Checkpointer:
         """The committed output view of an earlier run (a resumed run prints it all)."""
         return list(self.store.outputs().values()) if self.store is not None and self.store.txid else []
 
-    def skip(self, spout: Task, msg_id: Any) -> bool | None:
+    def skip(self, spout: Task, msg_id: Any, values: list[Any]) -> bool | None:
         """§9.7 step 4: True if the message id is already reflected in
         committed state (ack the emit), None if a tree of it is still in
         flight from a process of the spout that died (that tree answers this
-        emit too), False to deliver it."""
+        emit too), False to deliver it. An id is only taken for the input it
+        was given with: the same id with other values (a spout that numbers
+        its inputs from 0 again, as storm-starter's randomsentence.js does)
+        is a new input, delivered, and reported (:attr:`reused`)."""
         key = msg_key(msg_id)
         if key is None:
             return False  # no JSON form: never skipped (at least once)
         index = self._in_flight_ids.get(spout.task_id)
         if index is not None and (r := index.get(key)) is not None:
             if r in self.rt.acker.roots:
+                held = self.hashes.get(r)
+                if held is not None and held != values_hash(values):
+                    return self._reused_id(spout, msg_id, "a tree still in flight")
                 return None
             del index[key]
         store = self.store
@@ -139,14 +153,40 @@ class Checkpointer:
         has = self._skip_spouts.get(spout.name)
         if has is None:
             has = self._skip_spouts[spout.name] = store.has_completed(spout.name)
-        return has and store.completed(spout.name, spout.index, key)
+        if not (has and store.completed(spout.name, spout.index, key)):
+            return False
+        committed = getattr(store, "completed_hash", None)
+        held = committed(spout.name, spout.index, key) if committed is not None else None
+        if held is not None and held != values_hash(values):
+            return self._reused_id(spout, msg_id, f"checkpoint {store.txid}")
+        return True
+
+    def _reused_id(self, spout: Task, msg_id: Any, where: str) -> bool:
+        n = self.reused[spout.name] = self.reused.get(spout.name, 0) + 1
+        if n == 1:
+            log.warning("%s emitted message id %s with other values than the input %s holds under that id: it is "
+                        "delivered as a new input. For exactly-once state a spout must give each input one id for "
+                        "good (docs/STATE.md); one that numbers its inputs afresh after a restart gets at-least-once "
+                        "at best. The summary counts such emits.", spout.where(), brief(repr(msg_id), 100), where)
+        return False
+
+    def remember(self, root: int, values: list[Any]) -> None:
+        """A spout tuple became tree ``root``: the hash of its values goes
+        with its id into the checkpoint that covers it."""
+        hashes = self.hashes
+        hashes[root] = values_hash(values)
+        if len(hashes) > 2 * len(self.rt.acker.roots) + 1024:  # trees that failed: memory stays bounded
+            roots = self.rt.acker.roots
+            for r in [r for r in hashes if r not in roots]:
+                del hashes[r]
 
     def summary(self) -> dict[str, Any]:
         """The :class:`~multilang.shellbolt.results.RunResult` fields of the state."""
         store = self.store
         path = getattr(store, "path", None) if self._tmpdir is None else None
         return {"stateful": sorted({t.name for t in self.tasks.values()}), "state_txid": store.txid if store else None,
-                "checkpoints": self.committed, "rollbacks": self.rollbacks, "state_path": path}
+                "checkpoints": self.committed, "rollbacks": self.rollbacks, "state_path": path,
+                "reused_ids": dict(self.reused)}
 
     def close(self) -> None:
         if self.store is not None:
@@ -328,6 +368,7 @@ class Checkpointer:
             t = self.tasks[task_id]
             cp.changes[(t.name, t.index)] = answer
         roots = rt.acker.roots
+        hashes = self.hashes
         for r in covered:
             root = roots.get(r)
             if root is None:  # cannot be: a failure of a covered tree rolls back (epoch) first
@@ -336,6 +377,9 @@ class Checkpointer:
             spout = rt.tasks[root.spout_task]
             if key is not None:
                 cp.completed.append((spout.name, spout.index, key))
+                h = hashes.pop(r, None)
+                if h is not None:
+                    cp.values[(spout.name, spout.index, key)] = h
         key_fields = rt.topology.output.key or []
         view = {k: v for k, v in self.view.items() if v[1] <= covered}  # outputs of the cut's trees (or of none)
         for record, _roots in view.values():

@@ -147,6 +147,8 @@ class RunResult:
     #: (§9.2), in the order first accepted; [] = standard mode. In-process
     #: components speak no protocol and are not listed.
     extensions: dict[str, list[str]] = field(default_factory=dict)
+    #: spout name -> emits delivered as new inputs though a checkpoint held their message id for other values
+    reused_ids: dict[str, int] = field(default_factory=dict)
     #: the spout components (the summary shows no "executed" for them)
     spouts: list[str] = field(default_factory=list)
     #: a run to the end: (spout, message ids) of ids failed to a shell spout that never emitted them again

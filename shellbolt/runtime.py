@@ -118,6 +118,12 @@ class Runtime:
             raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None
         #: a resumed run, or a spout process restarted: (spout, msg id) -> whether a checkpoint committed it
         self._skip = self.checkpoints.skip if self.checkpoints is not None and self.checkpoints.resuming else None
+        cp = self.checkpoints
+        for t in self.tasks.values():
+            if isinstance(t, SpoutTask):
+                # Whose inputs may be skipped one day as "already committed" (a shell spout's process may die
+                # and start its input again; any spout's, on a resume): their values' hash goes with the id.
+                t.hash_inputs = cp is not None and (t.comp.is_shell or cp.named)
         if self.checkpoints is not None and self._key_index is not None:
             for record in self.checkpoints.resumed_outputs():  # a resumed run prints the whole run's view
                 self.outputs_by_key[self._view_key(record)] = record
@@ -233,7 +239,7 @@ class Runtime:
         n_fields, grouping = plan
         if (not self.acking or grouping is None or grouping is False or grouping.kind not in _ONE_TASK
                 or n_fields >= 0 and any(len(v) != n_fields for v in values_list)
-                or self._skip is not None):
+                or self._skip is not None or src.hash_inputs):  # type: ignore[attr-defined]
             for values, msg_id in zip(values_list, msg_ids):
                 self.route_plain(src, values, DEFAULT_STREAM, None, touched, msg_id, now)
             return
@@ -290,7 +296,7 @@ class Runtime:
         """A valid emit to ``targets``: acker bookkeeping, then one Delivery
         per task, or the topology's output if nobody subscribes."""
         if self._skip is not None and anchors is None and msg_id is not None:
-            skip = self._skip(src, msg_id)
+            skip = self._skip(src, msg_id, values)
             if skip is not False:  # §9.7: committed already (acked now), or its tree is in flight (it answers)
                 src.stats.skipped += 1
                 if skip:
@@ -308,6 +314,8 @@ class Runtime:
                 else:
                     root, edges = self.acker.spout_emit(src.task_id, msg_id, n, now)
                 src.pending_roots += 1  # type: ignore[attr-defined]
+                if src.hash_inputs:  # type: ignore[attr-defined]  (a spout: the hash goes with the id, §9.7)
+                    self.checkpoints.remember(root, values)  # type: ignore[union-attr]
                 if self._skip is not None:
                     self.checkpoints.registered(src, msg_id, root)  # type: ignore[union-attr]
             else:

@@ -27,7 +27,7 @@ from multilang.errors import TopologyError
 from .conf import unknown_key_message
 
 __all__ = ["StateStore", "Checkpoint", "SqliteStore", "MemoryStore", "open_store", "provider_config", "msg_key",
-           "PROVIDERS"]
+           "values_hash", "PROVIDERS"]
 
 
 @dataclass(slots=True)
@@ -43,6 +43,9 @@ class Checkpoint:
     changes: dict[tuple[str, int], tuple[dict[str, Any], list[str]]] = field(default_factory=dict)
     completed: list[tuple[str, int, str]] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    #: (spout, task index, msg_key) -> :func:`values_hash` of the input committed under that id: a spout
+    #: that reuses the id for another input is told apart from one that emits the same input again
+    values: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
 
 def msg_key(msg_id: Any) -> str | None:
@@ -50,6 +53,15 @@ def msg_key(msg_id: Any) -> str | None:
     with no JSON form (it is then never skipped on resume: at least once)."""
     try:
         return orjson.dumps(msg_id, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return None
+
+
+def values_hash(values: Any) -> int | None:
+    """A checksum of a spout tuple's values (canonical JSON), or None for
+    values with no JSON form (never compared, then)."""
+    try:
+        return zlib.crc32(orjson.dumps(values, option=orjson.OPT_SORT_KEYS))
     except TypeError:
         return None
 
@@ -78,6 +90,11 @@ class StateStore:
     def completed(self, spout: str, index: int, key: str) -> bool:
         """Whether a spout task's message id is reflected in committed state."""
         raise NotImplementedError
+
+    def completed_hash(self, spout: str, index: int, key: str) -> int | None:
+        """Optional: the :func:`values_hash` committed with that message id
+        (None: not known). A store without it compares message ids only."""
+        return None
 
     def has_completed(self, spout: str) -> bool:
         """Whether any message id of a spout is recorded (a resumed run)."""
@@ -111,6 +128,7 @@ class MemoryStore(StateStore):
         self.txid = None
         self._kv: dict[tuple[str, int], dict[str, Any]] = {}
         self._done: dict[str, set[tuple[int, str]]] = {}
+        self._hashes: dict[tuple[str, int, str], int] = {}
         self._outputs: dict[str, Any] = {}
         self._parallelism: dict[str, int] = {}
 
@@ -132,11 +150,15 @@ class MemoryStore(StateStore):
             self._parallelism[comp] = parallelism[comp]
         for spout, index, key in cp.completed:
             self._done.setdefault(spout, set()).add((index, key))
+        self._hashes.update(cp.values)
         self._outputs.update(cp.outputs)
         self.txid = cp.txid
 
     def completed(self, spout: str, index: int, key: str) -> bool:
         return (index, key) in self._done.get(spout, ())
+
+    def completed_hash(self, spout: str, index: int, key: str) -> int | None:
+        return self._hashes.get((spout, index, key))
 
     def has_completed(self, spout: str) -> bool:
         return bool(self._done.get(spout))
@@ -157,7 +179,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITH
 CREATE TABLE IF NOT EXISTS kv (component TEXT NOT NULL, task INTEGER NOT NULL, key TEXT NOT NULL,
     value TEXT NOT NULL, crc INTEGER, PRIMARY KEY (component, task, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS completed (spout TEXT NOT NULL, task INTEGER NOT NULL, msg_id TEXT NOT NULL,
-    crc INTEGER, PRIMARY KEY (spout, task, msg_id)) WITHOUT ROWID;
+    crc INTEGER, vh INTEGER, PRIMARY KEY (spout, task, msg_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, record TEXT NOT NULL, crc INTEGER) WITHOUT ROWID;
 """
 
@@ -188,9 +210,9 @@ class SqliteStore(StateStore):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(_SCHEMA)
-            for table in ("kv", "completed", "outputs"):
-                if "crc" not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
-                    db.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
+            for table, column in (("kv", "crc"), ("completed", "crc"), ("outputs", "crc"), ("completed", "vh")):
+                if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER")
             db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second run fails here, not later
             db.execute("COMMIT")
@@ -229,8 +251,8 @@ class SqliteStore(StateStore):
                 orjson.loads(value)
             except orjson.JSONDecodeError as exc:
                 return f"the value of {where} is not JSON: {exc}"
-        for spout, task, msg_id, crc in db.execute("SELECT spout, task, msg_id, crc FROM completed"):
-            if crc is not None and crc != _crc(spout, task, msg_id):
+        for spout, task, msg_id, crc, vh in db.execute("SELECT spout, task, msg_id, crc, vh FROM completed"):
+            if crc is not None and crc != (_crc(spout, task, msg_id) if vh is None else _crc(spout, task, msg_id, vh)):
                 return f"a message id of spout {spout!r} task {task} does not match its checksum"
         for key, record, crc in db.execute("SELECT key, record, crc FROM outputs"):
             if crc is not None and crc != _crc(key, record):
@@ -271,8 +293,12 @@ class SqliteStore(StateStore):
                                    [(comp, index, k) for k in delete])
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"tasks:{comp}", str(parallelism[comp])))
             if cp.completed:
-                db.executemany("INSERT OR IGNORE INTO completed VALUES (?, ?, ?, ?)",
-                               [(*row, _crc(*row)) for row in cp.completed])
+                # The latest input committed under an id is the one a replay is compared with.
+                hashes = cp.values
+                rows = [(*row, hashes.get(row)) for row in cp.completed]
+                db.executemany("INSERT OR REPLACE INTO completed (spout, task, msg_id, crc, vh) VALUES (?, ?, ?, ?, ?)",
+                               [(s, t, m, _crc(s, t, m) if vh is None else _crc(s, t, m, vh), vh)
+                                for s, t, m, vh in rows])
             if cp.outputs:
                 rows = [(k, orjson.dumps(r).decode()) for k, r in cp.outputs.items()]
                 db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?)", [(*row, _crc(*row)) for row in rows])
@@ -294,6 +320,11 @@ class SqliteStore(StateStore):
     def completed(self, spout: str, index: int, key: str) -> bool:
         return self._db.execute("SELECT 1 FROM completed WHERE spout = ? AND task = ? AND msg_id = ?",
                                 (spout, index, key)).fetchone() is not None
+
+    def completed_hash(self, spout: str, index: int, key: str) -> int | None:
+        row = self._db.execute("SELECT vh FROM completed WHERE spout = ? AND task = ? AND msg_id = ?",
+                               (spout, index, key)).fetchone()
+        return None if row is None else row[0]
 
     def has_completed(self, spout: str) -> bool:
         return spout in self._with_completed

@@ -164,6 +164,8 @@ class SpoutTask(Task):
         self.notices: deque[Any] = deque()  # acks and fails to deliver to the spout
         self.pending_roots = 0
         self.idle = False
+        #: its emits' values are hashed with their ids for the checkpoints (Runtime sets it, §9.7)
+        self.hash_inputs = False
         #: replays of a failing input (host spouts), or of an emit the host refuses (shell spouts)
         self.max_replays = int(self.conf.get("multilang.max.replays", 3))
 

@@ -4,7 +4,7 @@ Usage: python numbered_spout.py N [--format TEMPLATE] [--per-next K]
                                   [--state FILE] [--no-events]
                                   [--fault MODE] [--after N] [--once MARKER]
 
-Message id = the number i (a JSON integer); values = [TEMPLATE.format(i=i)]
+Message id = the number i (a JSON integer); values = [TEMPLATE.format(i=i, pid=PID)]
 or [i] without --format. Each ``next`` emits up to K new numbers (default 1),
 replays first. A ``fail`` re-queues its id *whether or not this process
 emitted it*: ids are offsets into a durable source, so the process that
@@ -56,7 +56,7 @@ SYNC = frame({"command": "sync"})
 
 
 def values(i: int) -> list:
-    return [ARGS.format.format(i=i)] if ARGS.format else [i]
+    return [ARGS.format.format(i=i, pid=os.getpid())] if ARGS.format else [i]
 
 
 def load_offset() -> int:

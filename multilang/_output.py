@@ -1,0 +1,136 @@
+"""Where ``multilang run`` and ``multilang pipe`` write their data: stdout
+or ``-o FILE`` (written beside FILE and moved over it at the end), in bursts,
+stopping quietly when the reader goes away."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from typing import IO, Any, Iterator
+
+import orjson
+
+class Output:
+    """Where the data goes. When its reader goes away (``| head``) the run
+    stops quietly, as Unix tools do, and exits 141 (128 + SIGPIPE)."""
+
+    #: bytes gathered before they are written: one write per burst of
+    #: records, not one per record (a text layer's write per line cost more
+    #: than the rest of `multilang pipe`'s output path, bench/host_pipe.py)
+    LIMIT = 1 << 16
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self._raw: Any = getattr(stream, "buffer", None)  # the byte layer under a text stream
+        self._lines: list[bytes] = []
+        self._size = 0
+        self.closed = False
+        self.runtime: Any = None
+
+    def line(self, data: bytes) -> None:
+        """One record (bytes, without its newline)."""
+        if not self.closed:
+            self._lines.append(data)
+            self._size += len(data)
+            if self._size >= self.LIMIT:
+                self._spill()
+
+    def values(self, values: list[Any]) -> None:
+        """A bolt's output (``multilang pipe``, once its input's tree
+        completed: _pipe_output) as one line: its values in order, its
+        declared output fields or any number of values. The per-tuple path:
+        :meth:`line` inline."""
+        if self.closed:
+            return
+        try:
+            data = orjson.dumps(values)
+        except TypeError:  # integers beyond 64 bits: the standard library writes them
+            data = json.dumps(values, ensure_ascii=False, separators=(",", ":")).encode()
+        self._lines.append(data)
+        self._size += len(data)
+        if self._size >= self.LIMIT:
+            self._spill()
+
+    def _spill(self) -> None:
+        lines, self._lines, self._size = self._lines, [], 0
+        if lines and not self.closed:
+            data = b"\n".join(lines) + b"\n"
+            try:
+                if self._raw is not None:
+                    self._raw.write(data)
+                else:
+                    self.stream.write(data.decode())
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def flush(self) -> None:
+        self._spill()
+        if not self.closed:
+            try:
+                (self._raw or self.stream).flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        import os
+
+        self.closed = True
+        try:  # nothing more reaches the closed pipe, not even Python's flush at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        except (OSError, ValueError):
+            pass
+        print("the output's reader went away; stopping", file=sys.stderr)
+        if self.runtime is not None:
+            self.runtime.request_stop("output closed")
+
+
+@contextlib.contextmanager
+def output_file(path: str, refused: int) -> Iterator[IO[str]]:
+    """``-o FILE``: the run writes a hidden file beside FILE, moved over FILE
+    when the run ends (its output so far, after a signal too). A run refused
+    (SystemExit with code ``refused``), or a host that crashes, leaves FILE as it was: never empty
+    or half-written in place of the old one. ``-`` is stdout."""
+    if path == "-":
+        yield sys.stdout
+        return
+    target = os.path.abspath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
+                                   suffix=".partial")
+    except OSError as exc:
+        print(f"error: --output {path}: {exc.strerror or exc}", file=sys.stderr)
+        raise SystemExit(refused) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+    stream = os.fdopen(fd, "w", encoding="utf-8")
+    keep = False
+    try:
+        yield stream
+        keep = True
+    except SystemExit as exc:
+        keep = exc.code != refused
+        raise
+    finally:
+        try:
+            stream.close()
+            if keep:
+                os.replace(tmp, target)
+        except OSError as exc:  # a full disk, say: FILE keeps its old contents
+            print(f"error: --output {path}: {exc.strerror or exc}; what was written is in {tmp}", file=sys.stderr)
+        if not keep:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+async def flush_every(stream: Any, interval: float = 0.2) -> None:
+    """Outputs reach a pipe as they come (within ``interval``), not at the
+    end, without a write call per tuple."""
+    import trio
+
+    while True:
+        await trio.sleep(interval)
+        stream.flush()
