@@ -482,7 +482,7 @@ def test_component_logs_and_stderr_show_by_default_tagged_and_within_a_budget(tm
     few = multilang("pipe", "--", sys.executable, str(bolt), input="a\nb\n")
     assert few.returncode == 0, few.stderr[-2000:]
     for text in ("log line a", "stderr line a", "log line b", "stderr line b"):
-        assert f"multilang.component.bolt: [bolt:1 pid " in few.stderr and text in few.stderr, few.stderr[-2000:]
+        assert "multilang.component.bolt: [bolt:1 pid " in few.stderr and text in few.stderr, few.stderr[-2000:]
     lines = "".join(f"{i}\n" for i in range(300))
     p = multilang("pipe", "--", sys.executable, str(bolt), input=lines, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
