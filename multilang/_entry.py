@@ -6,9 +6,19 @@ from __future__ import annotations
 
 
 def main() -> None:
+    import signal
+
     from . import _signals
 
     _signals.install()
-    from .cli import main as cli
+    try:
+        from .cli import main as cli
 
-    cli()
+        cli()
+    finally:
+        # The interpreter's shutdown gives a signal handled in Python its
+        # default action back: one that came then would end the process by
+        # the raw signal after its output and summary. Ignored (for the whole
+        # process, whatever thread the kernel picks), it changes nothing.
+        for s in _signals.SIGNALS:
+            signal.signal(s, signal.SIG_IGN)

@@ -51,7 +51,8 @@ def driver(tmp_path_factory):
     """bolts_driver.py under Spark Connect, started at once (see the module
     docstring); the test that reads it waits for it."""
     work = tmp_path_factory.mktemp("bolts-driver")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # SPARK_TESTING: the local Connect server takes a free port, not 15002 (another driver may hold that one)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_TESTING": "1"}
     proc = subprocess.Popen([sys.executable, str(COMPONENTS / "bolts_driver.py"), "connect", str(work)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=work)
     yield proc

@@ -27,7 +27,8 @@ from split_bolt import words  # noqa: E402
 
 def test_a_topology_and_multilang_bolts_under_spark_connect():
     text = EXAMPLES / "data" / "alice.txt"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # SPARK_TESTING: the local Connect server takes a free port, not 15002 (another driver may hold that one)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_TESTING": "1"}
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "components" / "engine_connect_driver.py"),
                            str(EXAMPLES / "wordcount.toml"), str(text)], capture_output=True, env=env, cwd=ROOT,
                           timeout=300)
