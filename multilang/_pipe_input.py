@@ -95,9 +95,9 @@ class StdinFeed:
 
     def ack(self, msg_ids: list[int]) -> None:
         """The trees of these inputs completed (PythonSpoutTask)."""
-        lines = self._lines
+        pop = self._lines.pop
         for i in msg_ids:
-            del lines[i]
+            pop(i, None)
         if self.on_ack is not None:
             self.on_ack(msg_ids)
 

@@ -691,12 +691,8 @@ class Runtime:
         """A run to the end: the spouts had every chance to replay what failed."""
         if self._stopped_by != "done":
             return []
-        now = trio.current_time()
-        out = []
-        for t in self.tasks.values():
-            if isinstance(t, SpoutTask) and (ids := t.not_replayed(now)):
-                out.append((t.where(), len(ids), [m for m, _ in ids[:5]]))
-        return out
+        return [(t.where(), len(ids), ids[:5]) for t in self.tasks.values()
+                if isinstance(t, SpoutTask) and (ids := t.not_replayed())]
 
     def result(self) -> RunResult:
         view = self.outputs_by_key

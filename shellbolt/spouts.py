@@ -108,8 +108,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         self.runtime.dead_letter(self, msg_id, values, cause, attempts)
         self.notify("ack", msg_id)
 
-    def not_replayed(self, now: float) -> list[tuple[Any, float]]:
-        return [(msg_id, now - at) for msg_id, at in self._awaiting_replay.values()]
+    def not_replayed(self) -> list[Any]:
+        return [msg_id for msg_id, _ in self._awaiting_replay.values()]
 
     def check_replays(self, now: float, within: float) -> None:
         """One warning for a spout that does not emit a failed id again

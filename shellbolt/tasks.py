@@ -213,10 +213,9 @@ class SpoutTask(Task):
         last asks gave nothing, but more may come), None (it may emit)."""
         return None
 
-    def not_replayed(self, now: float) -> list[tuple[Any, float]]:
-        """(message id, seconds since it failed) of the ids failed to this
-        spout that it has not emitted again; a spout of the host replays
-        by itself (none)."""
+    def not_replayed(self) -> list[Any]:
+        """The message ids failed to this spout that it has not emitted
+        again; a spout of the host replays by itself (none)."""
         return []
 
     def check_replays(self, now: float, within: float) -> None:
