@@ -16,10 +16,12 @@ settings.load_profile("default")
 
 
 def pytest_collection_modifyitems(config, items):
-    """The Spark tests share one SparkSession (tests/spark/conftest.py): with
-    pytest-xdist they all go to one worker (``--dist loadgroup``)."""
+    """The tests that use the one SparkSession (the ``spark`` fixture,
+    tests/spark/conftest.py) go to one worker under pytest-xdist
+    (``--dist loadgroup``). The Spark tests that start a driver process of
+    their own do not need it: they run beside them, on the other worker."""
     import pytest
 
     for item in items:
-        if "tests/spark/" in item.nodeid or item.nodeid.startswith("spark/"):
+        if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
