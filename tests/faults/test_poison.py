@@ -334,13 +334,14 @@ class Never(Bolt):
 Never().run()
 """)
     dead = tmp_path / "dead.jsonl"
-    proc = subprocess.run(ML + ["pipe", "-c", "topology.message.timeout.secs=1", "-c", "multilang.max.replays=1",
-                                "--dead-letter", str(dead), "--", *bolt], input="a\nb\n",
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    # 4 attempts of 1 s each, the bolt looked at every 0.2 s: the warning has room to come
+    proc = subprocess.run(ML + ["pipe", "-c", "topology.message.timeout.secs=1", "-c", "multilang.max.replays=3",
+                                "-c", "multilang.heartbeat.interval.secs=0.2", "--dead-letter", str(dead), "--", *bolt],
+                          input="a\nb\n", capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert proc.stdout == "", "nothing of an input given up on is printed"
     letters = [json.loads(x) for x in dead.read_text().splitlines()]
-    assert sorted((d["line"], d["input"], d["attempts"]) for d in letters) == [(1, ["a"], 2), (2, ["b"], 2)]
+    assert sorted((d["line"], d["input"], d["attempts"]) for d in letters) == [(1, ["a"], 4), (2, ["b"], 4)]
     assert "has acked or failed none" in proc.stderr, proc.stderr[-3000:]
 
 
