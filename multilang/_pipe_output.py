@@ -20,11 +20,12 @@ __all__ = ["HeldOutputs"]
 class _Shared:
     """An output anchored to several inputs: printed when all completed."""
 
-    __slots__ = ("values", "pending")
+    __slots__ = ("values", "pending", "dead")
 
     def __init__(self, values: list[Any], pending: int) -> None:
         self.values = values
-        self.pending = pending
+        self.pending = pending  # inputs whose trees have not completed yet
+        self.dead = False  # one of its inputs failed: never printed
 
 
 class HeldOutputs:
@@ -59,7 +60,7 @@ class HeldOutputs:
             for v in pop(msg_id, ()):
                 if type(v) is _Shared:
                     v.pending -= 1
-                    if v.pending:
+                    if v.pending or v.dead:
                         continue
                     v = v.values
                 write(v)
@@ -67,9 +68,4 @@ class HeldOutputs:
     def failed(self, msg_id: Any) -> None:
         for v in self._held.pop(msg_id, ()):
             if type(v) is _Shared:
-                v.pending = -1 << 62  # never printed: one of its inputs failed
-
-    @property
-    def held(self) -> int:
-        """Inputs with outputs waiting for their trees (for tests)."""
-        return len(self._held)
+                v.dead = True
