@@ -39,7 +39,7 @@ from .messages import (
     UnknownCommand,
 )
 
-__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "Ledger", "StateLedger", "STATE_RULES",
+__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "PIPELINED", "SPOUT_COUNTED", "Ledger", "StateLedger", "STATE_RULES",
            "HEARTBEAT_MEMORY"]
 
 
@@ -82,6 +82,8 @@ SENDER: dict[Role, dict[type, Side]] = {
 _BOLT_READY = (Tuple, Tick, Heartbeat, TaskIds, Emit, Ack, Fail, Log, Error, Metrics, Sync, UnknownCommand,
                TupleBatch, Batch, StateInit, StatePrepare, StatePrepared, StateCommit, StateRollback)
 _SPOUT_COMMANDS = (Activate, Deactivate, Next, Ack, Fail, UnknownCommand)
+#: What the ledger counts on a spout's connection (``Ledger.command``)
+SPOUT_COUNTED = frozenset((*_SPOUT_COMMANDS, Sync))
 # Emits, logs, ... are legal at any time after the pid: during open (before
 # the first command, §4.4) and while a command is outstanding.
 _SPOUT_ANYTIME = (Emit, Log, Error, Metrics, TaskIds, Batch)
@@ -106,6 +108,14 @@ ALLOWED: dict[Role, dict[State, dict[type, State]]] = {}
 for _role, _table in TRANSITIONS.items():
     for (_state, _msg), _new in _table.items():
         ALLOWED.setdefault(_role, {}).setdefault(_state, {})[_msg] = _new
+
+#: A spout that accepted ``batch`` (§9.5): the host may send a command while
+#: others are outstanding (pipelined). The ledger counts them
+#: (``commands_out``); a sync leads back to IDLE only when it answers the last.
+PIPELINED: dict[State, dict[type, State]] = {
+    **ALLOWED[Role.SPOUT],
+    State.BUSY: {**ALLOWED[Role.SPOUT][State.BUSY], **{m: State.BUSY for m in _SPOUT_COMMANDS}},
+}
 
 
 # --- the rules that need memory (§3.4-§3.6, §4.1, §5.1) -----------------------------
@@ -132,13 +142,16 @@ class Ledger:
     Remote if the peer did) and the frame to show; each error carries its
     rule id (spec/vectors/README.md "Rules")."""
 
-    __slots__ = ("pending", "owed_task_ids", "heartbeats", "activated", "state")
+    __slots__ = ("pending", "owed_task_ids", "heartbeats", "activated", "commands_out", "state")
 
     def __init__(self) -> None:
         self.pending: set[str] = set()
         self.owed_task_ids = 0
         self.heartbeats: deque[str] = deque(maxlen=HEARTBEAT_MEMORY)
         self.activated = False
+        #: spout commands sent (host) or received (component) whose sync has not come:
+        #: at most 1, or more when pipelined (PIPELINED, §9.5)
+        self.commands_out = 0
         #: §9.7, once ``state`` is accepted; None without the extension
         self.state: StateLedger | None = None
 
@@ -235,12 +248,21 @@ class Ledger:
             raise err("a state frame without the state extension (§9.7)", frame=frame, rule="state.negotiated")
         self.state.check(msg, err, frame)
 
-    def command(self, is_activate: bool, err: type, frame: Any) -> None:
-        """§4.1: the first command a host sends a spout is activate (rule ``spout.activate-first``)."""
-        if is_activate:
-            self.activated = True
-        elif not self.activated:
-            raise err("the first command to a spout must be activate (§4.1)", frame=frame, rule="spout.activate-first")
+    def command(self, t: type, host: bool, err: type, frame: Any) -> None:
+        """A spout command (``host``: we are the host, sending it) or its
+        sync: §4.1, the first command a host sends a spout is activate (rule
+        ``spout.activate-first``); §4.2, each sync answers one outstanding
+        command (the state table says when one may be sent)."""
+        if t is Sync:
+            self.commands_out -= 1
+            return
+        if host:
+            if t is Activate:
+                self.activated = True
+            elif not self.activated:
+                raise err("the first command to a spout must be activate (§4.1)", frame=frame,
+                          rule="spout.activate-first")
+        self.commands_out += 1
 
 
 class StateLedger:

@@ -30,7 +30,7 @@ from operator import itemgetter
 import orjson
 from typing import Any, Callable, Collection, Iterable
 
-from ._state import ALLOWED, SENDER, STATE_RULES, Ledger, Role, Side, State
+from ._state import ALLOWED, PIPELINED, SENDER, SPOUT_COUNTED, STATE_RULES, Ledger, Role, Side, State
 from .codec import _new_tuple, check_finite, decode_component_frame, decode_host_frame, dumps
 from .codec import encode_json, loads as json_loads, msgpack_frame, msgpack_loads, name_unencodable
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -40,7 +40,6 @@ from .messages import (
     HEARTBEAT_STREAM,
     TICK_STREAM,
     Ack,
-    Activate,
     Batch,
     ConnectionClosed,
     Emit,
@@ -50,7 +49,6 @@ from .messages import (
     Message,
     Pid,
     STATE_MESSAGES,
-    SpoutCommand,
     TaskIds,
     Tick,
     Tuple,
@@ -508,7 +506,7 @@ class Connection:
             raise RemoteProtocolError(f"{t.__name__} is not legal in state {self._state.value}{why}", frame=body,
                                       rule=rule)
         self._check(msg, remote=True, frame=body)
-        if new is not self._state:
+        if new is not self._state and (new is not State.IDLE or not self.ledger.commands_out):  # (PIPELINED)
             self.state = new
 
     # -- sending ---------------------------------------------------------------
@@ -534,7 +532,7 @@ class Connection:
             frame = self._frame(encode_json(msg))  # before _check: the pid reply is JSON even if it accepts msgpack
             self._check(msg, remote=False, frame=msg)
         new = self._allowed[t]
-        if new is not self._state:
+        if new is not self._state and (new is not State.IDLE or not self.ledger.commands_out):  # (PIPELINED)
             self.state = new
         # §9.5: a standard frame closes the batch being filled, keeping order.
         return self.close_batch() + frame if self._open_n else frame
@@ -957,13 +955,15 @@ class Connection:
             ledger.accept(msg.extensions, self.offered, self.role is Role.BOLT, err, frame)
             self.extensions = msg.extensions
             self.batching = "batch" in msg.extensions
+            if self.batching and self.role is Role.SPOUT:  # §9.5: commands may be pipelined
+                self._by_state = PIPELINED
             if "msgpack" in msg.extensions:
                 self._switch_to_msgpack()
             self._choose_writer()
             if remote:
                 self._release_held()
-        if isinstance(msg, SpoutCommand) and self.role is Role.SPOUT and not remote:
-            ledger.command(t is Activate, err, frame)
+        if t in SPOUT_COUNTED and self.role is Role.SPOUT:
+            ledger.command(t, not remote, err, frame)
 
     def _check_batch(self, msg: Batch, err: type, frame: Any) -> None:
         """§9.5: each element follows the rule of its standard frame; emits

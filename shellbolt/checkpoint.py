@@ -153,10 +153,11 @@ class Checkpointer:
         has = self._skip_spouts.get(spout.name)
         if has is None:
             has = self._skip_spouts[spout.name] = store.has_completed(spout.name)
-        if not (has and store.completed(spout.name, spout.index, key)):
+        if not has:
             return False
-        committed = getattr(store, "completed_hash", None)
-        held = committed(spout.name, spout.index, key) if committed is not None else None
+        done, held = store.completed_entry(spout.name, spout.index, key)
+        if not done:
+            return False
         if held is not None and held != values_hash(values):
             return self._reused_id(spout, msg_id, f"checkpoint {store.txid}")
         return True

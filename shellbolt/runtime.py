@@ -450,12 +450,21 @@ class Runtime:
         """Whether a spout may emit now. A replay may go past ``max_tuples``
         (the limit counts what the spouts emitted; a failed tree of those
         must still be replayed), not past max spout pending."""
-        if not replay and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
-            return False
+        return self.emit_room(spout, replay) > 0
+
+    def emit_room(self, spout: Task, replay: bool = False) -> int:
+        """How many more inputs a spout may emit now (``may_emit``), counted
+        as ``max_tuples`` and max spout pending count them; a large number
+        for no limit."""
+        room = 1 << 30
+        if not replay and self.max_tuples is not None:
+            room = self.max_tuples - self.emitted_by_spouts
         if self.checkpoints is not None and self.checkpoints.paused:  # a checkpoint waits for its cut (§9.7)
-            return False
+            return 0
         msp = self.max_spout_pending
-        return msp is None or spout.pending_roots < msp  # type: ignore[attr-defined]
+        if msp is not None:
+            room = min(room, msp - spout.pending_roots)  # type: ignore[attr-defined]
+        return max(room, 0)
 
     def restart_times(self, component: str) -> deque[float]:
         """The recent restart times of a component, shared by its tasks."""

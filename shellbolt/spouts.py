@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import operator
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -28,6 +29,7 @@ __all__ = ["ShellSpoutTask", "PythonSpoutTask"]
 _MAX_FAIL_IDS = 10_000
 _OWED_WARNING = 100_000
 _FAIL_WARNING = 10  # a shell spout's id failed this often: warn while the run goes on
+_BURST = 64  # the most commands pipelined to a spout in one write (§9.5)
 _CRASHES_ALONE = 2
 
 
@@ -39,6 +41,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
     def __init__(self, runtime: "Runtime", comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
         self._sync: trio.Event | None = None
+        self._syncs_owed = 0  # syncs still due for the commands of the last write
+        self._notices_out = 0  # of those, how many were self.notices (dequeued as each is answered)
         self._command_since: float | None = None
         self._empty_nexts = 0
         #: False; "asked" while its `deactivate` is out; True once it synced (§5.4)
@@ -140,6 +144,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
         self._sync = None
+        self._syncs_owed = 0
+        self._notices_out = 0
         self._command_since = None
         self._deactivated = False
         nursery.start_soon(self._watchdog, proc, lambda: self._command_since)
@@ -147,28 +153,38 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         while True:
             await self._handle(proc, await proc.read_events())
 
-    async def _command(self, proc: ShellProcess, cmd: Any) -> None:
+    async def _command(self, proc: ShellProcess, *cmds: Any, notices: int = 0) -> None:
+        """Send ``cmds`` in one write and wait for their syncs: one command
+        at a time (§4.2), or several pipelined to a spout that accepted
+        ``batch`` (§9.5). The first ``notices`` of them are ``self.notices[:notices]``,
+        each dequeued when its sync comes: if the process dies first, its
+        successor gets the rest (§8.2); a lost fail would be a lost tuple."""
         await proc.wait_if_closed()
         self._sync = trio.Event()
+        self._syncs_owed = len(cmds)
+        self._notices_out = notices
         self._command_since = trio.current_time()
-        await proc.write(proc.conn.send(cmd))
+        await proc.write(b"".join([proc.conn.send(c) for c in cmds]))
         await self._sync.wait()
         self._command_since = None
-        if type(cmd) is not Activate:  # a next, ack or fail answered: work (RestartPolicy)
+        if type(cmds[0]) is not Activate:  # a next, ack or fail answered: work (RestartPolicy)
             self._worked = True
 
     async def _driver(self, proc: ShellProcess) -> None:
         rt = self.runtime
         await self._command(proc, Activate())  # §4.1: always first
         idle_sleep = 0.001
+        # `next` commands per write: 1, or more while every emit they bring is
+        # one a checkpoint committed (skipped, §9.7: a resume) to a spout that
+        # takes pipelined commands; a resume then costs a round trip per
+        # _BURST inputs, not two per input.
+        burst = 1
+        pipelined = proc.conn.batching
         while True:
             if self.notices:
-                kind, msg_id = self.notices[0]
-                # Dequeued only once the spout synced: if the process dies
-                # first, its successor gets the ack or fail (§8.2). A lost
-                # fail would be a lost tuple.
-                await self._command(proc, Ack(id=msg_id) if kind == "ack" else Fail(id=msg_id))
-                self.notices.popleft()
+                n = min(len(self.notices), _BURST) if pipelined else 1
+                await self._command(proc, *[Ack(id=m) if kind == "ack" else Fail(id=m)
+                                            for kind, m in islice(self.notices, n)], notices=n)
                 continue
             if rt.spouts_stopped:
                 if not self._deactivated:
@@ -180,11 +196,18 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 continue
             # Past --max-tuples a spout that has failed ids outstanding still
             # gets `next`: that is where a shell spout replays them.
-            if rt.may_emit(self, replay=bool(self.fail_counts)):
+            room = rt.emit_room(self, replay=bool(self.fail_counts))
+            if room:
                 # an emit the host refused (an error) was not nothing: no back-off for it
-                before = self.stats.emitted + self.stats.skipped + self.stats.errors
-                await self._command(proc, Next())
-                if self.stats.emitted + self.stats.skipped + self.stats.errors == before:
+                stats = self.stats
+                emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
+                n = min(burst, room)
+                await self._command(proc, *[Next()] * n)
+                if stats.emitted == emitted and stats.errors == errors and stats.skipped > skipped:
+                    burst = min(burst * 2, _BURST) if pipelined else 1
+                else:
+                    burst = 1
+                if stats.emitted + stats.skipped + stats.errors == emitted + skipped + errors:
                     self._empty_nexts += 1
                     self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
                     # Storm's spout wait strategy: back off while there is nothing to emit.
@@ -218,7 +241,13 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
                                         id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
             elif t is Sync:
-                if self._sync is not None:
+                if self._notices_out:
+                    self._notices_out -= 1
+                    self.notices.popleft()
+                self._syncs_owed -= 1
+                if self._syncs_owed > 0:
+                    self._command_since = trio.current_time()  # progress: the watchdog waits for the next one
+                elif self._sync is not None:
                     self._sync.set()
             else:
                 self._common(ev, proc)

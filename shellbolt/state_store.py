@@ -91,10 +91,11 @@ class StateStore:
         """Whether a spout task's message id is reflected in committed state."""
         raise NotImplementedError
 
-    def completed_hash(self, spout: str, index: int, key: str) -> int | None:
-        """Optional: the :func:`values_hash` committed with that message id
-        (None: not known). A store without it compares message ids only."""
-        return None
+    def completed_entry(self, spout: str, index: int, key: str) -> tuple[bool, int | None]:
+        """:meth:`completed`, and the :func:`values_hash` committed with that
+        message id (None: not known; a store without hashes compares message
+        ids only), in one lookup: a resume asks this for every emit."""
+        return self.completed(spout, index, key), None
 
     def has_completed(self, spout: str) -> bool:
         """Whether any message id of a spout is recorded (a resumed run)."""
@@ -157,8 +158,8 @@ class MemoryStore(StateStore):
     def completed(self, spout: str, index: int, key: str) -> bool:
         return (index, key) in self._done.get(spout, ())
 
-    def completed_hash(self, spout: str, index: int, key: str) -> int | None:
-        return self._hashes.get((spout, index, key))
+    def completed_entry(self, spout: str, index: int, key: str) -> tuple[bool, int | None]:
+        return self.completed(spout, index, key), self._hashes.get((spout, index, key))
 
     def has_completed(self, spout: str) -> bool:
         return bool(self._done.get(spout))
@@ -321,10 +322,10 @@ class SqliteStore(StateStore):
         return self._db.execute("SELECT 1 FROM completed WHERE spout = ? AND task = ? AND msg_id = ?",
                                 (spout, index, key)).fetchone() is not None
 
-    def completed_hash(self, spout: str, index: int, key: str) -> int | None:
+    def completed_entry(self, spout: str, index: int, key: str) -> tuple[bool, int | None]:
         row = self._db.execute("SELECT vh FROM completed WHERE spout = ? AND task = ? AND msg_id = ?",
                                (spout, index, key)).fetchone()
-        return None if row is None else row[0]
+        return (False, None) if row is None else (True, row[0])
 
     def has_completed(self, spout: str) -> bool:
         return spout in self._with_completed

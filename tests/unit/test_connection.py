@@ -447,6 +447,29 @@ def test_spout_sync_while_idle():
         comp.send(Sync())
 
 
+def test_spout_commands_pipelined_under_batch():
+    # §9.5: a spout that accepted batch may be sent commands while others are
+    # outstanding; each sync answers one, and the last leads back to idle.
+    host, comp = Connection(SPOUT, HOST), Connection(SPOUT, COMP)
+    hs = Handshake(pid_dir="/tmp/pids", conf={}, context={}, extensions=("batch",))
+    deliver(comp, host.send(hs))
+    deliver(host, comp.send(Pid(pid=99, extensions=("batch",))))
+    cmds = [Activate(), Next(), Next(), Ack(id=3), Fail(id="x")]
+    assert deliver(comp, host.send_many(cmds)) == cmds
+    for left in range(len(cmds) - 1, -1, -1):
+        assert host.state is State.BUSY and comp.state is State.BUSY
+        assert deliver(host, comp.send(Sync())) == [Sync()]
+        assert host.ledger.commands_out == comp.ledger.commands_out == left
+    assert host.state is State.IDLE and comp.state is State.IDLE
+    # one sync too many is still refused, on both sides
+    with pytest.raises(LocalProtocolError):
+        comp.send(Sync())
+    host.receive_data(encode(Sync()))
+    with pytest.raises(RemoteProtocolError) as info:
+        host.next_event()
+    assert info.value.rule == "spout.one-sync"
+
+
 @pytest.mark.parametrize("first", [Next(), Deactivate(), Ack(id=1), Fail(id="x")], ids=repr)
 def test_spout_activate_must_come_first(first):
     host, _ = pair(SPOUT)

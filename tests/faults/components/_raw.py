@@ -22,13 +22,17 @@ import time
 _TERM = re.compile(rb"(?:\A|(?<=[\r\n]))end(?:\r\n|\n|\r)")
 
 
-def frames():
-    """Yield each frame from stdin, parsed; return at EOF."""
+def frames(reads: list[int] | None = None):
+    """Yield each frame from stdin, parsed; return at EOF. ``reads``, if
+    given, gets a 0 appended at each read: a caller can count what came in
+    one read (commands the host wrote together)."""
     buf = bytearray()
     while True:
         data = os.read(0, 1 << 16)
         if not data:
             return
+        if reads is not None:
+            reads.append(0)
         buf += data
         start = 0
         for m in _TERM.finditer(buf):
@@ -68,13 +72,15 @@ def fire(marker: str | None) -> bool:
     return True
 
 
-def handshake(messages, *, pid_file: bool = True):
-    """Read the handshake, create the pid file, reply with the pid (§2.3)."""
+def handshake(messages, *, pid_file: bool = True, accept: tuple[str, ...] = ()):
+    """Read the handshake, create the pid file, reply with the pid (§2.3),
+    accepting those of ``accept`` that the handshake offers (§9.1, §9.2)."""
     msg = next(messages)
     pid = os.getpid()
     if pid_file:
         open(os.path.join(msg["pidDir"], str(pid)), "w").close()
-    write(frame({"pid": pid}))
+    accepted = [e for e in accept if e in msg.get("extensions", ())]
+    write(frame({"pid": pid, "extensions": accepted} if accepted else {"pid": pid}))
     return msg
 
 

@@ -3,6 +3,7 @@
 Usage: python numbered_spout.py N [--format TEMPLATE] [--per-next K]
                                   [--state FILE] [--no-events]
                                   [--fault MODE] [--after N] [--once MARKER]
+                                  [--batch] [--nexts-per-read FILE]
 
 Message id = the number i (a JSON integer); values = [TEMPLATE.format(i=i, pid=PID)]
 or [i] without --format. Each ``next`` emits up to K new numbers (default 1),
@@ -20,6 +21,11 @@ after sending).
 Unless --no-events, it reports on stream "events" (unreliable emits, fields
 ["event", "msg_id"]): ["acked", i] and ["failed", i] from the ack and fail
 commands.
+
+``--batch`` accepts extension batch when offered (its emits stay standard
+frames, which §9.5 allows), so the host may pipeline commands to it.
+``--nexts-per-read FILE`` appends to FILE, at each read of stdin that
+brought ``next`` commands, their number (one per line).
 
 ``--fault MODE`` (with --after N: fires once N numbers were emitted; with
 --once MARKER: in the first process only):
@@ -51,6 +57,8 @@ p.add_argument("--no-events", action="store_true")
 p.add_argument("--fault")
 p.add_argument("--after", type=int, default=0)
 p.add_argument("--once")
+p.add_argument("--batch", action="store_true")
+p.add_argument("--nexts-per-read")
 ARGS = p.parse_args()
 SYNC = frame({"command": "sync"})
 
@@ -76,11 +84,14 @@ def store_offset(offset: int) -> None:
 
 
 def main() -> None:
-    messages = frames()
+    reads: list[int] = []
+    messages = frames(reads)
     try:
-        handshake(messages)
+        handshake(messages, accept=("batch",) if ARGS.batch else ())
     except StopIteration:
         return
+    log_reads = open(ARGS.nexts_per_read, "a", buffering=1) if ARGS.nexts_per_read else None
+    logged = 0
     err(f"numbered_spout pid {os.getpid()} ready")
     offset = load_offset()
     replay: deque[int] = deque()
@@ -91,7 +102,12 @@ def main() -> None:
             continue  # task ids: never asked for
         cmd = msg.get("command")
         out = []
+        if log_reads is not None and len(reads) > logged:  # the first command of a read: log the last read's
+            if logged and reads[logged - 1]:
+                log_reads.write(f"{reads[logged - 1]}\n")
+            logged = len(reads)
         if cmd == "next":
+            reads[-1] += 1
             batch = []
             while replay and len(batch) < ARGS.per_next:
                 batch.append(replay.popleft())
