@@ -182,6 +182,11 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         pipelined = proc.conn.batching
         while True:
             if self.notices:
+                # A spout told of an ack or fail may emit again (a replay): it is
+                # idle again only after two more empty nexts. (A stale idle read
+                # between this fail's sync and the next `next` ended runs as done.)
+                self.idle = False
+                self._empty_nexts = 0
                 n = min(len(self.notices), _BURST) if pipelined else 1
                 await self._command(proc, *[Ack(id=m) if kind == "ack" else Fail(id=m)
                                             for kind, m in islice(self.notices, n)], notices=n)
