@@ -483,15 +483,17 @@ class Runtime:
         spout.stats.dead_letters += 1
         if len(self._dead_letter_sample) < 10:
             self._dead_letter_sample.append(letter)
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(letter)  # (multilang pipe's sets the input's line number first)
+        # "stdin line 3", not the task "stdin:2" that reads like a line number
+        where = spout.where() if letter.line is None else f"{spout.name} line {letter.line}"
         if attempts:
             self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
                             "%s: gave up on input %s after %d attempt(s); last cause: %s",
-                            spout.where(), brief(short_repr(values)), attempts, letter.cause)
+                            where, brief(short_repr(values)), attempts, letter.cause)
         else:
             self.errlog.log(spout.where(), logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
-                            spout.where(), brief(short_repr(values)), letter.cause)
-        if self.on_dead_letter is not None:
-            self.on_dead_letter(letter)
+                            where, brief(short_repr(values)), letter.cause)
 
     def abort(self) -> None:
         """Stop at once: the caller cancels the run; this makes the processes
