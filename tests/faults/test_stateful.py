@@ -132,19 +132,26 @@ def _committed_txid(db: Path) -> int:
 def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, corpus, count_cmd):
     path, expected = corpus
     toml = wordcount_toml(tmp_path, path, count_cmd)
+    # The spout holds at half its input until the gate exists: the first run is
+    # killed mid-run whatever the machine's pace (a fast run used to end first).
+    gate = tmp_path / "gate"
+    spout = [str(Path(__file__).parent / "components" / "gated_sentence_spout.py"), str(path), str(gate)]
+    text = toml.read_text().replace(f'"{EXAMPLES / "python" / "sentence_spout.py"}", "{path}"',
+                                    ", ".join(json.dumps(a) for a in spout))
+    assert "gated_sentence_spout" in text
+    toml.write_text(text)
     state = tmp_path / "state"
     first = _run_cli(toml, state)
     db = state / "wordcount.sqlite"
     deadline = time.monotonic() + 60
-    # mid-run: the first checkpoint in (200 ms apart; the run takes seconds). Waiting for the third
-    # let a fast run (the wire bolt, after the host got faster) end before the kill, now and then.
-    while _committed_txid(db) < 1:
+    while _committed_txid(db) < 1:  # the first checkpoint in (200 ms apart)
         assert first.poll() is None, first.communicate()
         assert time.monotonic() < deadline, "no checkpoint committed within 60 s"
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)  # the host and every component process
     first.communicate()
     assert first.returncode == -signal.SIGKILL
+    gate.touch()
 
     second = _run_cli(toml, state)
     out, err = second.communicate(timeout=120)
