@@ -89,6 +89,8 @@ class Report:
     duration: float = 0.0
     #: Recommended failures fail the run too (``--strict``).
     strict: bool = False
+    #: Checks that passed only when run again with the longer wait (a slow component, ``SLOW_TIMEOUT``).
+    slow: list[str] = field(default_factory=list)
 
     def is_warning(self, r: CheckResult) -> bool:
         """A failed check that is only reported: a recommended one, not
@@ -186,6 +188,7 @@ class Report:
             "failed": self.failed,
             "warnings": self.warnings,
             "not_applicable": self.not_applicable,
+            "slow": self.slow,
             "duration": round(self.duration, 3),
             "results": results,
         }
@@ -202,7 +205,8 @@ class Report:
         for r in self.results:
             sections = " ".join(f"§{s}" if s[:1].isdigit() else s for s in r.spec)
             if r.status == PASSED:
-                lines.append(f"PASS {r.id}  [{sections}] {r.title}")
+                slow = "  (slow: passed when run again with the longer wait)" if r.id in self.slow else ""
+                lines.append(f"PASS {r.id}  [{sections}] {r.title}{slow}")
             elif r.status == NOT_APPLICABLE:
                 if verbose:
                     lines.append(f"N/A  {r.id}  ({r.reason})")
@@ -221,6 +225,9 @@ class Report:
                     lines.extend(f"       {s}" for s in r.stderr.splitlines()[-8:])
         if self.not_applicable:
             lines.append(f"{self.not_applicable} not applicable" + ("" if verbose else " (-v lists them)"))
+        if self.slow:
+            lines.append(f"{len(self.slow)} passed only when run again with a 30 s wait for each frame: the component "
+                         "answers more slowly than 2 s (Storm waits topology.message.timeout.secs, 30 s, for an ack)")
         lines.append(self.summary())
         return "\n".join(lines)
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 if TYPE_CHECKING:  # pragma: no cover
     from multilang.conform import CheckResult
 
-__all__ = ["Diagnosis", "diagnose"]
+__all__ = ["Diagnosis", "diagnose", "syncs_tuples"]
 
 #: A diagnosis needs at least this many failed checks it explains: one odd
 #: failure is that check's own business.
@@ -160,6 +160,13 @@ def _plain_tuple(frame: str) -> bool:
     """A tuple frame any component can read: one line, '\\n' endings, one write."""
     body = frame[3:]
     return "\\r" not in body and "[written in" not in body and body.rstrip().endswith("\\nend\\n")
+
+
+def syncs_tuples(results: list[_R]) -> bool:
+    """Whether a check answered a tuple with sync, as a spout answers its
+    commands: a spout run as a bolt (``multilang conform`` does not wait
+    longer for one, it will never ack)."""
+    return any(_syncs_tuples(r) for r in results)
 
 
 def _syncs_tuples(r: _R) -> bool:
