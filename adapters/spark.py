@@ -77,7 +77,12 @@ def spark_error_text(exc: BaseException) -> str:
                       r"HeartbeatTimeout|TopologyError|MultilangError)\b.*)$", text, re.M)
     if hits:
         return hits[-1]
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    # A Java exception: its message (the innermost "Caused by:"), never a stack frame ("at ...").
+    java = [ln for ln in lines if re.match(r"^(?:Caused by: )?[\w.$]+(?:Exception|Error)\b(?::|$)", ln)]
+    if java:
+        return java[-1].removeprefix("Caused by: ")
+    lines = [ln for ln in lines if not re.match(r"^(at |\.\.\. \d+ more)", ln)]
     return lines[-1] if lines else type(exc).__name__
 
 

@@ -387,6 +387,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     overrides = _parse_conf(conf)
     if state_dir is not None and not state_dir.strip():
         raise click.BadParameter("an empty path (an unset shell variable?)", param_hint="--state-dir")
+    _distinct_files(("TOPOLOGY_FILE", topology_file), ("-o", output), ("--dead-letter", dead_letter),
+                    ("--metrics-file", metrics_file), ("--filter", filter_file))
     try:
         if topology_file.endswith((".yaml", ".yml")):
             from .shellbolt.flux import load_flux
@@ -405,7 +407,14 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
                                     "in the --checkpoint directory, versioned by micro-batch (docs/SPARK.md)")
             if master is not None and not _SPARK_MASTER.match(master):
                 raise TopologyError(f"--master {master!r}: a Spark master URL is local, local[N], local[*], "
-                                    "local[N,F], local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT")
+                                    "local[N,F], local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT "
+                                    "(N, C, M at least 1)")
+            if master is not None and remote is not None:
+                raise TopologyError(f"--master {master} and --remote {remote}: give one (--remote runs the query "
+                                    "through Spark Connect, where the server's own master applies)")
+            if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+                raise TopologyError("--master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR to the directory of the "
+                                    "cluster's configuration files (Spark finds the ResourceManager there)")
         else:
             for flag, value in (("--checkpoint", checkpoint), ("--remote", remote), ("--master", master)):
                 if value is not None:
@@ -603,7 +612,33 @@ def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | 
 
 
 #: the master URLs Spark's submitter accepts (anything else: a Java stack trace from spark-submit)
-_SPARK_MASTER = re.compile(r"^(local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|spark://\S+|yarn|k8s://\S+)$")
+_SPARK_MASTER = re.compile(r"^(local(\[([1-9]\d*|\*)(,[1-9]\d*)?\])?|local-cluster\[[1-9]\d*,[1-9]\d*,[1-9]\d*\]"
+                           r"|spark://\S+|yarn|k8s://\S+)$")
+
+
+def _check_command(cmd: tuple[str, ...]) -> None:
+    """Exit 2 naming why CMD cannot run (not on PATH, a directory, not
+    executable, a missing script), before any vector starts."""
+    from .shellbolt.topology import command_problem
+
+    problem = command_problem(list(cmd), os.getcwd(), os.environ.get("PATH"))
+    if problem is not None:
+        click.echo(f"error: {problem}", err=True)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _distinct_files(*named: tuple[str, str | None]) -> None:
+    """Exit 2 if two of the files a run reads or writes are one file: -o over
+    the topology file would replace it with the output."""
+    seen: dict[str, str] = {}
+    for flag, path in named:
+        if path is None or path == "-":
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            click.echo(f"error: {flag} {path}: the same file as {seen[real]}; name another", err=True)
+            raise SystemExit(EXIT_USAGE)
+        seen[real] = f"{flag} {path}" if flag != "TOPOLOGY_FILE" else f"the topology file {path}"
 
 
 def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
@@ -637,7 +672,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     output view as JSON lines on ``output``; returns the exit code."""
     from .adapters.spark import run_topology, spark_error_text
 
-    if remote is not None and not re.match(r"^(sc://\S+|local(\[[^\]]*\])?)$", remote):
+    if remote is not None and not re.match(r"^(sc://\S+|local(\[([1-9]\d*|\*)\])?)$", remote):
         click.echo(f"error: --remote {remote!r}: a Spark Connect URL is sc://host[:port][/;params], or local[N] "
                    "for a local Connect server", err=True)
         return EXIT_USAGE
@@ -760,11 +795,13 @@ def conform(role, fmt, vectors_dir, timeout, strict, select, verbose, jobs, cmd)
     """
     from .conform import ConformError, run_conformance
 
+    _check_command(cmd)
     try:
         report = run_conformance(list(cmd), role, vectors_dir=vectors_dir, timeout=timeout, select=select,
                                  strict=strict, jobs=jobs)
-    except ConformError as exc:
-        raise click.UsageError(str(exc)) from None
+    except ConformError as exc:  # vectors that cannot be read, a command that cannot start
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
     except KeyboardInterrupt:  # every component process was killed on the way out
         click.echo("conform: interrupted; no verdict", err=True)
         raise SystemExit(EXIT_SIGINT) from None
@@ -882,6 +919,7 @@ def replay(recording: str, component: str, task: int | None, session: int | None
 
     from .shellbolt.record import RecordingDamaged
     from .shellbolt.replay import ReplayUsageError, replay as run_replay, resolve_argv, select
+    from .shellbolt.topology import command_problem
 
     _setup_logging(log_level)
     # CMD's stderr, logged per line by the host (multilang.component.*): the user's debug output
@@ -893,9 +931,14 @@ def replay(recording: str, component: str, task: int | None, session: int | None
         workdir = cwd or (sel.session.start or {}).get("cwd") or os.getcwd()
         if not os.path.isdir(workdir):
             raise ReplayUsageError(f"the recorded process ran in {workdir}, which does not exist here: give --cwd")
+        argv = resolve_argv(list(cmd))
+        problem = command_problem(argv, workdir, os.environ.get("PATH"))
+        if problem is not None:
+            raise ReplayUsageError(f"{problem} (the command runs in {workdir})" if "commands run in" not in problem
+                                   else problem)
         for note in sel.notes:
             click.echo(f"[replay] {note}", err=True)
-        outcome = trio.run(run_replay, sel, resolve_argv(list(cmd)), workdir, timeout)
+        outcome = trio.run(run_replay, sel, argv, workdir, timeout)
     except ReplayUsageError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None

@@ -288,6 +288,18 @@ def load_flux(
     return _build(doc, path, dict(overrides or {}))
 
 
+def _yaml_problem(exc: Exception) -> str:
+    """A YAML parser's error on one line, placed in the user's file ("line 2,
+    column 3: expected ',' or ']', but got ':' (while parsing a flow
+    sequence)"), not in PyYAML's "<unicode string>"."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context})" if context else "")
+
+
 def _read(path: Path, properties: Mapping[str, str] | None, env: Mapping[str, str] | None) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -301,7 +313,7 @@ def _read(path: Path, properties: Mapping[str, str] | None, env: Mapping[str, st
     except _DuplicateKey as exc:
         raise TopologyError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise TopologyError(f"{path}: not valid YAML: {exc}") from None
+        raise TopologyError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):

@@ -23,7 +23,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM, TopologyContext
@@ -45,6 +45,7 @@ __all__ = [
     "load_topology",
     "DEFAULT_CONF",
     "ANY_FIELDS",
+    "command_problem",
 ]
 
 #: Declared output fields that accept tuples of any length (``multilang pipe``).
@@ -568,20 +569,29 @@ class Topology:
             raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: {msg}"))
         env = dict(os.environ)
         env.update(impl.env or {})
-        if shutil.which(argv[0], path=env.get("PATH")) is None:
-            path = os.path.join(cwd, argv[0])
-            if not os.path.exists(path):
-                raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} not found on PATH"))
-            if os.path.isdir(path) or not os.access(path, os.X_OK):  # else every start fails: a crash loop
-                what = "is a directory" if os.path.isdir(path) else "is not executable (chmod +x it, or name its " \
-                    "interpreter first, e.g. python script.py)"
-                raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: command {argv[0]!r} {what}"))
-        script = _script_argument(argv)
-        if script is not None and not os.path.exists(os.path.join(cwd, script)):
-            # Else the interpreter exits at once, every restart: a crash loop ending in exit 1.
-            raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: script {script!r} not found (commands run in "
-                                         f"{cwd})"))
+        problem = command_problem(argv, cwd, env.get("PATH"))
+        if problem is not None:
+            raise TopologyError(self._at(f"{comp.kind} {comp.name!r}: {problem}"))
         return argv, cwd, env
+
+
+def command_problem(argv: Sequence[str], cwd: str, path: str | None = None) -> str | None:
+    """Why ``argv`` cannot run in ``cwd`` (a program not on ``path``, a
+    directory, a file that is not executable, an interpreter's script that
+    does not exist), or None. Checked before a process starts: else every
+    start fails at once, a crash loop."""
+    if shutil.which(argv[0], path=path) is None:
+        where = os.path.join(cwd, argv[0])
+        if not os.path.exists(where):
+            return f"command {argv[0]!r} not found on PATH"
+        if os.path.isdir(where) or not os.access(where, os.X_OK):
+            what = "is a directory" if os.path.isdir(where) else "is not executable (chmod +x it, or name its " \
+                "interpreter first, e.g. python script.py)"
+            return f"command {argv[0]!r} {what}"
+    script = _script_argument(list(argv))
+    if script is not None and not os.path.exists(os.path.join(cwd, script)):
+        return f"script {script!r} not found (commands run in {cwd})"
+    return None
 
 
 #: interpreters whose first plain argument is the script they run

@@ -140,6 +140,20 @@ def test_usage_errors_exit_2(args):
     assert res.exit_code == 2, res.output
 
 
+@pytest.mark.parametrize("cmd, message", [
+    (["nosuchprog123"], "error: command 'nosuchprog123' not found on PATH"),
+    (["{dir}"], "error: command '{dir}' is a directory"),
+    ([PY, "no/such/bolt.py"], "error: script 'no/such/bolt.py' not found (commands run in"),
+], ids=["not-on-path", "a-directory", "missing-script"])
+def test_a_command_that_cannot_run_is_one_error_line_before_any_check(cmd, message, tmp_path):
+    # Before: click's usage block with a raw "[Errno 2]" (a directory read as "No such file"), or,
+    # for a missing script, 52 checks run and exit 1.
+    cmd = [c.format(dir=tmp_path) for c in cmd]
+    res = CliRunner().invoke(main, ["conform", "--", *cmd])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(message.format(dir=tmp_path)) and "Usage:" not in res.output, res.output
+
+
 def test_bad_vector_file_is_a_usage_error(tmp_path):
     (tmp_path / "bad.json").write_text('{"vectors": [{"id": "x.y"}]}')
     res = CliRunner().invoke(main, ["conform", "--vectors", str(tmp_path), "--", *BOLT])

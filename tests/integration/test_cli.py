@@ -182,6 +182,45 @@ def test_run_bad_topology_exits_2_naming_the_problem(tmp_path, toml, needle):
     assert p.stdout == ""
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--engine", "spark", "--master", "local[0]"], "error: --master 'local[0]': a Spark master URL is"),
+    (["--engine", "spark", "--master", "local-cluster[0,1,1024]"], "error: --master 'local-cluster[0,1,1024]'"),
+    (["--engine", "spark", "--remote", "local[0]"], "error: --remote 'local[0]': a Spark Connect URL is"),
+    (["--engine", "spark", "--master", "local[2]", "--remote", "local[2]"],
+     "error: --master local[2] and --remote local[2]: give one"),
+    (["--engine", "spark", "--master", "yarn"], "error: --master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR"),
+], ids=["local0", "local-cluster0", "remote-local0", "master-and-remote", "yarn-without-conf"])
+def test_run_spark_mistakes_are_one_line_before_any_jvm(args, message):
+    # Before: a Java stack trace and exit 1 (local[0], yarn), or --master silently ignored (with --remote).
+    env_clean = {k: v for k, v in __import__("os").environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
+    r = subprocess.run(ML + ["run", "examples/wordcount.toml", "--no-progress", *args], cwd=ROOT, env=env_clean,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(message) and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_run_refuses_to_write_its_output_over_its_own_topology_or_another_output(tmp_path):
+    topo = tmp_path / "copy.toml"
+    topo.write_text((EXAMPLES / "wordcount.toml").read_text().replace('"python/', f'"{EXAMPLES}/python/')
+                    .replace('"ruby/', f'"{EXAMPLES}/ruby/').replace('"node/', f'"{EXAMPLES}/node/'))
+    before = topo.read_text()
+    r = multilang("run", str(topo), "--no-progress", "-o", str(topo))
+    assert r.returncode == 2 and f"error: -o {topo}: the same file as the topology file {topo}" in r.stderr, r.stderr
+    assert topo.read_text() == before
+    same = tmp_path / "same.json"
+    r = multilang("run", str(topo), "--no-progress", "-o", str(same), "--dead-letter", str(same))
+    assert r.returncode == 2 and f"error: --dead-letter {same}: the same file as -o {same}" in r.stderr, r.stderr
+
+
+def test_a_flux_file_that_is_not_yaml_is_named_with_line_and_column_on_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n b: }")
+    r = multilang("run", str(bad))
+    assert r.returncode == 2
+    assert r.stderr == (f"error: {bad}: not valid YAML: line 2, column 3: expected ',' or ']', but got ':' "
+                        "(while parsing a flow sequence)\n"), r.stderr
+
+
 def test_run_missing_file_exits_2(tmp_path):
     p = multilang("run", str(tmp_path / "absent.toml"), timeout=30)
     assert p.returncode == 2

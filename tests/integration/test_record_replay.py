@@ -153,6 +153,8 @@ def test_replay_usage_errors_exit_2(wordcount_recording, tmp_path):
         ([rec, *split, "--session", "7", *cmd], "session 7: no such session; complete sessions: 1"),
         ([rec, *split], "no command to replay into"),
         ([rec, *split, "--"], "no command to replay into"),
+        ([rec, *split, "--", "nosuchprog123"], "error: command 'nosuchprog123' not found on PATH (the command runs in"),
+        ([rec, *split, "--", "ruby", "ruby/nosuch.rb"], "error: script 'ruby/nosuch.rb' not found (commands run in"),
     ]
     for args, message in cases:
         r = ml_here("replay", *args)
