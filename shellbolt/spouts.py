@@ -196,6 +196,9 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self._deactivated = "asked"
                     await self._command(proc, Deactivate())
                     self._deactivated = True
+                    # An ack owed that came during the deactivate kicked no one (a
+                    # kick wakes a parked driver only): look again before resting.
+                    continue
                 self.idle = True
                 await self.rest()
                 continue
@@ -230,6 +233,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         rt = self.runtime
         touched: set[Task] = set()
         replies: list[bytes] = []
+        synced = 0
         for ev in events:
             t = type(ev)
             if t is Emit:
@@ -246,19 +250,27 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
                                         id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
             elif t is Sync:
-                if self._notices_out:
-                    self._notices_out -= 1
-                    self.notices.popleft()
-                self._syncs_owed -= 1
-                if self._syncs_owed > 0:
-                    self._command_since = trio.current_time()  # progress: the watchdog waits for the next one
-                elif self._sync is not None:
-                    self._sync.set()
+                synced += 1
             else:
                 self._common(ev, proc)
         if replies:
             await proc.write(b"".join(replies))
         await self._after_batch(touched)
+        if synced:  # after what the commands brought was handed on: a drain that sees no notice left ends the run
+            self._synced(synced)
+
+    def _synced(self, n: int) -> None:
+        """``n`` syncs came: as many commands of the last write answered (the
+        notices among them dequeued), and its waiter woken after the last."""
+        done = min(n, self._notices_out)
+        for _ in range(done):
+            self.notices.popleft()
+        self._notices_out -= done
+        self._syncs_owed -= n
+        if self._syncs_owed > 0:
+            self._command_since = trio.current_time()  # progress: the watchdog waits for the next one
+        elif self._sync is not None:
+            self._sync.set()
 
 
 class PythonSpoutTask(SpoutTask):
