@@ -64,7 +64,7 @@ class StdinFeed:
         self.on_ack: Any = None
         self.on_fail: Any = None
         self.open = True
-        self.n_fields = n_fields
+        self.n_fields = n_fields  # values per line; 0: any number (--fields '*')
         self.json_input = json_input
         self._room: Any = None  # a trio.Event while the reader waits for room
         #: the longest line taken (multilang.max.frame.bytes): a longer one is
@@ -120,7 +120,7 @@ class StdinFeed:
         import trio
 
         fd, buf, number = sys.stdin.fileno(), bytearray(), 0
-        loads, append, numbered = orjson.loads, self.items.append, self.numbers.append
+        loads, append, numbered, arity = orjson.loads, self.items.append, self.numbers.append, self.n_fields
         skipping = False  # inside a line over max_line: its bytes are dropped up to its end
         while True:
             while len(self.items) >= self.CAPACITY:
@@ -162,6 +162,8 @@ class StdinFeed:
                     else:
                         if type(values) is not list:
                             values = [values]
+                        if arity and len(values) != arity and self._arity(values, number, runtime, spout) is None:
+                            continue
                     append(values)
                     numbered(number)
             else:
@@ -175,7 +177,7 @@ class StdinFeed:
                 number += 1
                 runtime.dead_letter(spout, None, [too_long.decode("utf-8", "backslashreplace") + "..."],
                                     f"stdin line {number} is longer than multilang.max.frame.bytes "
-                                    f"({self.max_line} bytes); it was not sent", 0)
+                                    f"({self.max_line} bytes); it was not sent", 0, line=number)
             spout.resume()
             if not chunk:
                 break
@@ -189,13 +191,13 @@ class StdinFeed:
             except (ValueError, RecursionError):
                 pass  # not UTF-8, not JSON, or beyond orjson (NaN, 1e400, a lone surrogate, deep): see below
             else:
-                return values if isinstance(values, list) else [values]
+                return self._arity(values if isinstance(values, list) else [values], number, runtime, spout)
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             runtime.dead_letter(spout, None, [raw.decode("utf-8", "backslashreplace")],
                                 f"stdin line {number} is not valid UTF-8 ({exc.reason} at byte {exc.start}; "
-                                "shown with \\x escapes); it was not sent", 0)
+                                "shown with \\x escapes); it was not sent", 0, line=number)
             return None
         if not self.json_input:
             return [line] + [None] * (self.n_fields - 1)
@@ -205,9 +207,18 @@ class StdinFeed:
         except (ValueError, RecursionError) as exc:
             why = f"is not JSON (--json-input): {'nested too deeply' if isinstance(exc, RecursionError) else exc}"
         if why is not None:
-            runtime.dead_letter(spout, None, [line], f"stdin line {number} {why}; it was not sent", 0)
+            runtime.dead_letter(spout, None, [line], f"stdin line {number} {why}; it was not sent", 0, line=number)
             return None
-        return values if isinstance(values, list) else [values]
+        return self._arity(values if isinstance(values, list) else [values], number, runtime, spout)
+
+    def _arity(self, values: list[Any], number: int, runtime: Any, spout: Any) -> list[Any] | None:
+        """A JSON line's values, if --fields names as many (n_fields 0: any
+        number); else a dead letter naming the line, not the spout's emit."""
+        if self.n_fields and len(values) != self.n_fields:
+            runtime.dead_letter(spout, None, values, f"stdin line {number} has {len(values)} value(s), but --fields "
+                                f"names {self.n_fields}; it was not sent", 0, line=number)
+            return None
+        return values
 
 
 def _unsendable(values: Any) -> str | None:

@@ -521,7 +521,7 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
         raise click.UsageError(f"--fields declares {len(in_fields)} fields, but without --json-input each line is "
                                "one value; add --json-input (a JSON list per line) or give one field")
 
-    feed = StdinFeed(len(in_fields), json_input)
+    feed = StdinFeed(0 if in_fields == ["*"] else len(in_fields), json_input)
     builder = TopologyBuilder()
     builder.set_spout("stdin", PythonSpout(feed, fields=in_fields))
     # Without --output-fields the bolt may emit tuples of any length ("*").

@@ -476,9 +476,12 @@ class Runtime:
         if self.checkpoints is not None:
             self._skip = self.checkpoints.skip
 
-    def dead_letter(self, spout: Task, msg_id: Any, values: list[Any], cause: str | None, attempts: int) -> None:
-        """A spout of the host gives up on an input after multilang.max.replays."""
+    def dead_letter(self, spout: Task, msg_id: Any, values: list[Any], cause: str | None, attempts: int,
+                    line: int | None = None) -> None:
+        """A spout of the host gives up on an input after multilang.max.replays
+        (``line``: its line in the spout's input, multilang pipe's stdin)."""
         letter = DeadLetter(spout.name, spout.task_id, msg_id, values, cause or "failed (cause unknown)", attempts)
+        letter.line = line
         self.dead_letters += 1
         spout.stats.dead_letters += 1
         if len(self._dead_letter_sample) < 10:

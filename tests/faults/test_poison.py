@@ -240,6 +240,22 @@ def test_a_line_that_is_not_json_with_json_input_is_a_dead_letter_and_the_rest_g
     assert letter["input"] == ["not json"] and "stdin line 101 is not JSON" in letter["cause"]
 
 
+def test_a_json_line_with_another_number_of_values_than_fields_names_its_line(tmp_path):
+    # Before: "stdin:2: emitted 1 values on stream 'default', which declares 2 fields": the
+    # spout's task and an "emit" named for the user's input line.
+    dead = tmp_path / "dead.jsonl"
+    lines = ['["a", 1]', '["b"]', '["c", 3]', '"d"']
+    proc = subprocess.run(ML + ["pipe", "--json-input", "--fields", "word,n", "--dead-letter", str(dead), "--",
+                                *POISON_BOLT, "raise"],
+                          input="".join(f"{x}\n" for x in lines), capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert sorted(proc.stdout.split()) == ['["A"]', '["C"]']
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    assert [(x["input"], x["line"], x["attempts"]) for x in letters] == [(["b"], 2, 0), (["d"], 4, 0)]
+    assert letters[0]["cause"] == "stdin line 2 has 1 value(s), but --fields names 2; it was not sent"
+    assert "stdin line 2: input ['b'] not sent" in proc.stderr and not re.search(r"stdin:\d", proc.stderr)
+
+
 def test_nan_and_infinity_with_json_input_are_dead_letters_not_nulls(tmp_path):
     """Python's json module reads NaN and Infinity, which JSON does not
     have; sent on they would come out as null (a changed value)."""
