@@ -538,7 +538,7 @@ def test_a_bad_spark_master_is_one_line_and_exit_2_before_any_jvm_starts():
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines() == [
         "error: --master 'bogus://nowhere': a Spark master URL is local, local[N], local[*], local[N,F], "
-        "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT"]
+        "local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT (N, C, M at least 1)"]
 
 
 def test_help_texts_are_whole_sentences_and_every_option_says_what_it_does():
