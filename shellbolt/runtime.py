@@ -488,14 +488,15 @@ class Runtime:
             self._dead_letter_sample.append(letter)
         if self.on_dead_letter is not None:
             self.on_dead_letter(letter)  # (multilang pipe's sets the input's line number first)
-        # "stdin line 3", not the task "stdin:2" that reads like a line number
+        # "stdin line 3", not the task "stdin:2" that reads like a line number (nor in "stdin: 5 more like this")
         where = spout.where() if letter.line is None else f"{spout.name} line {letter.line}"
+        kind = spout.where() if letter.line is None else spout.name
         if attempts:
-            self.errlog.log(spout.where(), logging.ERROR, trio.current_time(),
+            self.errlog.log(kind, logging.ERROR, trio.current_time(),
                             "%s: gave up on input %s after %d attempt(s); last cause: %s",
                             where, brief(short_repr(values)), attempts, letter.cause)
         else:
-            self.errlog.log(spout.where(), logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
+            self.errlog.log(kind, logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
                             where, brief(short_repr(values)), letter.cause)
 
     def abort(self) -> None:
