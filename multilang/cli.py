@@ -176,6 +176,10 @@ def _summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -
                    f"({result.checkpoints} in this run, {result.rollbacks} rolled back); {where}", err=True)
     for err in result.gave_up:
         click.echo(f"[summary] gave up: {err}", err=True)
+    if result.gave_up:  # the one line that says why the run failed, last (its cause in the component's own words)
+        lines = [ln.strip() for ln in str(result.gave_up[0]).splitlines() if ln.strip()]
+        said = f"; its stderr ended: {_clip(lines[-1])}" if len(lines) > 1 else ""
+        click.echo(f"error: the run gave up: {lines[0] if lines else result.gave_up[0]}{said}", err=True)
 
 
 def _json_text(obj: Any) -> str:

@@ -221,6 +221,21 @@ def test_a_flux_file_that_is_not_yaml_is_named_with_line_and_column_on_one_line(
                         "(while parsing a flow sequence)\n"), r.stderr
 
 
+def test_a_run_that_gives_up_on_a_crashing_component_ends_with_one_error_line_naming_the_cause(tmp_path):
+    # Before: the last line was "[summary] gave up: ..." and the cause only in the stderr tail above it.
+    (tmp_path / "crash.py").write_text("raise RuntimeError('no input here')\n")
+    topo = tmp_path / "t.toml"
+    topo.write_text('[spouts.spout]\ncommand = ["python", "crash.py"]\nfields = ["x"]\n'
+                    '[bolts.bolt]\ncommand = ["python", "crash.py"]\nfields = ["x"]\n'
+                    'inputs = [{ source = "spout", grouping = "shuffle" }]\n')
+    r = multilang("run", str(topo), "--no-progress")
+    assert r.returncode == 1, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the run gave up: component '"), last
+    assert last.endswith("its stderr ended: RuntimeError: no input here"), last
+    assert "Traceback" not in last
+
+
 def test_run_missing_file_exits_2(tmp_path):
     p = multilang("run", str(tmp_path / "absent.toml"), timeout=30)
     assert p.returncode == 2
