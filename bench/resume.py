@@ -40,7 +40,8 @@ def topology_file(corpus: Path, spout: str, standard: bool) -> Path:
     text = (EXAMPLES / "wordcount.toml").read_text()
     text = text.replace('["python", "python/sentence_spout.py", "data/alice.txt"]', f'{SPOUTS[spout]}"{corpus}"]')
     if standard:
-        text = text.replace('fields = ["sentence"]\n', 'fields = ["sentence"]\nconf = { "multilang.extensions" = [] }\n')
+        spout_conf = 'fields = ["sentence"]\nconf = { "multilang.extensions" = [] }\n'
+        text = text.replace('fields = ["sentence"]\n', spout_conf)
     path = EXAMPLES / f".bench-resume-{os.getpid()}.toml"  # commands resolve against the file's directory
     path.write_text(text)
     return path

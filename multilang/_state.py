@@ -39,7 +39,8 @@ from .messages import (
     UnknownCommand,
 )
 
-__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "PIPELINED", "SPOUT_COUNTED", "Ledger", "StateLedger", "STATE_RULES",
+__all__ = ["Role", "Side", "State", "SENDER", "TRANSITIONS", "ALLOWED", "PIPELINED", "SPOUT_COUNTED", "Ledger",
+           "StateLedger", "STATE_RULES",
            "HEARTBEAT_MEMORY"]
 
 

@@ -40,7 +40,8 @@ from ._conform_report import (
     CheckResult,
     Report,
 )
-from ._conform_run import _DEFAULT_TIMEOUT, _MIN_HANDSHAKE_WAIT, _READY_WAIT, _SHOW_FRAMES, _encode_frame, _Run, _scale, _show
+from ._conform_run import (_DEFAULT_TIMEOUT, _MIN_HANDSHAKE_WAIT, _READY_WAIT, _SHOW_FRAMES, _encode_frame, _Run,
+                           _scale, _show)
 from ._conform_vectors import DEFAULT_CONF, DEFAULT_CONTEXT, DEFAULT_VECTORS_DIR, Vector, _Matcher, load_vectors
 from ._state import Role
 from .codec import decode_component_frame, loads
@@ -71,6 +72,8 @@ DEFAULT_JOBS = min(4, 2 * (os.cpu_count() or 1))
 #: again (no --timeout given): Storm's topology.message.timeout.secs default.
 #: storm-starter's asyncSplitsentence.js answers a tuple after about 6 s.
 SLOW_TIMEOUT = 30.0
+#: The failures a slow component shows: an expected frame not in time, no exit in time at EOF
+_LATE_RULES = ("expect.timeout", "process.exit")
 
 #: spec/CONFORMANCE.md "Announcing itself".
 READY_RE = re.compile(r"^multilang-conformance ready mode=(bolt|basic|spout|stateful) lang=(\S+)$")
@@ -188,9 +191,9 @@ def run_conformance(
     pid file). ``None`` (the default): 2 s, and if a required check failed
     only because an expected frame did not come in time, the checks that
     did run again with :data:`SLOW_TIMEOUT` (a slow component, as Storm's
-    default timeouts allow; ``Report.slow`` names those that pass then). ``select`` keeps only vectors whose
-    id contains it. ``strict`` makes failed recommended checks fail the run
-    (``report.ok``). ``jobs``: vectors run at once, each against its own
+    default timeouts allow; ``Report.slow`` names those that pass then).
+    ``select`` keeps only vectors whose id contains it. ``strict`` makes
+    failed recommended checks fail the run (``report.ok``). ``jobs``: vectors run at once, each against its own
     process (default :data:`DEFAULT_JOBS`; 1 runs them one after another).
     Raises :class:`ConformError` if the vectors cannot be loaded or the
     command cannot be started.
@@ -248,11 +251,12 @@ def run_conformance(
     # A slow component fails a required check by a timeout (it answers no tuple in time), and may
     # not exit at EOF before its last answer; one that only misses an answer a recommended check
     # waits for is not slow, and is not waited for longer.
-    late = [(i, v) for i, v in todo if results[i].rule in ("expect.timeout", "process.exit")]  # type: ignore[union-attr]
-    late.sort(key=lambda iv: not (iv[1].level == REQUIRED and results[iv[0]].rule == "expect.timeout"))  # type: ignore[union-attr]
-    if (retry_slow and answered and late and late[0][1].level == REQUIRED
-            and results[late[0][0]].rule == "expect.timeout"  # type: ignore[union-attr]
-            and not syncs_tuples([results[i] for i, _ in late])):  # a spout run as a bolt: never acks
+    rules = {i: result.rule for i, result in enumerate(results) if result is not None}
+    timed_out = {i: rules[i] for i, _ in todo if rules.get(i) in _LATE_RULES}
+    late = [(i, v) for i, v in todo if i in timed_out]
+    late.sort(key=lambda iv: not (iv[1].level == REQUIRED and timed_out[iv[0]] == "expect.timeout"))
+    if (retry_slow and answered and late and late[0][1].level == REQUIRED and timed_out[late[0][0]] == "expect.timeout"
+            and not syncs_tuples([results[i] for i, _ in late])):  # a spout run as a bolt: it never acks
         report.slow = _run_slow(late, results, argv, r, handshake_timeout, env, cwd_s, jobs)
     report.results.extend(r for r in results if r is not None)
     report.duration = time.monotonic() - t0
@@ -288,7 +292,9 @@ def _run_slow(late: list[tuple[int, Vector]], results: list[CheckResult | None],
     first = again(v0)
     if first.rule == "expect.timeout":  # (v0 timed out waiting for a frame: see run_conformance)
         for i, _ in late:
-            results[i].reason += f"; nor within {SLOW_TIMEOUT:g} s when {v0.id} was run again"  # type: ignore[union-attr]
+            result = results[i]
+            assert result is not None
+            result.reason += f"; nor within {SLOW_TIMEOUT:g} s when {v0.id} was run again"
         return []
     results[i0] = first
     if jobs > 1:
