@@ -105,6 +105,7 @@ class Task:
         self.capacity = INBOX_CAPACITY
         self._space = trio.lowlevel.ParkingLot()
         self._work = trio.lowlevel.ParkingLot()
+        self._kicked = False  # kick() since the last rest(): level-triggered, a kick is never lost
         self.in_flight: dict[str, int | TupleEdges] = {}  # tuple id -> its token
         #: stream -> (fields, subscriptions, direct targets); see Runtime._stream_info
         self.streams: dict[str, tuple[list[str] | None, list[Grouping], set[int]]] = {}
@@ -138,6 +139,7 @@ class Task:
             await self._space.park()
 
     def kick(self) -> None:
+        self._kicked = True  # for a spout not parked yet: its next rest() returns at once (SpoutTask.rest)
         if self._work:  # an empty lot: nothing to wake (this runs per completed tree)
             self._work.unpark_all()
 
@@ -175,14 +177,21 @@ class SpoutTask(Task):
 
     async def rest(self, timeout: float | None = None) -> None:
         """Wait for a kick (work, a notice, room under max spout pending), or
-        ``timeout`` seconds. Tells the runtime first: a spout at rest may be
-        finished, and the runtime waits for that on an event, not a poll."""
+        ``timeout`` seconds; at once if one came since the last rest (a kick
+        while the spout was busy is not lost). Tells the runtime first: a
+        spout at rest may be finished, and the runtime waits for that on an
+        event, not a poll."""
         self.runtime.nudge()
+        if self._kicked:  # kicked while it was busy (awaiting a command's sync, say): look again now
+            self._kicked = False
+            await trio.lowlevel.checkpoint()
+            return
         if timeout is None:
             await self._work.park()
         else:
             with trio.move_on_after(timeout):
                 await self._work.park()
+        self._kicked = False
 
     def refused(self, msg_id: Any, values: list[Any], cause: str) -> None:
         """The host refused an emit of this spout (an undeclared stream, a
