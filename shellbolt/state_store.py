@@ -218,7 +218,10 @@ class SqliteStore(StateStore):
             db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second run fails here, not later
             db.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            why = ("another run is using it" if "locked" in str(exc) else str(exc))
+            why = ("another run is using it" if "locked" in str(exc) else
+                   f"{exc}: SQLite cannot create or open a file there (a read-only or special file system, "
+                   "like /proc, or no permission); give --state-dir a writable directory"
+                   if "unable to open" in str(exc) else str(exc))
             raise TopologyError(f"state store {self.path}: {why}") from None
         except OSError as exc:
             raise TopologyError(f"state directory {directory}: {exc.strerror or exc}") from None

@@ -188,6 +188,14 @@ def test_without_a_state_dir_the_temporary_state_is_removed(tmp_path):
     assert not list(tmpdir.glob("multilang-state-*"))
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_a_state_dir_where_sqlite_cannot_create_a_file_says_so(tmp_path):
+    # Before: SQLite's bare "unable to open database file" (root may write almost anywhere; /proc refuses files).
+    r = run(wc_toml(tmp_path), "--state-dir", "/proc")
+    usage_error(r, "state store /proc/wc.sqlite: unable to open database file: SQLite cannot create or open a file "
+                   "there", "give --state-dir a writable directory")
+
+
 def test_another_parallelism_of_the_stateful_bolt_is_refused(tmp_path):
     assert run(wc_toml(tmp_path), "--state-dir", "state").returncode == 0
     r = run(wc_toml(tmp_path, count_parallelism=2), "--state-dir", "state")
