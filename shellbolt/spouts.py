@@ -196,10 +196,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self._deactivated = "asked"
                     await self._command(proc, Deactivate())
                     self._deactivated = True
-                    # An ack owed that came during the deactivate kicked no one (a
-                    # kick wakes a parked driver only): look again before resting.
-                    continue
-                self.idle = True
+                self.idle = True  # (an ack owed that came meanwhile kicked: rest() returns at once, Task.kick)
                 await self.rest()
                 continue
             # Past --max-tuples a spout that has failed ids outstanding still
