@@ -1,11 +1,11 @@
 """Engines and embeddings (Spark, asyncio). Imported as ``multilang.adapters``.
 
 The engines are submodules, imported by name (``multilang.adapters.spark``,
-``multilang.adapters.spark_source``, ``multilang.adapters.aio``): each
+``multilang.adapters.spark._source.source``, ``multilang.adapters.aio``): each
 brings its own dependencies (pyspark, asyncio), so the package imports none.
 """
 
-from multilang.component import release_stdout
+from multilang import release_stdout
 
 release_stdout()  # a host: its stdout is its own
 

@@ -64,7 +64,7 @@ and share plain Python objects without locks. The rules:
   again, then re-raises the cancellation: when the ``async with`` is left,
   no child process of the session is alive.
 
-*Open-ended source*: ``PythonSpoutTask`` (shellbolt/spouts.py) treats
+*Open-ended source*: ``PythonSpoutTask`` (shellbolt/_runtime/spouts.py) treats
 ``StopIteration`` as the end of its source until told otherwise. A feed is
 only empty *for now*, so :meth:`_Feed._resume` calls the task's public
 ``resume()`` when new input arrives.
@@ -83,18 +83,8 @@ import outcome
 import trio
 
 from multilang.errors import ComponentError, MultilangError, TopologyError
-from multilang.shellbolt import Runtime, RunResult
-from multilang.shellbolt.flux import load_flux
-from multilang.shellbolt.topology import (
-    ANY_FIELDS,
-    PythonBolt,
-    PythonSpout,
-    ShellBolt,
-    ShellSpout,
-    Topology,
-    TopologyBuilder,
-    load_topology,
-)
+from multilang.shellbolt import RunResult, Runtime, load_flux
+from multilang.shellbolt import (ANY_FIELDS, PythonBolt, PythonSpout, ShellBolt, ShellSpout, Topology, TopologyBuilder, load_topology)
 
 __all__ = [
     "open_bolt",

@@ -43,7 +43,7 @@ BOLT = [sys.executable, str(HERE / "components" / "ours_echo.py")]
 
 def pipe_run(wl: bt.Workload, input_path: str, check: bool) -> float:
     """Tuples/s of `multilang pipe` from its first output line to its last."""
-    cmd = [sys.executable, "-c", "from multilang.cli import main; main()", "pipe", "--json-input", "--fields", "word,count",
+    cmd = [sys.executable, "-c", "from multilang._cli.main import main; main()", "pipe", "--json-input", "--fields", "word,count",
            "--output-fields", "word,count", "--", *BOLT]
     with open(input_path, "rb") as stdin, tempfile.TemporaryFile() as err:
         p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=err, cwd=str(HERE))

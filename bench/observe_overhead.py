@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from spark_topology import wordcount_copy  # noqa: E402  (the same word count, the same corpus)
 
-_CLI = ["-c", "from multilang.cli import main; main()", "run"]
+_CLI = ["-c", "from multilang._cli.main import main; main()", "run"]
 _SUMMARY = re.compile(r"\[summary\] ([\d.]+)s; trees completed (\d+), failed (\d+)")
 _SERVING = re.compile(r"\[metrics\] serving (http://\S+)")
 

@@ -33,7 +33,7 @@ SPOUTS = {
     "ruby": '["ruby", "ruby/sentence_spout.rb", ',
     "node": '["node", "node/sentence_spout.js", ',
 }
-CLI = [sys.executable, "-c", "from multilang._entry import main; main()"]
+CLI = [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 
 def topology_file(corpus: Path, spout: str, standard: bool) -> Path:

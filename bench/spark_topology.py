@@ -48,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-spark-topology-") as d:
         work = Path(d)
         toml = wordcount_copy(work, args.copies)
-        cli = [sys.executable, "-c", "from multilang.cli import main; main()", "run", "--no-progress", str(toml)]
+        cli = [sys.executable, "-c", "from multilang._cli.main import main; main()", "run", "--no-progress", str(toml)]
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
         best: dict[str, float] = {}
         outputs: dict[str, bytes] = {}

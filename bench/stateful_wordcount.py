@@ -52,7 +52,7 @@ def topology_file(corpus: Path, count: str, interval_ms: int) -> Path:
 
 def run_once(path: Path, extensions: list[str] | None) -> tuple[float, dict, object]:
     from multilang.shellbolt import Runtime
-    from multilang.shellbolt.topology import load_topology
+    from multilang.shellbolt import load_topology
 
     topo = load_topology(path, {"multilang.extensions": extensions} if extensions is not None else None)
     rt = Runtime(topo)

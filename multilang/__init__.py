@@ -27,10 +27,11 @@ from .errors import *  # noqa: F403 - every exception: errors.__all__ names them
 
 if _TYPE_CHECKING:
     from ._state import Role, Side, State
-    from .component import DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt
+    from ._component import (DEBUG, ERROR, INFO, TRACE, WARN, BasicBolt, Bolt, Component, Spout, StatefulBolt,
+                             release_stdout)
     from .connection import NEED_DATA, Connection
     from .messages import Tick, TopologyContext, Tuple, Tuples
-    from .state import KeyValueState
+    from ._kv_state import KeyValueState
 
 __version__ = "0.1.0"
 
@@ -40,10 +41,10 @@ __version__ = "0.1.0"
 _LAZY = {
     **dict.fromkeys(("Role", "Side", "State"), "_state"),
     **dict.fromkeys(("DEBUG", "ERROR", "INFO", "TRACE", "WARN", "BasicBolt", "Bolt", "Component", "Spout",
-                     "StatefulBolt"), "component"),
+                     "StatefulBolt", "release_stdout"), "_component"),
     **dict.fromkeys(("NEED_DATA", "Connection"), "connection"),
     **dict.fromkeys(("Tick", "TopologyContext", "Tuple", "Tuples"), "messages"),
-    "KeyValueState": "state",
+    "KeyValueState": "_kv_state",
 }
 
 
@@ -82,6 +83,7 @@ __all__ = [
     "INFO",
     "WARN",
     "ERROR",
+    "release_stdout",
     "__version__",
 ]
 #: The exceptions (multilang/errors.py lists them); this form, unlike a

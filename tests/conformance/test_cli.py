@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from conform_support import BROKEN, PY, ROOT
-from multilang.cli import main
+from multilang._cli.main import main
 from multilang.testing import descendant_pids, running
 
 BOLT = [PY, str(ROOT / "examples/python/conformance_component.py"), "bolt"]

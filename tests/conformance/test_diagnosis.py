@@ -1,4 +1,4 @@
-"""Root-cause diagnosis (multilang/conform_diagnosis.py).
+"""Root-cause diagnosis (multilang/conform/_diagnosis.py).
 
 Unit tests on hand-built results, then the real runner against the known-broken
 components in tests/conformance/broken/ (one per diagnosis) on a few vectors
@@ -8,7 +8,7 @@ import pytest
 
 from conform_support import BROKEN, PY, ROOT
 from multilang.conform import CheckResult
-from multilang.conform_diagnosis import Diagnosis, diagnose
+from multilang.conform._diagnosis import Diagnosis, diagnose
 
 ACK_WAIT = 'nothing matching {"command": {"$one-of": ["ack", "fail"]}, "id": "%s"} within 2.0 s'
 PID = "<- {\"pid\": 4242}"

@@ -1,4 +1,4 @@
-"""The vectors against the Python component library (multilang.component)."""
+"""The vectors against the Python component library (multilang.Bolt, BasicBolt, Spout, ...)."""
 
 from dataclasses import replace
 

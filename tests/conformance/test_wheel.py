@@ -35,7 +35,7 @@ def test_wheel_carries_the_vectors(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [f for f in VECTOR_FILES if f"multilang/vectors/{f}" not in names]
     assert not missing, missing
-    assert "multilang/vectors/schema.json" in names and "multilang/conform.py" in names
+    assert "multilang/vectors/schema.json" in names and "multilang/conform/__init__.py" in names
     assert len(VECTOR_FILES) > 5
 
 
@@ -49,7 +49,7 @@ def test_wheel_carries_the_ruby_and_node_libraries_and_multilang_lib_finds_them(
         assert (site / "multilang" / lang / name).read_bytes() == (ROOT / "examples" / lang / name).read_bytes()
     assert not [n for n in names if "split_bolt" in n or "sentence_spout" in n], "the examples stay out of the wheel"
     # The installed package (not this checkout) answers `multilang lib`.
-    code = "from multilang._libs import library_path as p; print(p('ruby')); print(p('node'))"
+    code = "from multilang._cli.libs import library_path as p; print(p('ruby')); print(p('node'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ time limit, pid tracking, and the three checks every fault test makes:
 Components: tests/faults/components/ (stdlib-only raw components that break
 rules on request) and the example Ruby and Node components. The process
 checks (child pids, liveness, no orphans) and the generic topology run are
-multilang.shellbolt.testing's; Run adds what these components report.
+multilang.testing's; Run adds what these components report.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import Any, Awaitable, Callable, Iterable
 import pytest
 import trio
 
-from multilang.shellbolt import testing
+from multilang import testing
 from multilang.shellbolt import Runtime, ShellBolt, ShellSpout
-from multilang.shellbolt.testing import TopologyRun
+from multilang.testing import TopologyRun
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -41,7 +41,7 @@ NUMBERED_SPOUT = COMPONENTS / "numbered_spout.py"
 EVENT_FIELDS = ["event", "msg_id"]
 
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 needs_ruby = pytest.mark.skipif(shutil.which("ruby") is None, reason="needs ruby")
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
@@ -116,7 +116,7 @@ def _hashable(v: Any) -> Any:
 
 def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 15,
                  **run_kw: Any) -> Run:
-    """multilang.shellbolt.testing.run_topology under a hard time limit (every test: < ~15 s),
+    """multilang.testing.run_topology under a hard time limit (every test: < ~15 s),
     collecting outputs and every component pid seen."""
     return testing.run_topology(topology, during=during, limit=limit, run_type=Run, **run_kw)
 

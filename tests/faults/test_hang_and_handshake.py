@@ -31,7 +31,7 @@ from faults_support import (
     task_ids,
 )
 from multilang.shellbolt import ShellBolt, TopologyBuilder
-from multilang.shellbolt.testing import current_pid
+from multilang.testing import current_pid
 from multilang.testing import assert_no_orphans, gone, wait_until
 
 HOLD = {"multilang.hold.emits.until.ack": True}

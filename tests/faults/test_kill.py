@@ -42,7 +42,7 @@ from faults_support import (
     task_ids,
 )
 from multilang.shellbolt import ShellBolt, TopologyBuilder
-from multilang.shellbolt.testing import current_pid
+from multilang.testing import current_pid
 from multilang.testing import assert_no_orphans, cmdline, descendant_pids, gone, running, wait_until
 
 HOLD = {"multilang.hold.emits.until.ack": True}

@@ -295,7 +295,7 @@ def test_json_input_lines_no_frame_can_carry_are_dead_letters_and_the_rest_goes_
                           input="".join(f"{x}\n" for x in lines), capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 1, proc.stderr[-3000:]
     # the poison bolt's own traceback is reported; none of the host's
-    assert "multilang/cli.py" not in proc.stderr and "shellbolt/" not in proc.stderr, proc.stderr[-3000:]
+    assert "multilang/_cli/main.py" not in proc.stderr and "shellbolt/" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stdout.split() == ['["A"]', '["B"]']
     letters = [json.loads(x) for x in dead.read_text().splitlines()]
     causes = {x["input"][0] if x["attempts"] == 0 else "poison": x["cause"] for x in letters}

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from faults_support import EXAMPLES, ML, needs_node, needs_ruby
-from multilang.shellbolt.testing import current_pid, run_topology
-from multilang.shellbolt.topology import load_topology
+from multilang.testing import current_pid, run_topology
+from multilang.shellbolt._model.topology import load_topology
 from multilang.testing import wait_until
 
 HERE = Path(__file__).resolve().parent

@@ -1,5 +1,5 @@
 """Edges of the host's checkpoint semantics for stateful bolts (spec/PROTOCOL.md
-§9.7, docs/STATE.md, shellbolt/checkpoint.py), checked as a user would check
+§9.7, docs/STATE.md, shellbolt/_runtime/checkpoint.py), checked as a user would check
 them: real bolt processes, a reliable spout of numbered tuples, and at the
 end the state in the store (and the output view) compared with a plain count
 of the input: every spout tuple counted once, whatever failed on the way.
@@ -44,9 +44,9 @@ from faults_support import (
     task_ids,
 )
 from multilang.shellbolt import PythonSpout, ShellBolt, ShellSpout, TopologyBuilder
-from multilang.shellbolt.state_store import MemoryStore
-from multilang.shellbolt.testing import current_pid
-from multilang.shellbolt.topology import OutputSpec
+from multilang.shellbolt._runtime.state_store import MemoryStore
+from multilang.testing import current_pid
+from multilang.shellbolt._model.topology import OutputSpec
 from multilang.testing import wait_until
 
 STATEFUL = COMPONENTS / "stateful_bolt.py"

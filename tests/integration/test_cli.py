@@ -1,6 +1,6 @@
 """The ``multilang`` command line, run as a real subprocess.
 
-Exit codes (multilang/cli.py, README): 0 ok, 1 failed/gave up, 2 usage or
+Exit codes (multilang/_cli/main.py, README): 0 ok, 1 failed/gave up, 2 usage or
 topology error, 130 SIGINT, 143 SIGTERM. Data on stdout (JSON lines), human
 output on stderr. On every exit path the component processes are reaped.
 """
@@ -28,7 +28,7 @@ COMPONENTS = Path(__file__).resolve().parent / "components"
 WORDCOUNT = "examples/wordcount.toml"
 
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 needs_ruby_node = pytest.mark.skipif(
     shutil.which("ruby") is None or shutil.which("node") is None, reason="the word count needs ruby and node"

@@ -21,7 +21,7 @@ import trio
 
 from multilang.errors import TopologyError
 from multilang.shellbolt import Runtime
-from multilang.shellbolt.flux import OUTPUT_TAP, TEST_WORDS, load_flux, parse_properties, substitute
+from multilang.shellbolt._model.flux import OUTPUT_TAP, TEST_WORDS, load_flux, parse_properties, substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -29,7 +29,7 @@ FLUX = EXAMPLES / "flux"
 COMPONENTS = Path(__file__).resolve().parent / "components"
 
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 
 def multilang(*args: str, timeout: float = 60, env: dict | None = None):

@@ -1,5 +1,5 @@
-"""The live view of ``multilang run`` (multilang/_live.py over
-shellbolt/observe.py): on a fake terminal, as plain lines, and a stall.
+"""The live view of ``multilang run`` (multilang/_cli/live.py over
+shellbolt/_observe/observe.py): on a fake terminal, as plain lines, and a stall.
 
 Real processes; the runs end by themselves (until done, or --duration): no
 sleeps for synchronisation and no timing assertions."""
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import trio
 
-from multilang._live import LiveView
+from multilang._cli.live import LiveView
 from multilang.shellbolt import PythonBolt, PythonSpout, Runtime, ShellBolt, TopologyBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ROOT / "examples" / "python" / "split_bolt.py"
-ML = [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 SENTENCES = [[f"the quick brown fox {i} jumps over the lazy dog"] for i in range(300)]
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

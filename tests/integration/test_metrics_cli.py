@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 COMPONENTS = Path(__file__).resolve().parent / "components"
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 TIMEOUT = 60.0  # overall, for any one wait: generous, never reached when things work
 
 needs_ruby_node = pytest.mark.skipif(

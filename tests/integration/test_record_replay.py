@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from multilang.cli import main as cli_main
+from multilang._cli.main import main as cli_main
 from multilang.connection import Role
-from multilang.shellbolt.record import HOST, RecordingError, read_task
-from multilang.shellbolt.replay import plan
+from multilang.shellbolt._replay.record import HOST, RecordingError, read_task
+from multilang.shellbolt._replay.replay import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 needs_ruby_node = pytest.mark.skipif(
     shutil.which("ruby") is None or shutil.which("node") is None, reason="the word count needs ruby and node"

@@ -27,8 +27,9 @@ import trio
 import trio.testing
 
 from multilang import TopologyError
-from multilang.shellbolt import testing
+from multilang import testing
 from multilang.shellbolt import (
+    Grouping,
     OutputSpec,
     PythonBolt,
     PythonSpout,
@@ -38,8 +39,10 @@ from multilang.shellbolt import (
     TopologyBuilder,
     fields_task_index,
     load_topology,
+    register_grouping,
 )
-from multilang.shellbolt.testing import TopologyRun
+from multilang.shellbolt._model.grouping import GROUPINGS
+from multilang.testing import TopologyRun
 from multilang.testing import assert_no_orphans, child_pids, gone, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +103,7 @@ class Run(TopologyRun):
 
 def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 20,
                  **run_kw: Any) -> Run:
-    """multilang.shellbolt.testing.run_topology: a hard time limit, outputs with their
+    """multilang.testing.run_topology: a hard time limit, outputs with their
     trio time, and every component pid seen."""
     return testing.run_topology(topology, during=during, limit=limit, sample_every=0.005, run_type=Run, **run_kw)
 
@@ -240,6 +243,45 @@ def test_fields_grouping_a_key_always_reaches_one_task():
     assert {k: v for k, v in key_tasks.items()} == {k: {t} for k, t in expected_task.items()}
     assert sorted(seq for tuples in got.values() for _, seq in tuples) == list(range(48))
     assert_no_orphans(run)
+
+
+class _ByLength(Grouping):
+    """A grouping for this test only: a tuple goes to the task whose index
+    is the length of its first field, modulo the number of tasks."""
+
+    kind, storm_type = "test_by_length", "CUSTOM_OBJECT"
+    takes_fields = keyed = True
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return [self.tasks[len(values[self.field_index[0]]) % len(self.tasks)]]
+
+
+def test_a_grouping_is_added_by_writing_one_class_and_registering_it(monkeypatch):
+    monkeypatch.setitem(GROUPINGS, _ByLength.kind, _ByLength)  # register_grouping, undone after the test
+    assert register_grouping(_ByLength) is _ByLength
+    keys = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout([[keys[i % 6], i] for i in range(36)], fields=["key", "seq"]))
+    b.set_bolt("tag", tag_bolt(), parallelism=3).grouping("spout", "test_by_length", fields=["key"])
+    topo = build(b)
+    tasks = topo.components["tag"].tasks
+    context = topo.context_for("tag", tasks[0])
+    assert context.source_to_stream_to_grouping == {"spout": {"default": {"type": "CUSTOM_OBJECT"}}}
+    run = run_topology(topo)
+    assert run.result.ok
+    got = _received(run)
+    assert {t: sorted({k for k, _ in v}) for t, v in got.items()} == {
+        tasks[0]: ["ccc", "ffffff"], tasks[1]: ["a", "dddd"], tasks[2]: ["bb", "eeeee"]}
+    assert sorted(seq for tuples in got.values() for _, seq in tuples) == list(range(36))
+    assert_no_orphans(run)
+
+
+def test_an_unknown_grouping_is_named_when_the_topology_is_built():
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout([["a", 1]], fields=["key", "seq"]))
+    b.set_bolt("tag", tag_bolt()).grouping("spout", "test_by_length", fields=["key"])
+    with pytest.raises(TopologyError, match="bolt 'tag': unknown grouping 'test_by_length'; use one of"):
+        build(b)
 
 
 def test_all_grouping_every_task_gets_every_tuple():

@@ -33,7 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 _SCRIPT = Path(sys.executable).parent / "multilang"
-ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._entry import main; main()"]
+ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 PY = sys.executable
 
 TEXT = "a b c\nb c\nc\n"
@@ -473,7 +473,7 @@ def test_a_toml_style_provider_config_on_the_command_line_gets_a_json_example(tm
 # --- providers: module:Class ---------------------------------------------------------------
 
 STORES = '''\
-from multilang.shellbolt.state_store import MemoryStore
+from multilang.shellbolt._runtime.state_store import MemoryStore
 
 class Raises:
     def __init__(self, config, topology):

@@ -1,6 +1,6 @@
 """The README's streaming source snippet survives a restart with every sentence once.
 
-README.md's ``spark_source`` snippet (the sentence spout over
+README.md's ``register_source`` snippet (the sentence spout over
 examples/data/alice.txt, a durable ``replayLog``) and the parquet sink named
 after it run in a driver subprocess with its own SparkSession
 (tests/spark/components/source_restart_driver.py), in a directory of the

@@ -1,4 +1,4 @@
-"""The multilang Structured Streaming source (multilang.adapters.spark_source).
+"""The multilang Structured Streaming source (multilang.adapters.spark._source.source).
 
 Real spout subprocesses (Python, Node) read through ``spark.readStream``; the
 shared session-scoped ``spark`` fixture (tests/spark/conftest.py) runs them.
@@ -25,8 +25,8 @@ from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
 
 from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
 
-from multilang.adapters._spark_source_options import _OptionError  # noqa: E402
-from multilang.adapters.spark_source import MultilangDataSource, register  # noqa: E402
+from multilang.adapters.spark._source.options import _OptionError
+from multilang.adapters.spark._source.source import MultilangDataSource, register
 
 pytestmark = pytest.mark.spark
 
@@ -586,8 +586,8 @@ def test_a_conf_offering_extensions_is_not_offered_to_the_spout(tmp_path):
     """A topology conf passed through as ``conf`` may say ``multilang.extensions``;
     a conf key is no offer (§9.1), and this host offers nothing: had our Python
     spout accepted ``batch``, which this host does not speak, no row would come."""
-    from multilang.adapters._spark_source_options import _Options
-    from multilang.adapters._spark_spout_host import spout_conf
+    from multilang.adapters.spark._source.options import _Options
+    from multilang.adapters.spark._source.spout_host import spout_conf
 
     conf = {"multilang.extensions": ["batch", "state"], "sentences.note": "kept"}
     opts = _Options.parse(CaseInsensitiveDict({"command": '["python", "s.py"]', "fields": "s", "conf": json.dumps(conf)}))

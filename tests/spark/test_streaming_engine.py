@@ -28,7 +28,7 @@ COMPONENTS = Path(__file__).parent / "components"
 sys.path.insert(0, str(EXAMPLES / "python"))
 from split_bolt import words  # noqa: E402
 
-CLI = [sys.executable, "-c", "from multilang._entry import main; main()"]
+CLI = [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
              "four score and seven years ago", "snow white and the seven dwarfs", "i am at two with nature"]

@@ -1,4 +1,4 @@
-"""The pure acker (shellbolt/acker.py, spec/PROTOCOL.md §7). Time is passed in.
+"""The pure acker (shellbolt/_model/acker.py, spec/PROTOCOL.md §7). Time is passed in.
 
 The Hypothesis test builds random tuple trees the way a topology does (spout
 roots fanned out to several tasks, bolt emits anchored to one or more live
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang.shellbolt import Acker
-from multilang.shellbolt.acker import TupleEdges, edges_of, new_edge_id, roots_of
+from multilang.shellbolt._model.acker import TupleEdges, edges_of, new_edge_id, roots_of
 
 T0 = 1000.0  # an arbitrary "now"; the acker never reads a clock
 

@@ -3,9 +3,12 @@
 * no private name is imported across the three packages (``multilang``,
   ``multilang.shellbolt``, ``multilang.adapters``): each uses the others
   only through their public surface;
-* ``click`` is imported by the CLI (``multilang/cli.py``) and nothing else;
-* the sans-IO core loads no trio, subprocess or click, and the pure parts of
-  the runtime (acker, grouping, topology, conf) load without trio;
+* ``click`` is imported by the CLI (``multilang/_cli/main.py``) and nothing else;
+* the sans-IO core loads no trio, subprocess or click, and the runtime's
+  model (``multilang.shellbolt._model``: topology, groupings, acker, conf)
+  loads without trio;
+* no import circle among the modules, counting every import (at module
+  level, under TYPE_CHECKING and in functions): the layers point one way;
 * no source file holds more than 1,000 lines (one job per module).
 """
 
@@ -28,22 +31,32 @@ FOLDERS = {
     "multilang.shellbolt": Path(multilang.shellbolt.__file__).parent,
     "multilang.adapters": Path(multilang.adapters.__file__).parent,
 }
-SOURCES = sorted((pkg, path) for pkg, folder in FOLDERS.items() for path in folder.glob("*.py"))
 
 
-def _imports(pkg: str, path: Path):
-    """(imported module, names) of every ``from X import names`` in a file,
-    with relative imports resolved against ``pkg``."""
+def _module_name(pkg: str, folder: Path, path: Path) -> str:
+    parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+    return ".".join([pkg, *parts])
+
+
+#: (package, file, module name) of every source file, subpackages included
+SOURCES = sorted((pkg, path, _module_name(pkg, folder, path))
+                 for pkg, folder in FOLDERS.items() for path in folder.rglob("*.py"))
+MODULES = {name: path for _pkg, path, name in SOURCES}
+
+
+def _imports(module: str, path: Path):
+    """(line, imported module, names) of every import in a file, with
+    relative imports resolved against the file's own module."""
     tree = ast.parse(path.read_text(), str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = pkg.split(".")
+                base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
                 base = base[: len(base) - (node.level - 1)]
-                module = ".".join(base + ([node.module] if node.module else []))
+                target = ".".join(base + ([node.module] if node.module else []))
             else:
-                module = node.module or ""
-            yield node.lineno, module, [a.name for a in node.names]
+                target = node.module or ""
+            yield node.lineno, target, [a.name for a in node.names]
         elif isinstance(node, ast.Import):
             for a in node.names:
                 yield node.lineno, a.name, []
@@ -57,35 +70,34 @@ def _package_of(module: str) -> str | None:
 
 
 def test_the_three_packages_have_sources():
-    assert {pkg for pkg, _ in SOURCES} == set(FOLDERS)
+    assert {pkg for pkg, _, _ in SOURCES} == set(FOLDERS)
 
 
 def test_no_private_name_is_imported_across_packages():
     crossings = []
-    for pkg, path in SOURCES:
-        for line, module, names in _imports(pkg, path):
+    for pkg, path, name in SOURCES:
+        for line, module, names in _imports(name, path):
             target = _package_of(module)
             if target is None or target == pkg:
                 continue
             private_module = any(part.startswith("_") and not part.startswith("__") for part in module.split("."))
             private_names = [n for n in names if n.startswith("_")]
             if private_module or private_names:
-                crossings.append(f"{path.name}:{line}: from {module} import {', '.join(names)}")
+                crossings.append(f"{name}:{line}: from {module} import {', '.join(names)}")
     assert not crossings, "private names imported across packages:\n" + "\n".join(crossings)
 
 
 def test_click_only_in_the_cli():
-    users = [f"{pkg}/{path.name}" for pkg, path in SOURCES
-             for _, module, _names in _imports(pkg, path) if module.split(".")[0] == "click"]
-    assert set(users) <= {"multilang/cli.py"}, users
+    users = [name for _pkg, path, name in SOURCES
+             for _, module, _names in _imports(name, path) if module.split(".")[0] == "click"]
+    assert set(users) <= {"multilang._cli.main"}, users
 
 
 @pytest.mark.parametrize(
     ("modules", "forbidden"),
     [
         (["multilang"], ["trio", "subprocess", "click"]),
-        (["multilang.shellbolt.acker", "multilang.shellbolt.grouping", "multilang.shellbolt.topology",
-          "multilang.shellbolt.conf", "multilang.shellbolt.results"], ["trio", "click"]),
+        ([name for name in sorted(MODULES) if name.startswith("multilang.shellbolt._model.")], ["trio", "click"]),
     ],
 )
 def test_pure_layers_load_without_io_libraries(modules, forbidden):
@@ -95,6 +107,65 @@ def test_pure_layers_load_without_io_libraries(modules, forbidden):
     assert out.strip() == "[]", f"importing {modules} loaded {out.strip()}"
 
 
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the modules of the distribution it imports (``from P import
+    m`` counts as importing P.m when m is a module)."""
+    graph: dict[str, set[str]] = {}
+    for _pkg, path, name in SOURCES:
+        out = graph.setdefault(name, set())
+        for _line, module, names in _imports(name, path):
+            targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES] or [module]
+            for t in targets:
+                if t in MODULES and t != name:
+                    out.add(t)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle():
+    circles = _circles(_import_graph())
+    assert not circles, "modules that import each other, directly or around a circle:\n" + "\n".join(
+        " <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 def test_no_source_file_over_1000_lines():
-    long = {f"{pkg}/{path.name}": n for pkg, path in SOURCES if (n := len(path.read_text().splitlines())) > 1000}
+    long = {name: n for _pkg, path, name in SOURCES if (n := len(path.read_text().splitlines())) > 1000}
     assert not long, f"one job per module: split {long}"

@@ -1,6 +1,6 @@
 """How the conformance report shows a frame: as text, whatever its bytes."""
 
-from multilang._conform_run import _show
+from multilang.conform._run import _show
 
 
 def test_binary_frames_are_shown_with_escapes_not_raw_control_bytes():

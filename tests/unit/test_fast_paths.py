@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from multilang import NEED_DATA, Connection, LocalProtocolError, ProtocolError, RemoteProtocolError, Role, Side, State
 from multilang.codec import dumps, msgpack_frame
-from multilang.component import Bolt
+from multilang._component import Bolt
 from multilang.errors import FrameTooLarge
 from multilang.messages import (
     Ack,

@@ -1,4 +1,4 @@
-"""Stream groupings (shellbolt/grouping.py): pure task choice per emit."""
+"""Stream groupings (shellbolt/_model/grouping.py): pure task choice per emit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang.shellbolt import fields_task_index
-from multilang.shellbolt.grouping import GROUPINGS, Grouping, Router
+from multilang.errors import TopologyError
+from multilang.shellbolt._model.grouping import GROUPINGS, Grouping, Router, new_grouping, register_grouping
 
 json_scalars = st.one_of(
     st.text(max_size=12),
@@ -44,8 +45,8 @@ def test_fields_task_index_is_the_documented_crc32_mapping():
 @given(key=st.lists(json_scalars, min_size=1, max_size=3), n=st.integers(1, 16))
 def test_fields_same_key_same_task_across_grouping_instances(key, n):
     tasks = list(range(10, 10 + n))
-    g1 = Grouping("fields", "count", tasks, field_index=list(range(len(key))))
-    g2 = Grouping("fields", "count", list(tasks), field_index=list(range(len(key))))
+    g1 = new_grouping("fields", "count", tasks, field_index=list(range(len(key))))
+    g2 = new_grouping("fields", "count", list(tasks), field_index=list(range(len(key))))
     first = g1.choose(list(key))
     assert len(first) == 1 and first[0] in tasks
     for _ in range(3):
@@ -55,7 +56,7 @@ def test_fields_same_key_same_task_across_grouping_instances(key, n):
 
 
 def test_fields_uses_only_the_grouped_fields():
-    g = Grouping("fields", "count", [3, 4, 5], field_index=[1])
+    g = new_grouping("fields", "count", [3, 4, 5], field_index=[1])
     base = g.choose(["a", "word", 1])
     for other in (["b", "word", 2], [None, "word", {"x": 1}], [0, "word", []]):
         assert g.choose(other) == base
@@ -63,14 +64,14 @@ def test_fields_uses_only_the_grouped_fields():
 
 
 def test_fields_multiple_fields_in_declared_order():
-    g = Grouping("fields", "t", [1, 2, 3, 4, 5], field_index=[2, 0])
+    g = new_grouping("fields", "t", [1, 2, 3, 4, 5], field_index=[2, 0])
     values = ["x", "ignored", "y"]
     assert g.choose(values) == [[1, 2, 3, 4, 5][fields_task_index(["y", "x"], 5)]]
 
 
 def test_fields_keys_spread_over_all_tasks():
     tasks = [2, 3, 4, 5]
-    g = Grouping("fields", "count", tasks, field_index=[0])
+    g = new_grouping("fields", "count", tasks, field_index=[0])
     load = Counter(g.choose([f"word{i}"])[0] for i in range(2000))
     assert set(load) == set(tasks)
     # roughly even: every task gets at least half its fair share
@@ -79,7 +80,7 @@ def test_fields_keys_spread_over_all_tasks():
 
 def test_fields_index_is_into_ascending_task_list():
     # Task ids need not start at 1 or be dense across components.
-    g = Grouping("fields", "count", [7, 8, 9], field_index=[0])
+    g = new_grouping("fields", "count", [7, 8, 9], field_index=[0])
     for w in ("a", "b", "c", "d", "e"):
         assert g.choose([w]) == [[7, 8, 9][fields_task_index([w], 3)]]
 
@@ -88,7 +89,7 @@ def test_fields_index_is_into_ascending_task_list():
 
 
 def test_all_goes_to_every_task():
-    g = Grouping("all", "t", [4, 5, 6])
+    g = new_grouping("all", "t", [4, 5, 6])
     for v in (["a"], ["b"], [1]):
         assert g.choose(v) == [4, 5, 6]
     # The result is a fresh list, not the grouping's own.
@@ -97,18 +98,20 @@ def test_all_goes_to_every_task():
 
 
 def test_global_goes_to_the_lowest_task():
-    g = Grouping("global", "t", [4, 5, 6])
+    g = new_grouping("global", "t", [4, 5, 6])
     assert {tuple(g.choose([i])) for i in range(50)} == {(4,)}
 
 
 def test_direct_choose_returns_no_task():
-    g = Grouping("direct", "t", [4, 5, 6])
+    g = new_grouping("direct", "t", [4, 5, 6])
     assert g.choose(["a"]) == []
 
 
-def test_unknown_kind_raises():
-    with pytest.raises(ValueError, match="unknown grouping"):
-        Grouping("bogus", "t", [1]).choose(["a"])
+def test_an_unknown_kind_is_a_topology_error_naming_the_kinds():
+    with pytest.raises(TopologyError, match=r"unknown grouping 'bogus'; use one of \['all', 'direct', 'fields'"):
+        new_grouping("bogus", "t", [1])
+    with pytest.raises(TopologyError, match="did you mean 'shuffle'"):
+        new_grouping("shufle", "t", [1])
 
 
 # --- shuffle-like ---------------------------------------------------------------------------
@@ -118,7 +121,7 @@ def test_unknown_kind_raises():
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_shuffle_like_is_even_round_robin(kind, n):
     tasks = list(range(20, 20 + n))
-    g = Grouping(kind, "t", tasks)
+    g = new_grouping(kind, "t", tasks)
     rounds = 7
     picks = [g.choose(["v", i]) for i in range(rounds * n)]
     assert all(len(p) == 1 for p in picks)
@@ -131,13 +134,13 @@ def test_shuffle_like_is_even_round_robin(kind, n):
 
 
 def test_shuffle_ignores_values():
-    g = Grouping("shuffle", "t", [1, 2])
+    g = new_grouping("shuffle", "t", [1, 2])
     assert {g.choose(["same"])[0] for _ in range(4)} == {1, 2}
 
 
 def test_separate_shuffle_groupings_balance_independently():
-    a = Grouping("shuffle", "t", [1, 2, 3])
-    b = Grouping("shuffle", "t", [1, 2, 3])
+    a = new_grouping("shuffle", "t", [1, 2, 3])
+    b = new_grouping("shuffle", "t", [1, 2, 3])
     for _ in range(3):
         b.choose(["x"])
     assert Counter(a.choose(["x"])[0] for _ in range(9)) == {1: 3, 2: 3, 3: 3}
@@ -147,7 +150,7 @@ def test_separate_shuffle_groupings_balance_independently():
 
 
 def test_groupings_table_matches_storm_context_types():
-    assert GROUPINGS == {
+    assert {kind: cls.storm_type for kind, cls in GROUPINGS.items()} == {
         "shuffle": "SHUFFLE",
         "fields": "FIELDS",
         "all": "ALL",
@@ -160,9 +163,9 @@ def test_groupings_table_matches_storm_context_types():
 
 def test_router_subscribers_and_direct_targets():
     r = Router()
-    g1 = Grouping("shuffle", "a", [2, 3])
-    g2 = Grouping("direct", "b", [4, 5])
-    g3 = Grouping("all", "c", [6])
+    g1 = new_grouping("shuffle", "a", [2, 3])
+    g2 = new_grouping("direct", "b", [4, 5])
+    g3 = new_grouping("all", "c", [6])
     r.add("spout", "default", g1)
     r.add("spout", "default", g2)
     r.add("spout", "other", g3)
@@ -184,8 +187,8 @@ def test_choose_each_picks_what_choose_picks_tuple_by_tuple(kind, n_tasks, start
     """The burst path (an in-process spout's run of emits) against the
     per-emit path: the same tasks, and the round-robin left where it would be."""
     tasks = [10 + 3 * i for i in range(n_tasks)]
-    one = Grouping(kind=kind, target="b", tasks=tasks, field_index=[0] if kind == "fields" else [])
-    each = Grouping(kind=kind, target="b", tasks=tasks, field_index=one.field_index)
+    one = new_grouping(kind=kind, target="b", tasks=tasks, field_index=[0] if kind == "fields" else [])
+    each = new_grouping(kind=kind, target="b", tasks=tasks, field_index=one.field_index)
     one._next = each._next = start % n_tasks
     for run in runs:
         values_list = [list(v) for v in run]
@@ -196,4 +199,14 @@ def test_choose_each_picks_what_choose_picks_tuple_by_tuple(kind, n_tasks, start
 @pytest.mark.parametrize("kind", ["all", "direct"])
 def test_choose_each_refuses_a_kind_that_does_not_pick_one_task(kind):
     with pytest.raises(ValueError, match=kind):
-        Grouping(kind=kind, target="b", tasks=[1, 2]).choose_each([["x"]])
+        new_grouping(kind=kind, target="b", tasks=[1, 2]).choose_each([["x"]])
+
+
+def test_a_class_is_registered_once_per_kind_and_must_name_its_kind():
+    class Again(Grouping):
+        kind, storm_type = "shuffle", "SHUFFLE"
+
+    with pytest.raises(ValueError, match="registered already"):
+        register_grouping(Again)
+    with pytest.raises(ValueError, match="a kind and a storm_type"):
+        register_grouping(type("Nameless", (Grouping,), {}))

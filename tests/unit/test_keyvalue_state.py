@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang import KeyValueState
-from multilang.state import CHUNK_BYTES, CHUNK_KEYS
+from multilang._kv_state import CHUNK_BYTES, CHUNK_KEYS
 
 
 def prepared(state, **kw):

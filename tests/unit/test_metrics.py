@@ -1,4 +1,4 @@
-"""Metrics out (shellbolt/metrics.py, docs/OBSERVE.md "Metrics"): the
+"""Metrics out (shellbolt/_observe/metrics.py, docs/OBSERVE.md "Metrics"): the
 Prometheus text format and the JSON line from hand-built snapshots, the
 consumers of the conf, and the HTTP endpoint answering real requests in
 process (a fake snapshot: no topology)."""
@@ -13,10 +13,8 @@ import pytest
 import trio
 
 from multilang.errors import TopologyError
-from multilang.shellbolt.conf import check_value
-from multilang.shellbolt.metrics import (
-    CONTENT_TYPE, MetricsReporter, consumers_from_conf, json_line, prometheus_text,
-)
+from multilang.shellbolt._model.conf import check_value
+from multilang.shellbolt._observe.metrics import (CONTENT_TYPE, MetricsReporter, consumers_from_conf, json_line, prometheus_text)
 
 
 def _lat(p50=None, p99=None, count=0):

@@ -1,5 +1,5 @@
 """observe.py's arithmetic (histograms, windows, capacity, probes) and the
-live view's rendering of a snapshot (multilang/_live.py). No processes."""
+live view's rendering of a snapshot (multilang/_cli/live.py). No processes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from multilang._live import LiveView, fmt_count, fmt_duration, fmt_ms
-from multilang.shellbolt.observe import MAX_PROBES, WINDOW, Histogram, TaskObs
+from multilang._cli.live import LiveView, fmt_count, fmt_duration, fmt_ms
+from multilang.shellbolt._observe.observe import MAX_PROBES, WINDOW, Histogram, TaskObs
 
 
 def test_histogram_percentiles_are_within_the_bucket_resolution():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from multilang.shellbolt.ratelog import RateLimitedLog, kind_of
+from multilang.shellbolt._observe.ratelog import RateLimitedLog, kind_of
 
 LOG = logging.getLogger("multilang.test.ratelog")
 
@@ -62,7 +62,7 @@ def test_memory_is_bounded_by_the_number_of_kinds_remembered(caplog):
 
 
 def test_a_line_budget_shows_the_first_lines_of_a_window_then_counts_the_rest():
-    from multilang.shellbolt.ratelog import LineBudget
+    from multilang.shellbolt._observe.ratelog import LineBudget
 
     b = LineBudget(lines=3, interval=10.0)
     assert [b.take(0.0), b.take(1.0), b.take(2.0)] == [0, 0, 0]

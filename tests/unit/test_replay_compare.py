@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from multilang.connection import Role
 from multilang.messages import Ack, Batch, Emit, Fail, Handshake, Pid, Sync, Tuple
-from multilang.shellbolt.replay import Plan, _compare, _Tally
+from multilang.shellbolt._replay.replay import Plan, _compare, _Tally
 
 A = Tuple(id="a", component="src", stream="default", task=1, values=["x y"])
 B = Tuple(id="b", component="src", stream="default", task=1, values=["z"])

@@ -1,5 +1,5 @@
 """The batch-versioned state store of the Spark topology engine
-(adapters/_spark_state.py): a re-run batch starts from the state before it,
+(adapters/spark/_streaming/state.py): a re-run batch starts from the state before it,
 a later batch builds on the one before, a deletion is kept, the parallelism
 is checked. Real SQLite files."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from multilang.adapters._spark_state import BatchStore, read_state
+from multilang.adapters.spark._streaming.state import BatchStore, read_state
 from multilang.errors import TopologyError
-from multilang.shellbolt.state_store import Checkpoint
+from multilang.shellbolt._runtime.state_store import Checkpoint
 
 
 def _open(d, batch, task=0, tasks=2):

@@ -15,10 +15,10 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from multilang._live import LiveView  # noqa: E402
-from multilang.adapters._spark_stages import COLUMNS, DEAD, STATS  # noqa: E402
-from multilang.adapters._spark_topology import _Progress, batch_dir  # noqa: E402
-from multilang.shellbolt.topology import load_topology  # noqa: E402
+from multilang._cli.live import LiveView
+from multilang.adapters.spark._streaming.stages import COLUMNS, DEAD, STATS
+from multilang.adapters.spark._streaming.topology import _Progress, batch_dir
+from multilang.shellbolt._model.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 

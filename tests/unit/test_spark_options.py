@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from multilang.adapters import spark  # noqa: E402
-from multilang.adapters._spark_spec import _Options  # noqa: E402
+from multilang.adapters.spark._engine.spec import _Options
 
 
 def _keywords(fn):

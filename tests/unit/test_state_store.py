@@ -1,4 +1,4 @@
-"""The state stores of stateful bolts (shellbolt/state_store.py, docs/STATE.md):
+"""The state stores of stateful bolts (shellbolt/_runtime/state_store.py, docs/STATE.md):
 what one checkpoint writes is there after a reopen, all or nothing, also when
 the writing process is SIGKILLed mid-commit; a store refuses a topology of
 another parallelism, a second run, and a file that is not one."""
@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from multilang.errors import TopologyError
-from multilang.shellbolt.state_store import Checkpoint, MemoryStore, SqliteStore, msg_key, open_store
+from multilang.shellbolt._runtime.state_store import Checkpoint, MemoryStore, SqliteStore, msg_key, open_store
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -75,9 +75,9 @@ def test_a_second_run_and_a_damaged_file_are_refused(tmp_path):
 def test_providers_by_name(tmp_path):
     assert isinstance(open_store("sqlite", {"dir": str(tmp_path)}, "t", ""), SqliteStore)
     assert isinstance(open_store("memory", {}, "t", ""), MemoryStore)
-    assert isinstance(open_store("multilang.shellbolt.state_store:MemoryStore", {}, "t", ""), MemoryStore)
+    assert isinstance(open_store("multilang.shellbolt._runtime.state_store:MemoryStore", {}, "t", ""), MemoryStore)
     for bad, why in [("redis", "use one of"), ("no_such_module_x:Store", "No module named"),
-                     ("multilang.shellbolt.state_store:Nope", "Nope")]:
+                     ("multilang.shellbolt._runtime.state_store:Nope", "Nope")]:
         with pytest.raises(TopologyError, match=why):
             open_store(bad, {}, "t", "")
 
@@ -92,7 +92,7 @@ def test_a_writer_killed_mid_commit_leaves_the_last_whole_checkpoint(tmp_path):
     n = txid under two tasks): after a reopen, txid and state agree."""
     code = textwrap.dedent(f"""
         import sys
-        from multilang.shellbolt.state_store import Checkpoint, SqliteStore
+        from multilang.shellbolt._runtime.state_store import Checkpoint, SqliteStore
         s = SqliteStore({str(tmp_path)!r}, "wc")
         txid = first = s.txid or 0
         while True:

@@ -25,9 +25,9 @@ from multilang.connection import Role
 from multilang.errors import ComponentCrashed, HeartbeatTimeout
 from multilang.framing import FrameReader
 from multilang.messages import Activate
-from multilang.shellbolt.conf import SCHEMA, ProcessConf
-from multilang.shellbolt.process import ShellProcess, StreamTransport
-from multilang.shellbolt.supervisor import GiveUp, Restart, RestartPolicy
+from multilang.shellbolt._model.conf import SCHEMA, ProcessConf
+from multilang.shellbolt._host.process import ShellProcess, StreamTransport
+from multilang.shellbolt._host.supervisor import GiveUp, Restart, RestartPolicy
 
 T = 8.0  # the subprocess timeout of these tests (§5.2)
 HANDSHAKE = 3.0
@@ -405,7 +405,7 @@ async def hangs_on_next(child: FakeChild) -> None:
 def spout_host(nursery, spawn, events, **conf):
     from types import SimpleNamespace
 
-    from multilang.adapters._spark_spout_host import SpoutHost
+    from multilang.adapters.spark._source.spout_host import SpoutHost
 
     opts = SimpleNamespace(argv=["fake"], env={}, cwd=None, component="s", stream="default", max_pending=None,
                            task_id=1, task_ids=[1], consumer_task=2,

@@ -624,7 +624,7 @@ def test_components_get_the_topology_name_in_their_conf(loader, tmp_path):
     if loader == "toml":
         topo = load_topology(WORDCOUNT)
     else:
-        from multilang.shellbolt.flux import load_flux
+        from multilang.shellbolt._model.flux import load_flux
 
         f = tmp_path / "t.yaml"
         f.write_text(textwrap.dedent("""\

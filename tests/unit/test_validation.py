@@ -26,19 +26,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from multilang.cli import main as cli_main
+from multilang._cli.main import main as cli_main
 from multilang.errors import TopologyError
-from multilang.shellbolt.conf import SCHEMA, check_value, near_miss, suggest
+from multilang.shellbolt._model.conf import SCHEMA, check_value, near_miss, suggest
 from multilang.shellbolt import Runtime
-from multilang.shellbolt.flux import load_flux
-from multilang.shellbolt.topology import (
-    DEFAULT_CONF,
-    PythonBolt,
-    PythonSpout,
-    ShellSpout,
-    TopologyBuilder,
-    load_topology,
-)
+from multilang.shellbolt._model.flux import load_flux
+from multilang.shellbolt._model.topology import (DEFAULT_CONF, PythonBolt, PythonSpout, ShellSpout, TopologyBuilder, load_topology)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -390,7 +383,7 @@ def test_builder_python_bolt_needs_a_function_and_component_conf_a_mapping():
 
 
 def test_builder_output_types():
-    from multilang.shellbolt.topology import OutputSpec
+    from multilang.shellbolt._model.topology import OutputSpec
 
     with pytest.raises(TopologyError, match=r"output: key must be a list of field names, got 'word'"):
         builder().create_topology(output=OutputSpec("b", None, "word"))  # type: ignore[arg-type]
@@ -738,7 +731,7 @@ def test_fuzz_malformed_files_give_a_topology_error_or_load(tmp_path, caplog):
 def _cli_command() -> list[str]:
     # The module this test imported, run by this interpreter (not a console
     # script that may belong to another installation).
-    return [sys.executable, "-c", "from multilang._entry import main; main()"]
+    return [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 
 def test_fuzz_sample_through_the_real_cli(tmp_path):
@@ -774,7 +767,7 @@ def test_fuzz_sample_through_the_real_cli(tmp_path):
 
 
 def test_conf_module_imports_no_trio():
-    spec = importlib.util.find_spec("multilang.shellbolt.conf")
+    spec = importlib.util.find_spec("multilang.shellbolt._model.conf")
     assert spec is not None and spec.origin
     code = textwrap.dedent(f"""
         import importlib.util, sys

@@ -5,7 +5,7 @@ current directory (which holds, or links to, the repo's ``examples``).
 Usage: python source_restart_driver.py README MAX_BATCH_SIZE [--graceful]
 
 The snippet is the README's ``<!-- snippet: spark -->`` block that uses
-``spark_source`` (it defines ``sentences``), and the sink is the inline code
+``register_source`` (it defines ``sentences``), and the sink is the inline code
 ``sentences.writeStream...start()`` in the paragraph after it. The only changes
 made to them: ``maxBatchSize`` is set, so the stream takes enough micro-batches
 for a restart to land midway, and ``includeMsgId``, so the sink says which
@@ -30,9 +30,9 @@ WAIT = 300  # seconds: a bound on a query that normally takes a few
 
 def readme_snippet(readme: str, max_batch_size: int) -> tuple[str, str]:
     text = Path(readme).read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"<!-- snippet: spark -->\n```python\n(.*?)```", text, re.S) if "spark_source" in b]
+    blocks = [b for b in re.findall(r"<!-- snippet: spark -->\n```python\n(.*?)```", text, re.S) if "register_source" in b]
     if len(blocks) != 1 or blocks[0].count(".load()") != 1:
-        sys.exit(f"{readme}: expected one spark snippet using spark_source, with one .load(); found {len(blocks)}")
+        sys.exit(f"{readme}: expected one spark snippet using register_source, with one .load(); found {len(blocks)}")
     source = blocks[0].replace(
         ".load()", f'.option("maxBatchSize", "{max_batch_size}").option("includeMsgId", "true").load()')
     sinks = re.findall(r"`(sentences\.writeStream[^`]*\.start\(\))`", text)
@@ -63,7 +63,7 @@ def main() -> None:
 
     def start():
         namespace = {"__name__": "__main__", "spark": spark}
-        exec(compile(source, f"{readme} (spark_source snippet)", "exec"), namespace)
+        exec(compile(source, f"{readme} (register_source snippet)", "exec"), namespace)
         return eval(compile(sink, f"{readme} (sink)", "eval"), namespace)
 
     def report(n, query):

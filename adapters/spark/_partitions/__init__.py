@@ -1,0 +1,1 @@
+"""Bolts inside DataFrame (``mapInArrow``) and RDD (``mapPartitions``) jobs."""

@@ -1,0 +1,1 @@
+"""A multilang spout as a Structured Streaming source whose commits ack the spout."""

@@ -1,0 +1,348 @@
+"""The spout process host of the multilang streaming source.
+
+The spout runs on the runtime's own process host: one
+:class:`~multilang.shellbolt._host.process.ShellProcess` at a time, restarted by the
+same :class:`~multilang.shellbolt._host.supervisor.RestartPolicy`, configured by the
+same :class:`~multilang.shellbolt._model.conf.ProcessConf` (spec/PROTOCOL.md §2.4,
+§5.2, §8.2). :class:`SpoutHost` is the trio side; :class:`_SupervisedSpout` is
+the blocking face Spark's reader calls, through the one sync/trio seam
+(:class:`~multilang.adapters._sync.TrioHost`: one trio loop in a daemon
+thread, which also keeps each process's stderr drained between calls, §8.3).
+Every open source is reaped at interpreter exit (``_close_all`` and the
+TrioHost's shutdown hooks).
+
+Used by :mod:`multilang.adapters.spark._source.source` (docs/SPARK.md, "How it runs").
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import weakref
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from multilang.codec import dumps
+from multilang.connection import Role, State
+from multilang.errors import ComponentCrashed, ComponentError, ProtocolError
+from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, Sync, TopologyContext
+from multilang.shellbolt import (
+    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, component_error, spawn_child,
+)
+
+from ..._sync import TrioHost
+from .options import CONSUMER_COMPONENT, _Options
+
+__all__ = ["SpoutHost", "spout_conf"]
+
+log = logging.getLogger("multilang.spark.source")
+
+#: The component name the spout's context gives its consumer, the Spark query.
+
+
+#: The keys whose defaults the spout sees in its handshake conf (values from the schema).
+_HANDSHAKE_DEFAULTS = (
+    "topology.message.timeout.secs", "topology.max.spout.pending", "topology.subprocess.timeout.secs",
+    "supervisor.worker.timeout.secs", "multilang.max.frame.bytes", "multilang.handshake.timeout.secs",
+    "multilang.restart.budget", "multilang.restart.window.secs", "multilang.kill.grace.secs",
+)
+
+#: The source states open in this process (``_SourceState`` adds itself), closed at exit.
+_live_states: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # Spark does not always call stop(); reap our children anyway
+    for st in list(_live_states):
+        try:
+            st.close()
+        except Exception:  # pragma: no cover
+            pass
+
+
+class _Crash(Exception):
+    """The spout process is gone or unusable; ``err`` says why, ``events`` are
+    the good frames read before it happened."""
+
+    def __init__(self, err: ComponentError, events: list[Message]) -> None:
+        super().__init__(str(err))
+        self.err = err
+        self.events = events
+
+
+def spout_conf(opts: _Options) -> dict[str, Any]:
+    """The conf the spout gets in its handshake (and the host reads). This
+    host speaks the standard protocol: its handshake offers no extension
+    (§9.1), whatever ``multilang.extensions`` the conf carries."""
+    user = opts.conf
+    conf = {**{k: SCHEMA[k].default for k in _HANDSHAKE_DEFAULTS}, "topology.name": f"spark-{opts.component}",
+            **user}
+    if opts.max_pending is not None:
+        conf["topology.max.spout.pending"] = opts.max_pending
+    return {k: v for k, v in conf.items() if _jsonable(v)}
+
+
+class SpoutHost:
+    """The spout's process, restarted on crash within the restart budget (§8.2).
+
+    Lives in a trio loop. ``on_events`` receives every frame other than
+    ``sync``, in order, also the good frames a process wrote before it died.
+    Each process's stderr is drained in ``nursery`` for as long as it lives.
+    ``spawn`` starts the child (a test passes an in-memory one)."""
+
+    def __init__(
+        self, opts: _Options, fields: list[str], on_events: Callable[[list[Message]], None],
+        nursery: trio.Nursery, *, spawn: Spawn = spawn_child,
+    ) -> None:
+        self.opts = opts
+        self.fields = fields
+        self.on_events = on_events
+        self.nursery = nursery
+        self.spawn = spawn
+        argv = list(opts.argv)
+        if argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # a spout importing multilang runs with this installation
+        self.argv = argv
+        self.env = {**os.environ, **opts.env}
+        self.conf = spout_conf(opts)
+        self.pconf = ProcessConf.from_conf(self.conf)
+        self.policy = RestartPolicy.from_conf(self.pconf)
+        self.proc: ShellProcess | None = None
+        self.restarts = 0
+        self._started_at = 0.0
+        self._worked = False
+        self._backlog: list[Message] = []  # frames read after a sync: emits while idle (§4.4)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _context(self) -> dict[str, Any]:
+        """§2.2: this process is task ``taskIndex`` of the component's
+        ``parallelism`` tasks; the Spark query is the consumer ``spark``."""
+        opts = self.opts
+        tasks = {t: opts.component for t in opts.task_ids}
+        tasks[opts.consumer_task] = CONSUMER_COMPONENT
+        return TopologyContext(
+            task_id=opts.task_id,
+            component_id=opts.component,
+            task_to_component=tasks,
+            streams=[opts.stream],
+            stream_to_output_fields={opts.stream: list(self.fields)},
+            stream_to_target_to_grouping={opts.stream: {CONSUMER_COMPONENT: {"type": "SHUFFLE"}}},
+        ).to_json()
+
+    async def ensure_started(self) -> None:
+        while self.proc is None:
+            proc = ShellProcess(
+                component=self.opts.component, task=self.opts.task_id, role=Role.SPOUT, argv=self.argv,
+                cwd=self.opts.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
+                conf=self.pconf, spawn=self.spawn,
+            )
+            self._started_at = trio.current_time()
+            self._worked = False  # answered a next, ack or fail (RestartPolicy: a crash loop's processes do not)
+            try:
+                try:
+                    early = await proc.start(self.nursery, self.conf, self._context())
+                except BaseException as exc:  # a failed spawn, no pid reply (§2.4), EOF
+                    err = component_error(exc)
+                    if err is None:
+                        raise
+                    raise _Crash(err, []) from None
+                await self._answer(proc, early)
+                self.on_events(early)
+                self.proc = proc
+                self.on_events(await self._run(proc, Activate()))  # §4.1: always first
+            except _Crash as crash:
+                await self._lost(proc, crash)
+
+    async def command(self, cmd: Message) -> None:
+        """Run one command to its sync. A crash restarts the process; the
+        command is then *not* retried (the caller decides: an unacked id stays
+        queued by the caller and goes to the new process), except an ack or
+        a fail, whose fate must reach the replacement (§8.2)."""
+        await self.ensure_started()
+        proc = self.proc
+        assert proc is not None
+        try:
+            self.on_events(await self._run(proc, cmd))
+        except _Crash as crash:
+            await self._lost(proc, crash)
+            await self.ensure_started()
+            if type(cmd) in (Ack, Fail):
+                await self.command(cmd)
+
+    async def _run(self, proc: ShellProcess, cmd: Message) -> list[Message]:
+        """Send one command; return the frames before its sync (§4.2). The
+        subprocess timeout runs while it is outstanding (§5.2)."""
+        if proc.conn.state is not State.IDLE:
+            raise _Crash(proc.error(ComponentCrashed, "connection is not usable"), [])
+        try:
+            data = proc.conn.send(cmd)
+        except ProtocolError as exc:  # our bug, or a message id that is not JSON
+            raise _Crash(proc.error(ComponentCrashed, f"cannot send {cmd!r}: {exc}"), []) from None
+        out: list[Message] = []
+        since = trio.current_time()
+        try:
+            async with trio.open_nursery() as n:
+                n.start_soon(proc.watch, lambda: since)
+                await proc.write(data)
+                while True:
+                    if self._backlog:
+                        evs, self._backlog = self._backlog, []
+                    else:
+                        evs = await proc.read_events()
+                        await self._answer(proc, evs)
+                    done = next((i for i, ev in enumerate(evs) if type(ev) is Sync), None)
+                    if done is not None:
+                        self._worked = self._worked or type(cmd) is not Activate
+                        out += evs[:done]
+                        self._backlog = evs[done + 1 :]
+                        n.cancel_scope.cancel()
+                        break
+                    out += evs
+        except BaseException as exc:
+            err = component_error(exc)
+            if err is None:
+                raise
+            raise _Crash(err, out) from None
+        return out
+
+    async def _answer(self, proc: ShellProcess, events: list[Message]) -> None:
+        """Emits that want task ids are answered at once (§4.3)."""
+        replies = b"".join([proc.task_ids_reply([self.opts.consumer_task]) for ev in events
+                            if type(ev) is Emit and ev.wants_task_ids])
+        if replies:
+            await proc.write(replies)
+
+    async def _lost(self, proc: ShellProcess, crash: _Crash) -> None:
+        self.proc = None
+        self._backlog = []
+        try:
+            self.on_events(crash.events)  # good emits before the crash are kept
+        finally:
+            await self._reap(proc)
+        d = self.policy.crashed(started=self._started_at, now=trio.current_time(), worked=self._worked)
+        if isinstance(d, GiveUp):
+            log.error("multilang source: giving up after %s: %s", d.describe(self.opts.component), crash.err)
+            raise crash.err
+        self.restarts += 1
+        log.error("multilang source: spout crashed; restarting in %.1fs (restart %d of %d allowed per %gs): %s",
+                  d.delay, d.count, d.budget, d.window, crash.err)
+        await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
+
+    async def _reap(self, proc: ShellProcess) -> None:
+        try:
+            await proc.aclose()
+        finally:
+            shutil.rmtree(proc.pid_dir, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        """§5.4: deactivate (within the kill grace), then close stdin, SIGTERM,
+        SIGKILL; always reap. Idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.open and proc.conn.state is State.IDLE:
+                with trio.move_on_after(self.pconf.kill_grace):
+                    try:
+                        await self._run(proc, Deactivate())
+                    except _Crash:
+                        pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._reap(proc)
+
+
+class _SupervisedSpout:
+    """The blocking face of a :class:`SpoutHost`, run in this process's
+    :class:`TrioHost` loop (one round trip per command).
+
+    ``before_close`` (async, run in the loop) runs before the process is
+    closed, on :meth:`close` and at the loop's shutdown alike: the source
+    stops its background task there (docs/SPARK.md, "How it runs")."""
+
+    def __init__(self, opts: _Options, fields: list[str], on_events: Callable[[list[Message]], None],
+                 before_close: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._host = TrioHost.get()
+        self._before_close = before_close
+        self._spout: SpoutHost = self._host.run(self._open, opts, fields, on_events)
+
+    async def _open(self, opts: _Options, fields: list[str], on_events: Any) -> SpoutHost:
+        nursery = await self._host.nursery.start(_keeper)
+        spout = SpoutHost(opts, fields, on_events, nursery)
+        self._host.on_shutdown(self._aclose)  # reaped even if nobody calls close()
+        return spout
+
+    @property
+    def pid(self) -> int | None:
+        return self._spout.pid
+
+    @property
+    def restarts(self) -> int:
+        return self._spout.restarts
+
+    @property
+    def host(self) -> SpoutHost:
+        """The trio side, for code that runs in the loop."""
+        return self._spout
+
+    def run(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """``await afn(*args)`` in the loop; blocks until it returns."""
+        return self._host.run(afn, *args)
+
+    def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the loop's thread."""
+        return self._host.run_sync(fn, *args)
+
+    def start_soon(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Call from the loop: run ``afn`` in the background next to the
+        spout's stderr drain, cancelled when the spout closes."""
+        self._spout.nursery.start_soon(afn, *args)
+
+    def ensure_started(self) -> None:
+        self._host.run(self._spout.ensure_started)
+
+    def command(self, cmd: Message) -> None:
+        self._host.run(self._spout.command, cmd)
+
+    async def _aclose(self) -> None:
+        try:
+            if self._before_close is not None:
+                await self._before_close()
+        finally:
+            await self._spout.aclose()
+
+    def close(self) -> None:
+        if not self._host.alive:
+            return  # the loop already ran its shutdown hooks, ours included
+        try:
+            self._host.run(self._aclose)
+        finally:
+            self._host.run_sync(self._forget)
+
+    def _forget(self) -> None:  # in the loop: the hooks list and the nursery are the loop's
+        self._host.off_shutdown(self._aclose)
+        self._spout.nursery.cancel_scope.cancel()
+
+
+async def _keeper(*, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
+    """A nursery in the TrioHost's loop where a spout's stderr drains live
+    between the blocking calls (§8.3); cancelled when the spout closes."""
+    async with trio.open_nursery() as n:
+        task_status.started(n)
+        await trio.sleep_forever()
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        dumps(v)
+        return True
+    except Exception:
+        return False

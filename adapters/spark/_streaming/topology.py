@@ -1,0 +1,563 @@
+"""The topology engine: ``multilang run --engine spark`` as one Structured
+Streaming query (no RDD API, so it also runs under Spark Connect).
+
+* Each spout task is a ``format("multilang")`` source (a spout with
+  parallelism N is N sources, N processes, each told its task index), its
+  replay log under the run's checkpoint directory; the sources are unioned.
+* Each micro-batch goes through ``foreachBatch``: a routing stage, then one
+  ``mapInArrow`` stage per bolt in topological order (``_spark_stages``),
+  fields / global / all groupings as a repartitioning on the task index
+  computed with the embedded engine's key -> task mapping; then the rows of
+  the output view, the stages' counters and the dead letters are written to
+  ``<checkpoint>/batches/<batch id>`` (overwritten when Spark re-runs the
+  batch: idempotent).
+* Stateful bolts (§9.7) keep their state in a store versioned by batch id
+  (``_spark_state``), so a re-run batch starts from the state before it.
+* The driver follows the query's progress: one line per micro-batch, the
+  stop at ``--duration`` / ``--max-tuples``, and at the end the output view
+  over every batch Spark committed (an earlier, crashed run's included).
+
+The model and its guarantees are written down in docs/SPARK.md, "Topologies
+on Spark".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+
+from multilang.errors import TopologyError
+from multilang.messages import DEFAULT_STREAM
+from multilang.shellbolt import (
+    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, sort_key,
+)
+
+from .stages import DEAD, KEPT, OUT, ROW_SCHEMA, STATS, Plan, RouteFn, StageFn, stage_spec
+
+__all__ = ["SparkRunResult", "run_topology"]
+
+#: rows of a micro-batch a spout task reads at most (the source's maxBatchSize)
+_BATCH_KEY = "multilang.spark.max.tuples.per.trigger"  # shellbolt/_model/conf.py
+#: the longest a micro-batch's planning waits for a spout task to fill it (the source's maxBatchDurationMs)
+_DELAY_KEY = "multilang.spark.max.trigger.delay.ms"  # shellbolt/_model/conf.py
+
+
+@dataclass
+class SparkRunResult:
+    """What :func:`run_topology` did: the output records (as the embedded
+    engine prints them), counters per component summed over the batches, the
+    spout tuples read, the micro-batches run and the inputs given up on."""
+
+    outputs: list[dict[str, Any]]
+    counters: dict[str, dict[str, Any]]
+    spout_tuples: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by: str = "done"
+
+    @property
+    def ok(self) -> bool:
+        return not self.dead_letters
+
+
+def _bolt_order(topo: Topology) -> list[str]:
+    bolts = {n for n, c in topo.components.items() if c.kind == "bolt"}
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(n: str, path: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        if state.get(n) == 1:
+            raise TopologyError(f"the Spark engine needs an acyclic topology; cycle through {path + [n]}")
+        state[n] = 1
+        for i in topo.components[n].inputs:
+            if i.source in bolts:
+                visit(i.source, path + [n])
+        state[n] = 2
+        order.append(n)
+
+    for n in sorted(bolts):
+        visit(n, [])
+    return order
+
+
+def _check(topo: Topology) -> list[str]:
+    """Refuse what the Spark engine cannot run, naming the component; returns the bolt order."""
+    order = _bolt_order(topo)
+    for c in topo.components.values():
+        if c.kind == "spout":
+            if not isinstance(c.impl, ShellBolt):
+                raise TopologyError(f"spout {c.name!r}: the Spark engine runs shell spouts (a command), "
+                                    f"not {type(c.impl).__name__}")
+            if len(c.outputs) != 1:
+                raise TopologyError(f"spout {c.name!r}: the Spark engine reads one stream per spout; it declares "
+                                    f"{sorted(c.outputs)}")
+        else:
+            if not isinstance(c.impl, (ShellBolt, PythonBolt)):
+                raise TopologyError(f"bolt {c.name!r}: {type(c.impl).__name__} does not run on Spark")
+            for i in c.inputs:
+                if grouping_class(i.grouping).direct:
+                    raise TopologyError(f"bolt {c.name!r}: direct groupings are not supported by the Spark engine")
+    return order
+
+
+def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) -> Plan:
+    subs: dict[tuple[str, str], list[tuple[str, str, list[int], int]]] = {}
+    keyed: dict[str, int] = {}
+    for name in order:
+        c = topo.components[name]
+        for i in c.inputs:
+            fields = topo.components[i.source].outputs[i.stream]
+            idx = [fields.index(f) for f in i.fields] if grouping_class(i.grouping).takes_fields else []
+            subs.setdefault((i.source, i.stream), []).append((name, i.grouping, idx, c.parallelism))
+        if any(grouping_class(i.grouping).keyed for i in c.inputs):
+            keyed[name] = c.parallelism
+    out = topo.output
+    outputs: dict[tuple[str, str], list[int] | None] = {}
+    for c in topo.components.values():
+        for stream, fields in c.outputs.items():
+            if topo.subscribers(c.name, stream):
+                continue
+            if out.component is not None and (c.name != out.component or stream != (out.stream or DEFAULT_STREAM)):
+                continue
+            keyed_view = bool(out.key) and out.component is not None
+            outputs[(c.name, stream)] = [fields.index(k) for k in out.key or []] if keyed_view else None
+    plan = Plan(subs, outputs, keyed=keyed, state_dir=state_dir, max_retries=max_retries)
+    for name in order:
+        c = topo.components[name]
+        ins = [(i.source, i.stream, topo.components[i.source].outputs[i.stream]) for i in c.inputs]
+        plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
+                                      str(topo.resource_dir), _in_flight(name in keyed))
+    plan.parallelism = {name: topo.components[name].parallelism for name in order}
+    return plan
+
+
+def _in_flight(keyed: bool) -> int:
+    """Rows of a stage partition in flight at once. A stateful task's acks
+    wait for its checkpoint, and a full window forces one: 1,000 rows made
+    a checkpoint (and an fsync) per 1,000 words of a batch; the partition
+    holds its rows anyway (bounded by the per-trigger cap)."""
+    return 20_000 if keyed else 1000
+
+
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)\])?$")
+
+
+def with_task_retries(master: str, retries: int = 4) -> str:
+    """``local`` / ``local[N]`` / ``local[*]`` with Spark's task retries, as a
+    cluster has them (``spark.task.maxFailures`` = 4); other masters as given."""
+    m = _LOCAL.match(master.strip())
+    if m is None:
+        return master
+    return f"local[{m.group(1) or 1},{retries}]"
+
+
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _local_session(SparkSession: Any, master: str, name: str, remote: str | None = None) -> Any:
+    """A session for the CLI: this interpreter for the Python workers, no UI,
+    no progress bars, Spark's own logging at ERROR (stderr). ``remote``: a
+    Spark Connect URL (``sc://host:port``, or ``local[N]`` for a local server)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local") or (remote or "").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no slow hostname lookups
+    conf_dir = tempfile.mkdtemp(prefix="multilang-spark-")
+    log_conf = os.path.join(conf_dir, "log4j2.properties")
+    with open(log_conf, "w") as f:
+        f.write(_LOG4J)
+    if remote is not None:  # the server's own settings are not ours to change
+        return SparkSession.builder.appName(name).remote(
+            with_task_retries(remote) if remote.startswith("local") else remote).getOrCreate()
+    spark = (SparkSession.builder.appName(name).master(master)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.streaming.stopTimeout", "30s")
+             .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _shape(topo: Topology) -> dict[str, Any]:
+    return {"topology": topo.name, "components": {n: [c.kind, c.parallelism] for n, c in sorted(topo.components.items())}}
+
+
+def _claim(directory: str, topo: Topology) -> None:
+    """A checkpoint directory serves one topology of one shape: refuse another
+    (its offsets, replay logs and state would not fit)."""
+    path = os.path.join(directory, "topology.json")
+    shape = _shape(topo)
+    if os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                stored = orjson.loads(f.read())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise TopologyError(f"--checkpoint {directory}: {path} is unreadable ({exc}); use another directory") from None
+        if stored != shape:
+            if not isinstance(stored, dict):
+                stored = {"topology": "?", "components": stored}
+            raise TopologyError(
+                f"--checkpoint {directory} holds a run of another topology or shape ({stored.get('topology')!r}: "
+                f"{stored.get('components')}); this one is {shape['topology']!r}: {shape['components']}. Its offsets, "
+                "replay logs and state would not fit: use another directory")
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(shape))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise TopologyError(f"--checkpoint {directory}: {exc.strerror or exc}") from None
+
+
+def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int,
+            delay_ms: int) -> Any:
+    from pyspark.sql import functions as F
+
+    c = topo.components[name]
+    impl = c.impl
+    stream, fields = next(iter(c.outputs.items()))
+    # the spout's handshake conf: the keys set (the source itself offers the spout no extension)
+    conf = {k: v for k, v in {**topo.conf, **c.conf}.items() if v is not None}
+    reader = (spark.readStream.format("multilang")
+              .option("command", orjson.dumps(list(impl.command)).decode())
+              .option("fields", ",".join(fields if fields != ANY_FIELDS else []))
+              .option("cwd", os.path.abspath(impl.cwd or str(topo.resource_dir)))
+              .option("conf", orjson.dumps(conf, default=str).decode())
+              .option("component", name)
+              .option("stream", stream)
+              .option("taskIndex", str(task))
+              .option("parallelism", str(c.parallelism))
+              .option("valuesFormat", "json")
+              .option("maxBatchSize", str(batch))
+              .option("maxBatchDurationMs", str(delay_ms))
+              .option("replayLog", os.path.join(directory, "spouts", name, f"task-{task}")))
+    if impl.env:
+        reader = reader.option("env", orjson.dumps(impl.env).decode())
+    return reader.load().select(
+        F.lit(None).cast("string").alias("_for"), F.lit(task).cast("int").alias("_p"), F.lit(name).alias("_c"),
+        F.lit(stream).alias("_s"), F.col("_values").alias("_v"), F.lit(0).cast("long").alias("_o"),
+        F.lit(None).cast("string").alias("_key"))
+
+
+class _BatchWriter:
+    """``foreachBatch``: a micro-batch through every stage, its kept rows to
+    ``<checkpoint>/batches/<id>`` (overwritten on a re-run)."""
+
+    def __init__(self, plan: Plan, order: list[str], directory: str) -> None:
+        self.plan = plan
+        self.order = order
+        self.directory = directory
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        df = df.mapInArrow(RouteFn(self.plan, batch_id), ROW_SCHEMA)
+        for name in self.order:
+            keys = self.plan.spread.get(name)
+            if keys is not None:  # task t's rows in partition t: N tasks, N partitions
+                df = (df.withColumn("_h", F.element_at(F.array(*map(F.lit, keys)), F.pmod("_p", F.lit(len(keys))) + 1))
+                      .repartition(len(keys), "_h").drop("_h"))
+            df = df.mapInArrow(StageFn(self.plan, name, batch_id), ROW_SCHEMA)
+        (df.where(F.col("_for").isin(*KEPT)).repartition(1)  # a shuffle: coalesce(1) would run the last stage as one task
+         .write.mode("overwrite").parquet(batch_dir(self.directory, batch_id)))
+
+
+def _spread(spark: Any, n: int) -> list[int]:
+    """For N tasks, N ints whose Spark hash partitioning (``repartition(N,
+    col)``: pmod(murmur3(v), N)) is 0, 1, ..., N-1: repartitioning on task
+    t's int puts task t's rows alone in partition t. (Repartitioning on the
+    task index itself may put two tasks in one partition: for N = 2 both
+    land in partition 1, and one core does all the work.)"""
+    from pyspark.sql import functions as F
+
+    rows = spark.range(0, 64 * n).select(
+        F.col("id").cast("int").alias("v"), F.pmod(F.hash(F.col("id").cast("int")), F.lit(n)).alias("p")).collect()
+    first: dict[int, int] = {}
+    for v, p in rows:
+        first.setdefault(p, v)
+    if len(first) != n:  # cannot be for a hash function worth the name
+        raise RuntimeError(f"no int hashes to every one of {n} partitions among {64 * n}")
+    return [first[t] for t in range(n)]
+
+
+def batch_dir(directory: str, batch_id: int) -> str:
+    return os.path.join(directory, "batches", f"{batch_id:012d}")
+
+
+def _committed(directory: str) -> int:
+    """The last batch id in Spark's commit log of the query (-1: none)."""
+    commits = os.path.join(directory, "query", "commits")
+    try:
+        ids = [int(n) for n in os.listdir(commits) if n.isdigit()]
+    except FileNotFoundError:
+        return -1
+    return max(ids, default=-1)
+
+
+class _Progress:
+    """The driver's view of the run: each committed micro-batch's counters,
+    read back from its batch directory, one line each."""
+
+    def __init__(self, directory: str, echo: Callable[[str], None] | None) -> None:
+        self.directory = directory
+        self.echo = echo
+        self.seen = -1
+        self.latencies: deque[float] = deque(maxlen=20)  # ms, the last batches' (Spark's triggerExecution)
+        self.spouts: dict[str, int] = {}
+        self.counters: dict[str, dict[str, int]] = {}
+        self.batches = 0
+        self.dead = 0
+        self.t0 = time.monotonic()
+        self.run_tuples = 0
+
+    def poll(self, progress: list[dict[str, Any]]) -> None:
+        upto = _committed(self.directory)
+        by_id = {p.get("batchId"): p for p in progress}
+        for b in range(self.seen + 1, upto + 1):
+            self._batch(b, by_id.get(b))
+        self.seen = max(self.seen, upto)
+
+    def _batch(self, b: int, p: dict[str, Any] | None) -> None:
+        path = batch_dir(self.directory, b)
+        if not os.path.isdir(path):
+            return
+        t = _read(path, [STATS, DEAD]).to_pydict()
+        stats = [(c, v) for f, c, v in zip(t["_for"], t["_c"], t["_v"]) if f == STATS]
+        dead = len(t["_for"]) - len(stats)
+        spouts: dict[str, int] = {}
+        bolts: dict[str, dict[str, int]] = {}
+        for c, v in stats:
+            d = orjson.loads(v)
+            if "rows_in" in d:
+                acc = bolts.setdefault(c, {})
+                for k, x in d.items():
+                    acc[k] = acc.get(k, 0) + x
+            else:
+                spouts[c] = spouts.get(c, 0) + d.get("emitted", 0)
+        for c, n in spouts.items():
+            self.spouts[c] = self.spouts.get(c, 0) + n
+        for c, d in bolts.items():
+            acc = self.counters.setdefault(c, {})
+            for k, x in d.items():
+                acc[k] = acc.get(k, 0) + x
+        self.batches += 1
+        self.dead += dead
+        n_in = sum(spouts.values())
+        self.run_tuples += n_in
+        secs = (p or {}).get("durationMs", {}).get("triggerExecution", 0) / 1000
+        if secs > 0:
+            self.latencies.append(secs * 1000)
+        if self.echo is None:
+            return
+        took = f" in {secs:.1f}s ({n_in / secs:,.0f}/s)" if secs > 0 else ""  # Spark's progress of the batch, if kept
+        parts = [f"{c}: emitted {n:,}" for c, n in sorted(spouts.items())]
+        parts += [f"{c}: in {d.get('rows_in', 0):,}, emitted {d.get('emitted', 0):,}, acked {d.get('acked', 0):,}, "
+                  f"failed {d.get('failed', 0):,}"
+                  + (f", retried {d['retried']:,}" if d.get("retried") else "")
+                  + (f", restarts {d['restarts']}" if d.get("restarts") else "")
+                  + (f", Spark task retries {d['task_retries']}" if d.get("task_retries") else "")
+                  for c, d in sorted(bolts.items())]
+        self.echo(f"[progress] batch {b}: {n_in:,} spout tuples{took} | " + " | ".join(parts)
+                  + (f" | dead letters {dead}" if dead else "") + f" | elapsed {time.monotonic() - self.t0:.0f}s")
+
+
+    def snapshot(self, topology: Topology) -> dict[str, Any]:
+        """The run so far in the shape of :func:`multilang.shellbolt._observe.observe.snapshot`,
+        for the live view (docs/OBSERVE.md): committed micro-batches only. A
+        spout tuple's tree completes with its batch, so the complete latency
+        is the batches' duration; what is in flight in the running batch, the
+        bolts' execute latency, capacity and a stall are not known here."""
+        lats = sorted(self.latencies)
+        lat = {"p50": lats[len(lats) // 2], "p99": lats[-1], "count": len(lats)} if lats else \
+            {"p50": None, "p99": None, "count": 0}
+        comps: dict[str, Any] = {}
+        for name, c in topology.components.items():
+            row = comps[name] = blank_row(c.kind, c.tasks)
+            if c.kind == "spout":
+                n = self.spouts.get(name, 0)
+                row.update(emitted=n, acked=n, complete_latency_ms=lat)
+            else:
+                d = self.counters.get(name, {})
+                row.update(emitted=d.get("emitted", 0), executed=d.get("rows_in", 0), acked=d.get("acked", 0),
+                           failed=d.get("failed", 0), restarts=d.get("restarts", 0))
+        return {"topology": topology.name or "topology", "elapsed_s": time.monotonic() - self.t0,
+                "trees": {"in_flight": None, "completed": sum(self.spouts.values()), "failed": self.dead,
+                          "timed_out": 0, "complete_latency_ms": lat, "stalled_s": 0.0},
+                "components": comps, "tasks": {}, "stalled": False, "stall_secs": 0.0, "remaining": None,
+                "eta_s": None}
+
+
+def _read(path: str, kinds: list[str]) -> Any:
+    """The rows of some kinds from a batch directory (Arrow, in the driver:
+    the batch directories are small, and the driver sees the checkpoint)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=["_for", "_p", "_c", "_s", "_v", "_o", "_key"], filters=[("_for", "in", kinds)])
+
+
+def _view(topo: Topology, directory: str, upto: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The output view over every committed batch, and the dead letters."""
+    out = topo.output
+    fields_of = {(c.name, s): f for c in topo.components.values() for s, f in c.outputs.items()}
+
+    def record(c: str, s: str, v: str) -> dict[str, Any]:
+        values = orjson.loads(v)
+        fields = fields_of[(c, s)]
+        rec: dict[str, Any] = {} if out.component is not None else {"component": c, "stream": s}
+        if fields == ANY_FIELDS:
+            rec["values"] = values
+        else:
+            rec.update(zip(fields, values))
+        return rec
+
+    keyed_view = bool(out.key) and out.component is not None
+    keyed: dict[Any, tuple[int, dict[str, Any]]] = {}
+    records: list[dict[str, Any]] = []
+    dead: list[dict[str, Any]] = []
+    for b in range(upto + 1):
+        path = batch_dir(directory, b)
+        if not os.path.isdir(path):
+            continue
+        t = _read(path, [OUT, DEAD]).to_pydict()
+        rows = sorted(zip(t["_o"], t["_for"], t["_c"], t["_s"], t["_v"]), key=lambda r: r[0])
+        for o, f, c, s, v in rows:
+            if f == DEAD:
+                dead.append(orjson.loads(v))
+                continue
+            rec = record(c, s, v)
+            if keyed_view:
+                k = tuple(hashable(rec.get(k)) for k in out.key or [])
+                if k not in keyed or keyed[k][0] < o:
+                    keyed[k] = (o, rec)
+            else:
+                records.append(rec)
+    if keyed_view:
+        records = sorted((r for _, r in keyed.values()), key=lambda r: [sort_key(r[k]) for k in out.key or []])
+    return records, dead
+
+
+def run_topology(
+    topology: Topology, *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
+    checkpoint: str | None = None, duration: float | None = None, max_tuples: int | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
+    should_stop: Callable[[], bool] | None = None, on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+) -> SparkRunResult:
+    """Run a topology (e.g. from ``load_topology``) as a Structured Streaming query.
+
+    Bounded spouts run until drained (``trigger(availableNow=True)``); with
+    ``duration`` or ``max_tuples`` the query runs micro-batch after
+    micro-batch and stops after that many seconds, or after the batch that
+    brought the spouts' tuples to ``max_tuples``. ``checkpoint``: a directory
+    that makes the run resumable (the same call after a crash continues from
+    the last committed micro-batch; the output view covers every committed
+    batch); default a temporary one, removed at the end. ``master`` /
+    ``remote`` (Spark Connect) are used when ``spark`` is not given; local
+    masters get task retries. ``on_progress`` gets one line per micro-batch;
+    ``on_snapshot`` the run so far (:meth:`_Progress.snapshot`) twice a second.
+    """
+    from pyspark.sql import SparkSession
+
+    order = _check(topology)
+    temp = checkpoint is None
+    directory = os.path.abspath(checkpoint or tempfile.mkdtemp(prefix="multilang-spark-run-"))
+    _claim(directory, topology)
+    plan = _plan(topology, order, os.path.join(directory, "state"), max_retries)
+    batch = int(topology.conf.get(_BATCH_KEY) or 5000)
+    delay_ms = int(topology.conf.get(_DELAY_KEY) or 2000)
+    own = spark is None
+    if own:
+        spark = _local_session(SparkSession, with_task_retries(master), f"multilang:{topology.name}", remote)
+    try:
+        from .._source.source import register
+
+        register(spark)
+        plan.spread = {name: _spread(spark, n) for name, n in plan.parallelism.items()
+                       if name in plan.keyed or n > 1}
+        sources = [_source(spark, topology, n, t, directory, batch, delay_ms)
+                   for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
+        df = sources[0]
+        for s in sources[1:]:
+            df = df.unionByName(s)
+        writer = (df.writeStream.foreachBatch(_BatchWriter(plan, order, directory))
+                  .option("checkpointLocation", os.path.join(directory, "query"))
+                  .queryName(f"multilang_{re.sub(r'[^A-Za-z0-9_]', '_', topology.name or 'topology')}"))
+        bounded = duration is None and max_tuples is None
+        writer = writer.trigger(availableNow=True) if bounded else writer.trigger(processingTime="0 seconds")
+        progress = _Progress(directory, on_progress)
+        progress.poll([])  # batches an earlier run committed
+        progress.run_tuples = 0
+        start = time.monotonic()
+        q = writer.start()
+        stopped_by = "done"
+        try:
+            while True:
+                ended = q.awaitTermination(0.5)
+                progress.poll(q.recentProgress)
+                if on_snapshot is not None:
+                    on_snapshot(progress.snapshot(topology))
+                if ended:
+                    break
+                if duration is not None and time.monotonic() - start >= duration:
+                    stopped_by = "duration"
+                    break
+                if max_tuples is not None and progress.run_tuples >= max_tuples:
+                    stopped_by = "max_tuples"
+                    break
+                if should_stop is not None and should_stop():
+                    stopped_by = "signal"
+                    break
+        finally:
+            if q.isActive:
+                _stop_between_batches(q, directory)
+        exc = q.exception()
+        if exc is not None:
+            raise exc
+        progress.poll(q.recentProgress)
+        if on_snapshot is not None:
+            on_snapshot(progress.snapshot(topology))
+        records, dead = _view(topology, directory, _committed(directory))
+        if on_record is not None:
+            for rec in records:
+                on_record(rec)
+        counters = {n: progress.counters.get(n, {}) for n in order}
+        return SparkRunResult(records, counters, dict(progress.spouts), progress.batches, dead, stopped_by)
+    finally:
+        if own:
+            spark.stop()
+        if temp:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _stop_between_batches(q: Any, directory: str, patience: float = 60.0) -> None:
+    """Stop the query once the micro-batch running now has committed (at most
+    ``patience`` seconds), so its work counts; the batch Spark starts right
+    after is cut off before its commit: it is not in the output, and a run
+    resumed from the checkpoint runs it again."""
+    if q.status.get("isTriggerActive", False):
+        last = _committed(directory)
+        deadline = time.monotonic() + patience
+        while q.isActive and time.monotonic() < deadline and _committed(directory) == last:
+            q.awaitTermination(0.05)
+    q.stop()

@@ -1,0 +1,110 @@
+"""When to restart a crashed process, and when to give up (spec/PROTOCOL.md §8.2).
+
+    policy = RestartPolicy.from_conf(pconf, times=runtime.restart_times(name))
+    decision = policy.crashed(started=t0, now=t1, worked=did_work)
+    if isinstance(decision, GiveUp): ...          # the budget is spent
+    else: await trio.sleep(decision.delay)        # then start a new process
+
+Pure: no trio, no clock, no I/O; the caller passes the times in. The runtime's
+shell tasks and the Spark streaming source use the same policy, so they back
+off and give up alike, and the policy is tested without waiting.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .._model.conf import ProcessConf
+
+__all__ = ["RestartPolicy", "Restart", "GiveUp"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restart:
+    """Start a new process after ``delay`` seconds; ``count`` restarts (this one
+    included) are in the window now, of ``budget`` allowed."""
+
+    delay: float
+    count: int
+    budget: int
+    window: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GiveUp:
+    """The budget is spent: ``count`` restarts were already used in the
+    window, or (``in_a_row``) by this task's processes one after the other,
+    none of which did any work."""
+
+    count: int
+    budget: int
+    window: float
+    in_a_row: bool = False
+
+    def describe(self, component: str) -> str:
+        """The log's words for it: 'giving up after ' + this."""
+        if self.in_a_row:
+            return (f"{self.count} restarts in a row of processes that did no work (settled no tuple, answered "
+                    f"no next, ack or fail) for component {component!r}")
+        return f"{self.count} restarts of component {component!r} in {self.window:g}s"
+
+
+class RestartPolicy:
+    """Restart budget per window, and exponential backoff per task (§8.2).
+
+    ``times`` holds the recent crash times the budget counts; pass one deque
+    to the policies of all tasks of a component, as the budget is per
+    component (§8.2, "all its tasks together"). The backoff is this policy's
+    own: ``first_backoff`` doubling up to ``max_backoff``, back to
+    ``first_backoff`` after a process that did work and lived
+    ``reset_after`` seconds (a crash after a long healthy life is not a
+    crash loop).
+
+    A process that did no work (the caller says: a bolt's settled no tuple,
+    a spout's answered no ``next``, ``ack`` or ``fail``) is a crash loop however slowly it dies:
+    one that hangs until the 30 s subprocess timeout, or never answers the
+    handshake, fits two crashes in the default 60 s window and would never
+    spend the budget. So the policy also counts this task's crashes in a row
+    of such processes, and gives up when they exceed the budget."""
+
+    def __init__(
+        self,
+        budget: int,
+        window: float,
+        *,
+        times: deque[float] | None = None,
+        first_backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        reset_after: float = 10.0,
+    ) -> None:
+        self.budget = budget
+        self.window = window
+        self.times: deque[float] = deque() if times is None else times
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self.reset_after = reset_after
+        self._backoff = first_backoff
+        self._idle_streak = 0  # this task's crashes in a row of processes that did no work
+
+    @classmethod
+    def from_conf(cls, conf: ProcessConf, *, times: deque[float] | None = None) -> "RestartPolicy":
+        return cls(conf.restart_budget, conf.restart_window, times=times)
+
+    def crashed(self, *, started: float, now: float, worked: bool = True) -> Restart | GiveUp:
+        """A process started at ``started`` was lost at ``now``, having done
+        work or not (``worked``): restart or give up?"""
+        if worked and now - started > self.reset_after:
+            self._backoff = self.first_backoff
+        self._idle_streak = 0 if worked else self._idle_streak + 1
+        times = self.times
+        times.append(now)
+        while times and times[0] < now - self.window:
+            times.popleft()
+        if len(times) > self.budget:
+            return GiveUp(count=len(times) - 1, budget=self.budget, window=self.window)
+        if self._idle_streak > self.budget:
+            return GiveUp(count=self._idle_streak - 1, budget=self.budget, window=self.window, in_a_row=True)
+        delay = self._backoff
+        self._backoff = min(delay * 2, self.max_backoff)
+        return Restart(delay=delay, count=len(times), budget=self.budget, window=self.window)

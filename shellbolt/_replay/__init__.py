@@ -1,0 +1,1 @@
+"""``--record`` (a run's frames, per task) and ``multilang replay``."""

@@ -1,0 +1,734 @@
+"""The runtime: builds a topology's tasks, routes emits by grouping, runs the
+acker and the spouts' reliability, and decides when a run ends (§5.4).
+
+Every task is one trio task under the runtime's nursery (``tasks.py``,
+``shell_task.py``, ``bolts.py``, ``spouts.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+from collections import deque
+from typing import Any, Callable
+
+import trio
+
+from multilang.errors import ComponentError, ComponentReportedError, TopologyError
+from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
+
+from .._model.acker import Acker, TupleEdges, roots_of
+from .bolts import PythonBoltTask, ShellBoltTask
+from .checkpoint import Checkpointer
+from .._model.grouping import Grouping, Router, new_grouping
+from .._observe.observe import RunObs, snapshot
+from .._observe.ratelog import RateLimitedLog
+from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
+from .spouts import PythonSpoutTask, ShellSpoutTask
+from .tasks import TICK_EDGES, Delivery, SpoutTask, Task, log, plain_emit
+from .._model.topology import ANY_FIELDS, ComponentDef, Topology
+
+__all__ = ["Runtime"]
+
+_new_tuple = tuple.__new__
+#: seconds done() must stay true before a run that waits until done ends
+_CONFIRM_DONE = 0.05
+#: the longest wait between two looks at done() / drained
+_BACKSTOP = 1.0
+
+
+class Runtime:
+    """Runs a :class:`~multilang.shellbolt._model.topology.Topology` on trio.
+
+    ``on_output(record)`` receives each output tuple (a dict with
+    ``component``, ``stream`` and the fields) unless the topology's output has
+    a ``key``, in which case the last tuple per key is kept and returned in
+    :class:`RunResult` when the run ends.
+
+    ``on_tracked_output(component, stream, values, roots)``, if given, gets
+    every output tuple instead (no record building, no ``key``), with the
+    acker root ids it belongs to (empty if unanchored): the Spark adapter
+    holds a root's outputs until its tree completes.
+
+    ``checkpointing``: stateful bolts (§9.7) get their state from, and
+    checkpoint it to, the store ``topology.state.provider`` names; False: no
+    process is offered ``state`` (an engine that keeps state its own way)."""
+
+    def __init__(
+        self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None,
+        on_tracked_output: Callable[[str, str, list[Any], list[int]], None] | None = None,
+        checkpointing: bool = True,
+    ) -> None:
+        self.topology = topology
+        self.on_tracked_output = on_tracked_output
+        conf = topology.conf
+        self.acking = conf.get("topology.acker.executors") != 0
+        self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
+        self.max_spout_pending = conf.get("topology.max.spout.pending")
+        self.stats = {name: ComponentStats() for name in topology.components}
+        #: run-wide observations for observe.snapshot (the live view, metrics)
+        self.observer = RunObs()
+        self.on_output = on_output
+        out = topology.output
+        if (out.component is not None or out.stream is not None) and not out.key and on_output is None \
+                and on_tracked_output is None:
+            log.warning("the output (%s) has no key and this Runtime has no on_output: its tuples are not kept "
+                        "(RunResult.outputs holds the last tuple per key of an output with a key); pass "
+                        "on_output= to get each one", out.component or out.stream)
+        self.outputs_by_key: dict[Any, dict[str, Any]] = {}
+        self.router = Router()
+        self.tasks: dict[int, Task] = {}
+        self.gave_up: list[ComponentError] = []
+        #: the latest `error` commands (at most 100: a bolt may report one per tuple)
+        self.reported_errors: deque[ComponentReportedError] = deque(maxlen=100)
+        self.spouts_stopped = False
+        self.stopping = False
+        self.emitted_by_spouts = 0  # tuples emitted by spouts, any stream (what max_tuples counts)
+        self.max_tuples: int | None = None
+        self.pid_dir = ""
+        self._stop: trio.Event | None = None  # made by run(), inside trio
+        #: set by nudge() when something changed that may end a wait of run()
+        #: (a tree finished, a spout came to rest, a stop was asked for)
+        self._changed: trio.Event | None = None
+        self._stop_requested = False
+        self._stopped_by: str | None = None
+        #: set by abort(): every process is closed without its kill grace
+        self.hurry: trio.Event | None = None
+        #: errors that may repeat per tuple: logged once per kind per 10 s, with a count
+        self.errlog = RateLimitedLog(log)
+        self._last_emit_error: str | None = None
+        self._restart_times: dict[str, deque[float]] = {}
+        #: receives each DeadLetter (``multilang run --dead-letter FILE``)
+        self.on_dead_letter: Callable[[DeadLetter], None] | None = None
+        self.dead_letters = 0
+        #: ``multilang run --record DIR``: a record.Recorder; each shell task's processes are then spawned with
+        #: their stdin and stdout recorded (record.py). None: spawned as they are
+        self.recorder: Any = None
+        self._dead_letter_sample: list[DeadLetter] = []
+        self._build()
+        #: stateful bolts' checkpoints (§9.7); opens a named state store now
+        try:
+            self.checkpoints = Checkpointer(self) if checkpointing else None
+        except TopologyError as exc:  # named with the file it came from, as every topology error is
+            source = topology.source
+            raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None
+        #: a resumed run, or a spout process restarted: (spout, msg id) -> whether a checkpoint committed it
+        self._skip = self.checkpoints.skip if self.checkpoints is not None and self.checkpoints.resuming else None
+        cp = self.checkpoints
+        for t in self.tasks.values():
+            if isinstance(t, SpoutTask):
+                # Whose inputs may be skipped one day as "already committed" (a shell spout's process may die
+                # and start its input again; any spout's, on a resume): their values' hash goes with the id.
+                t.hash_inputs = cp is not None and (t.comp.is_shell or cp.named)
+        if self.checkpoints is not None and self._key_index is not None:
+            for record in self.checkpoints.resumed_outputs():  # a resumed run prints the whole run's view
+                self.outputs_by_key[self._view_key(record)] = record
+
+    def _build(self) -> None:
+        topo = self.topology
+        for comp in topo.components.values():
+            if comp.is_shell:
+                topo.resolve_command(comp)  # a missing program is a TopologyError now, not a crash loop
+        for comp in topo.components.values():
+            for t in comp.tasks:
+                if comp.kind == "spout":
+                    cls = ShellSpoutTask if comp.is_shell else PythonSpoutTask
+                else:
+                    cls = ShellBoltTask if comp.is_shell else PythonBoltTask
+                self.tasks[t] = cls(self, comp, t)
+        for comp in topo.components.values():
+            for inp in comp.inputs:
+                src_fields = topo.components[inp.source].outputs[inp.stream]
+                self.router.add(inp.source, inp.stream, new_grouping(
+                    inp.grouping, comp.name, list(comp.tasks), [src_fields.index(f) for f in inp.fields]))
+        out = topo.output
+        self._key_index: list[int] | None = None
+        if out.component and out.key:
+            fields = topo.components[out.component].outputs[out.stream or "default"]
+            self._key_index = [fields.index(k) for k in out.key]
+
+    # -- routing -----------------------------------------------------------------
+
+    def _stream_info(self, src: Task, stream: str) -> tuple[list[str] | None, list[Grouping], set[int]]:
+        """(declared fields, subscriptions, direct targets) of a task's
+        stream, computed once per task and stream: read for every emit."""
+        info = src.streams.get(stream)
+        if info is None:
+            subs = self.router.subscribers(src.name, stream)
+            info = (src.comp.outputs.get(stream), subs, self.router.direct_targets(src.name, stream))
+            src.streams[stream] = info
+        return info
+
+    def targets(self, src: Task, emit: Emit) -> list[int] | None:
+        """Destination tasks of an emit, or None if it is invalid (reported)."""
+        fields, subs, direct = self._stream_info(src, emit.stream)
+        if fields is None:
+            return self._emit_error(src, emit, f"emitted to undeclared stream {emit.stream!r}; "
+                                               f"declared: {sorted(src.comp.outputs)}")
+        if len(emit.values) != len(fields) and fields != ANY_FIELDS:
+            return self._emit_error(src, emit, f"emitted {len(emit.values)} values on stream {emit.stream!r}, "
+                                               f"which declares {len(fields)} fields {fields}")
+        if emit.task is not None:
+            if emit.task not in direct:
+                return self._emit_error(src, emit, f"direct emit to task {emit.task}, which does not subscribe to "
+                                                   f"{src.name}/{emit.stream} with a direct grouping")
+            return [emit.task]
+        if len(subs) == 1 and not subs[0].direct:
+            return subs[0].choose(emit.values)
+        out: list[int] = []
+        for g in subs:
+            if g.direct:
+                return self._emit_error(src, emit, f"normal emit on stream {emit.stream!r}, which {g.target!r} "
+                                                   "subscribes to with a direct grouping; use emit_direct")
+            out.extend(g.choose(emit.values))
+        return out
+
+    def route(
+        self, src: Task, emit: Emit, anchors: list[TupleEdges] | None, touched: set[Task],
+        targets: list[int] | None = None, invalid: bool = False,
+    ) -> list[int]:
+        """Deliver an emit: acker bookkeeping, then one Delivery per task.
+        Returns the task ids (the reply to an emit that wants them).
+        ``invalid``: :meth:`targets` already found and reported it bad."""
+        if targets is None and not invalid:
+            targets = self.targets(src, emit)
+        if targets is None:  # invalid emit: already reported; fail what it belonged to
+            cause = self._last_emit_error
+            if anchors:
+                for a in anchors:
+                    self.acker.fail(a, cause)
+            elif emit.id is not None and isinstance(src, SpoutTask):
+                src.refused(emit.id, emit.values, cause or "")
+            return []
+        self._deliver(src, emit.values, emit.stream, targets, anchors, emit.id, touched)
+        return targets
+
+    def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges] | None,
+                    touched: set[Task], msg_id: Any = None, now: float | None = None) -> None:
+        """:meth:`route` for an emit that is not direct and wants no task
+        ids (a bolt's from a batch, §9.5, or an in-process spout's), without
+        building an emit object: the stream's checks are worked out once per
+        task and stream. Anything unusual (an undeclared stream, a wrong
+        number of values, direct or several subscriptions) goes through
+        :meth:`route`. ``now``: a spout's clock reading for its burst."""
+        plan = src.plain.get(stream)
+        if plan is None:
+            plan = src.plain[stream] = self._plain_plan(src, stream)
+        n_fields, grouping = plan
+        if grouping is False or n_fields >= 0 and len(values) != n_fields:
+            self.route(src, plain_emit(values, stream, msg_id=msg_id), anchors, touched)
+            return
+        self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched,
+                      now)
+
+    def route_spout_burst(self, src: Task, values_list: list[list[Any]], msg_ids: list[Any], touched: set[Task],
+                          now: float) -> None:
+        """An in-process spout's burst of reliable emits on the default
+        stream, as :meth:`route_plain` would route each, in one call when
+        each goes to one task (shuffle, fields, global): the acker registers
+        the trees in one step and each inbox is filled in one step."""
+        plan = src.plain.get(DEFAULT_STREAM)
+        if plan is None:
+            plan = src.plain[DEFAULT_STREAM] = self._plain_plan(src, DEFAULT_STREAM)
+        n_fields, grouping = plan
+        if (not self.acking or grouping is None or grouping is False or not grouping.one_task
+                or n_fields >= 0 and any(len(v) != n_fields for v in values_list)
+                or self._skip is not None or src.hash_inputs):  # type: ignore[attr-defined]
+            for values, msg_id in zip(values_list, msg_ids):
+                self.route_plain(src, values, DEFAULT_STREAM, None, touched, msg_id, now)
+            return
+        n = len(msg_ids)
+        src.stats.emitted += n
+        self.emitted_by_spouts += n
+        src.pending_roots += n  # type: ignore[attr-defined]  (a spout: route_spout_burst)
+        tokens = self.acker.spout_emits(src.task_id, msg_ids, now)
+        targets = grouping.choose_each(values_list)
+        tasks, name, src_task = self.tasks, src.name, src.task_id
+        if len(grouping.tasks) == 1:  # one bolt task: its inbox takes the burst in one step
+            t = tasks[targets[0]]
+            t.inbox.extend([_new_tuple(Delivery, (values, name, DEFAULT_STREAM, src_task, e, False))
+                            for values, e in zip(values_list, tokens)])
+            touched.add(t)
+        else:
+            for values, e, target in zip(values_list, tokens, targets):
+                t = tasks[target]
+                t.inbox.append(_new_tuple(Delivery, (values, name, DEFAULT_STREAM, src_task, e, False)))
+                touched.add(t)
+        for t in touched:
+            t.kick()
+
+    def route_emits(self, src: Task, emits: list[list[Any]], touched: set[Task]) -> None:
+        """A bolt's batch of emits (§9.5, or a run from ``take_outputs``), each
+        ``[values, anchor ids or None, stream or None]``, anchored to tuples
+        in ``src.in_flight`` (the connection checked they are pending): each as
+        :meth:`route_plain` would. The common case of a topology output (a
+        stream nobody subscribes to, with tracked outputs, one anchor) is
+        handed over here, without the calls of the general route: a Spark
+        ``split`` partition makes two dozen per row."""
+        plain = src.plain
+        in_flight = src.in_flight
+        on_output = self.on_tracked_output
+        name = src.name
+        outputs = 0
+        for e in emits:
+            n = len(e)
+            values = e[0]
+            stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
+            ids = e[1] if n > 1 else None
+            plan = plain.get(stream)
+            if (on_output is not None and plan is not None and plan[1] is None and ids and len(ids) == 1
+                    and (plan[0] < 0 or len(values) == plan[0])):
+                tok = in_flight[ids[0]]
+                on_output(name, stream, values, [tok] if type(tok) is int else list(tok.ids))
+                outputs += 1
+            else:
+                self.route_plain(src, values, stream, [src.edges(a) for a in ids] if ids else [], touched)
+        src.stats.emitted += outputs
+
+    def _deliver(self, src: Task, values: list[Any], stream: str, targets: list[int],
+                 anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
+        """A valid emit to ``targets``: acker bookkeeping, then one Delivery
+        per task, or the topology's output if nobody subscribes."""
+        if self._skip is not None and anchors is None and msg_id is not None:
+            skip = self._skip(src, msg_id, values)
+            if skip is not False:  # §9.7: committed already (acked now), or its tree is in flight (it answers)
+                src.stats.skipped += 1
+                if skip:
+                    src.notify("ack", msg_id)  # type: ignore[attr-defined]
+                return
+        src.stats.emitted += 1
+        n = len(targets)
+        if anchors is None:  # a spout emit
+            self.emitted_by_spouts += 1
+            if msg_id is not None and self.acking:
+                now = trio.current_time() if now is None else now
+                if n == 1:  # a one-hop token (acker.py)
+                    root = self.acker.spout_root(src.task_id, msg_id, now)
+                    edges = [root]
+                else:
+                    root, edges = self.acker.spout_emit(src.task_id, msg_id, n, now)
+                src.pending_roots += 1  # type: ignore[attr-defined]
+                if src.hash_inputs:  # type: ignore[attr-defined]  (a spout: the hash goes with the id, §9.7)
+                    self.checkpoints.remember(root, values)  # type: ignore[union-attr]
+                if self._skip is not None:
+                    self.checkpoints.registered(src, msg_id, root)  # type: ignore[union-attr]
+            else:
+                if msg_id is not None:  # §4.7: acking off, acked after this command's sync
+                    src.notify("ack", msg_id)  # type: ignore[attr-defined]
+                edges = [TupleEdges() for _ in range(n)]
+        elif n:
+            edges = self.acker.anchor(anchors, n) if anchors else [TupleEdges() for _ in range(n)]
+        if not n:  # an output (a bolt's: no new edges, §7.1)
+            self._emit_output(src, stream, values, anchors)
+            return
+        tasks = self.tasks
+        name, src_task = src.name, src.task_id
+        for task_id, e in zip(targets, edges):
+            t = tasks[task_id]
+            t.deliver(_new_tuple(Delivery, (values, name, stream, src_task, e, False)))
+            touched.add(t)
+
+    def _plain_plan(self, src: Task, stream: str) -> tuple[int, Grouping | None | bool]:
+        """(number of fields or -1 for any, the one subscription or None for
+        none) of a stream for :meth:`route_plain`; (0, False): use route."""
+        fields, subs, _direct = self._stream_info(src, stream)
+        if fields is None or len(subs) > 1 or any(g.direct for g in subs):
+            return 0, False
+        return (-1 if fields == ANY_FIELDS else len(fields)), (subs[0] if subs else None)
+
+    def _emit_output(self, src: Task, stream: str, values: list[Any], anchors: list[TupleEdges] | None) -> None:
+        """An emit nobody subscribes to: a topology output."""
+        if self.on_tracked_output is not None:
+            if not anchors:
+                roots = []
+            elif len(anchors) == 1:
+                roots = list(roots_of(anchors[0]))
+            else:
+                roots = list({r for a in anchors for r in roots_of(a)})
+            self.on_tracked_output(src.name, stream, values, roots)
+        else:
+            self._output(src.name, stream, values, anchors)
+
+    def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
+        src.stats.errors += 1
+        pid = getattr(getattr(src, "proc", None), "pid", None)
+        who = src.where() if pid is None else f"{src.where()} (pid {pid})"
+        self._last_emit_error = f"{who}: {msg}"
+        src.stats.error(msg, trio.current_time())
+        self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
+                        "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))
+        return None
+
+    def _output(self, component: str, stream: str, values: list[Any],
+                anchors: list[TupleEdges] | None = None) -> None:
+        out = self.topology.output
+        if out.component is not None and (component != out.component or stream != (out.stream or "default")):
+            return
+        fields = self.topology.components[component].outputs[stream]  # cached per component
+        # Records carry their origin unless the output names it already.
+        record: dict[str, Any] = {} if out.component is not None else {"component": component, "stream": stream}
+        if fields == ANY_FIELDS:
+            record["values"] = values
+        else:
+            record.update(zip(fields, values))
+        if self._key_index is not None:
+            key = tuple(hashable(values[i]) for i in self._key_index)
+            cp = self.checkpoints
+            if cp is not None and cp.tasks:  # durable with the state: kept until its checkpoint commits
+                cp.output(key, record, frozenset(r for a in anchors or () for r in roots_of(a)))
+            else:
+                self.outputs_by_key[key] = record
+        elif self.on_output is not None:
+            self.on_output(record)
+
+    def _view_key(self, record: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(hashable(record.get(k)) for k in self.topology.output.key or [])
+
+    def commit_view(self, updates: dict[Any, dict[str, Any]]) -> None:
+        """The output view's changes that a checkpoint just committed (§9.7)."""
+        self.outputs_by_key.update(updates)
+
+    # -- acker results -------------------------------------------------------------
+
+    def nudge(self) -> None:
+        """Something changed that may end a wait of :meth:`run` (done,
+        drained, a checkpoint's cut): wakes every :meth:`wait_for_change`."""
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
+
+    async def wait_for_change(self) -> None:
+        """Wait for the next :meth:`nudge`, or a second at most: a backstop,
+        so that a state change no nudge announces (none is known) costs a
+        second, not a run that never ends."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = trio.Event()
+        with trio.move_on_after(_BACKSTOP):
+            await changed.wait()
+
+    def settle(self) -> None:
+        """Tell spouts about trees that completed or failed."""
+        if self.acker.watch_failed is not None:  # a tree that touched a stateful bolt failed: §9.7 rollback
+            self.checkpoints.rollback(self.acker.watch_failed)  # type: ignore[union-attr]
+        acked, failed, causes = self.acker.drain_with_causes()
+        if not acked and not failed:
+            return
+        self.nudge()
+        tasks = self.tasks
+        if acked:
+            now = trio.current_time()
+            self.observer.last_completion = now
+            done = self.acker.last_done  # its age stands for the trees completed with it (observe.py)
+            by_spout: dict[int, list[Any]] = {}
+            for task_id, msg_id in acked:
+                ids = by_spout.get(task_id)
+                if ids is None:
+                    ids = by_spout[task_id] = []
+                ids.append(msg_id)
+            for task_id, ids in by_spout.items():
+                t = tasks[task_id]
+                t.pending_roots -= len(ids)  # type: ignore[attr-defined]
+                t.stats.acked += len(ids)
+                if done is not None and done.spout_task == task_id:
+                    t.obs.completed(now, now - done.deadline + self.acker.timeout, len(ids))
+                t.acked(ids)  # type: ignore[attr-defined]
+        for (task_id, msg_id), cause in zip(failed, causes):
+            t = tasks[task_id]
+            t.pending_roots -= 1  # type: ignore[attr-defined]
+            t.stats.failed += 1
+            t.notify("fail", msg_id, cause)  # type: ignore[attr-defined]
+
+    def may_emit(self, spout: Task, replay: bool = False) -> bool:
+        """Whether a spout may emit now. A replay may go past ``max_tuples``
+        (the limit counts what the spouts emitted; a failed tree of those
+        must still be replayed), not past max spout pending."""
+        return self.emit_room(spout, replay) > 0
+
+    def emit_room(self, spout: Task, replay: bool = False) -> int:
+        """How many more inputs a spout may emit now (``may_emit``), counted
+        as ``max_tuples`` and max spout pending count them; a large number
+        for no limit."""
+        room = 1 << 30
+        if not replay and self.max_tuples is not None:
+            room = self.max_tuples - self.emitted_by_spouts
+        if self.checkpoints is not None and self.checkpoints.paused:  # a checkpoint waits for its cut (§9.7)
+            return 0
+        msp = self.max_spout_pending
+        if msp is not None:
+            room = min(room, msp - spout.pending_roots)  # type: ignore[attr-defined]
+        return max(room, 0)
+
+    def restart_times(self, component: str) -> deque[float]:
+        """The recent restart times of a component, shared by its tasks."""
+        return self._restart_times.setdefault(component, deque())
+
+    def skip_committed(self) -> None:
+        """From now on a spout emit whose message id a checkpoint committed is
+        acked at once, not delivered (a restarted spout process, §9.7)."""
+        if self.checkpoints is not None:
+            self._skip = self.checkpoints.skip
+
+    def dead_letter(self, spout: Task, msg_id: Any, values: list[Any], cause: str | None, attempts: int,
+                    line: int | None = None) -> None:
+        """A spout of the host gives up on an input after multilang.max.replays
+        (``line``: its line in the spout's input, multilang pipe's stdin)."""
+        letter = DeadLetter(spout.name, spout.task_id, msg_id, values, cause or "failed (cause unknown)", attempts)
+        letter.line = line
+        self.dead_letters += 1
+        spout.stats.dead_letters += 1
+        if len(self._dead_letter_sample) < 10:
+            self._dead_letter_sample.append(letter)
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(letter)  # (multilang pipe's sets the input's line number first)
+        # "stdin line 3", not the task "stdin:2" that reads like a line number (nor in "stdin: 5 more like this")
+        where = spout.where() if letter.line is None else f"{spout.name} line {letter.line}"
+        kind = spout.where() if letter.line is None else spout.name
+        if attempts:
+            self.errlog.log(kind, logging.ERROR, trio.current_time(),
+                            "%s: gave up on input %s after %d attempt(s); last cause: %s",
+                            where, brief(short_repr(values)), attempts, letter.cause)
+        else:
+            self.errlog.log(kind, logging.ERROR, trio.current_time(), "%s: input %s not sent: %s",
+                            where, brief(short_repr(values)), letter.cause)
+
+    def abort(self) -> None:
+        """Stop at once: the caller cancels the run; this makes the processes
+        go without their grace periods (a second Ctrl-C)."""
+        self._stopped_by = self._stopped_by or "signal"
+        if self.hurry is not None:
+            self.hurry.set()
+
+    def give_up(self, err: ComponentError) -> None:
+        self.gave_up.append(err)
+        self.request_stop("gave_up")
+
+    def request_stop(self, reason: str = "request") -> None:
+        """Stop the run: spouts are deactivated and in-flight trees get up to
+        ``multilang.shutdown.grace.secs`` to finish (§5.4); then it returns
+        its result. A signal handler calls this with ``reason="signal"``."""
+        self._stop_requested = True
+        if self._stopped_by is None:
+            self._stopped_by = reason
+        if self._stop is not None:
+            self._stop.set()
+        self.nudge()
+
+    # -- running -------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """Every spout is idle (exhausted, or stopped by ``max_tuples``) and
+        nothing is queued or in flight anywhere."""
+        limit_reached = self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples
+        for t in self.tasks.values():
+            if isinstance(t, SpoutTask):
+                if not t.finished(limit_reached):
+                    return False
+            elif t.busy:
+                return False
+        return self.acker.pending == 0
+
+    async def run(
+        self, *, duration: float | None = None, max_tuples: int | None = None, until_done: bool = False,
+        progress: Callable[["Runtime"], None] | None = None, progress_interval: float = 2.0,
+        metrics: Any = None,
+    ) -> RunResult:
+        """Run until ``duration`` passes, ``max_tuples`` spout tuples are
+        emitted and their trees finish, every spout is exhausted
+        (``until_done``), a component gives up, :meth:`request_stop` is
+        called, or the caller cancels. Every way but cancellation drains the
+        trees in flight for up to the shutdown grace (§5.4) and returns the
+        result; what is still in flight then is abandoned at stop.
+        ``metrics``: a :class:`~multilang.shellbolt._observe.metrics.MetricsReporter`
+        served while the run runs, closed (a last line) when it ends."""
+        self._stop = trio.Event()
+        self.hurry = trio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        self.max_tuples = max_tuples
+        self.pid_dir = tempfile.mkdtemp(prefix="multilang-pids-")  # mode 0700 (§2.1)
+        self.observer.begin(trio.current_time(), self.tasks.values())
+        try:
+            async with trio.open_nursery() as nursery:
+                for t in self.tasks.values():
+                    nursery.start_soon(t.run)
+                nursery.start_soon(self._expire_loop)
+                if self.checkpoints is not None:
+                    nursery.start_soon(self.checkpoints.run)
+                for comp in self.topology.components.values():
+                    freq = self.topology.conf_for(comp.name).get("topology.tick.tuple.freq.secs")
+                    if freq and comp.kind == "bolt":
+                        nursery.start_soon(self._ticks, comp, float(freq))
+                if progress is not None:
+                    nursery.start_soon(self._progress, progress, progress_interval)
+                if metrics is not None:
+                    nursery.start_soon(metrics.run, self)
+                with trio.move_on_after(math.inf if duration is None else duration) as timer:
+                    await self._wait_for_stop(until_done or max_tuples is not None)
+                if self._stopped_by is None:
+                    self._stopped_by = ("duration" if timer.cancelled_caught else
+                                        "max_tuples" if max_tuples is not None else "done")
+                await self._drain()
+                self.stopping = True
+                nursery.cancel_scope.cancel()
+        finally:
+            self.stopping = True
+            self.observer.finish(trio.current_time())
+            if progress is not None and hasattr(progress, "finish"):
+                progress.finish(self)  # the last frame: the final counters, before the caller's summary
+            self.errlog.flush(trio.current_time())
+            if metrics is not None:
+                metrics.close(self)  # the last line: the run's final counts
+            shutil.rmtree(self.pid_dir, ignore_errors=True)
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+        return self.result()
+
+    async def _wait_for_stop(self, until_done: bool) -> None:
+        assert self._stop is not None
+        if not until_done:
+            await self._stop.wait()
+            return
+        # Past --max-tuples the trees get their replays, not for ever: a bolt that never
+        # acks, or a shell spout replaying a tuple that fails every time, would never end.
+        max_replays = int(self.topology.conf.get("multilang.max.replays", 3))
+        window = self.acker.timeout * (1 + max_replays)
+        give_up_at = math.inf
+        # Nor without a limit: a window in which trees failed and none completed,
+        # while a shell spout replays ids failed past multilang.max.replays, is a
+        # run that only replays its poison (the spout decides, as in Storm: it is
+        # not acked, and would replay them for ever).
+        stats = self.acker.stats
+        completed, failed, quiet_since = stats["completed"], stats["failed"], trio.current_time()
+        while not self._stop.is_set():
+            if self.done():
+                # Confirm over a short quiet period: a shell spout between two
+                # empty nexts looks finished (it backs off up to 50 ms between
+                # them, Storm's spout wait strategy) and may still emit.
+                with trio.move_on_after(_CONFIRM_DONE):
+                    await self._stop.wait()
+                if self._stop.is_set() or self.done():
+                    return
+                continue
+            if give_up_at == math.inf and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
+                give_up_at = trio.current_time() + window
+                failed_before = self.acker.stats["failed"]
+            now = trio.current_time()
+            if now >= give_up_at:
+                log.warning("--max-tuples %d was reached %.0fs ago (topology.message.timeout.secs x (1 + "
+                            "multilang.max.replays)) and the trees are not done: %d failed since (and were replayed), "
+                            "%d in flight; stopping as at the end of --duration: what is still in flight is abandoned",
+                            self.max_tuples, window, self.acker.stats["failed"] - failed_before, self.acker.pending)
+                return
+            if stats["completed"] != completed:
+                completed, failed, quiet_since = stats["completed"], stats["failed"], now
+            elif self.max_tuples is None and now >= quiet_since + window:  # (with it: give_up_at above)
+                forever = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.replayed_past_max()]
+                if forever and stats["failed"] > failed:
+                    self._replaying_stop(forever, window, max_replays)
+                    return
+                failed, quiet_since = stats["failed"], now  # watch the next window
+            with trio.move_on_at(min(give_up_at, quiet_since + window)):
+                await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
+
+    def _replaying_stop(self, forever: list[tuple[str, Any, int, str | None]], window: float,
+                        max_replays: int) -> None:
+        name, msg_id, times, cause = max(forever, key=lambda r: r[2])
+        log.error("for %.0fs (topology.message.timeout.secs x (1 + multilang.max.replays)) trees failed and none "
+                  "completed, while %d message id(s) failed more than multilang.max.replays (%d) times are still "
+                  "replayed, e.g. message id %s of spout %r (failed %d times; last cause: %s). A shell spout decides "
+                  "about replays, as in Storm, and this one would replay them for ever: the run stops as at the end "
+                  "of --duration, and fails. Give up on such ids in the spout's fail(), or fix what fails them.%s",
+                  window, len(forever), max_replays, brief(repr(msg_id), 100), name, times, cause, self._cycle_note())
+        self._stopped_by = "replays"
+
+    def _cycle_note(self) -> str:
+        cycle = self.topology.cycle()
+        if cycle is None:
+            return ""
+        return (f" The topology has a cycle ({' -> '.join(cycle)}): a tuple that goes round it for ever keeps its "
+                "tree from completing; emit the last round unanchored, or stop re-emitting.")
+
+    async def _drain(self) -> None:
+        """Deactivate spouts, let in-flight trees finish and hand the spouts
+        the acks and fails owed to them, within the shutdown grace (§5.4).
+        A component that gave up cuts this short; nothing else does."""
+        self.spouts_stopped = True
+        for t in self.tasks.values():
+            t.kick()
+        grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
+        spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
+        with trio.move_on_after(grace):
+            # A spout answering a `next` may still emit: its trees get the grace too.
+            while (self.acker.pending or not all(t.deactivated() for t in spouts)) and not self.gave_up:
+                await self.wait_for_change()
+            if self.checkpoints is not None and not self.gave_up:
+                await self.checkpoints.final()
+        # The acks and fails owed to spouts, also after the grace ran out: a
+        # spout told "ack" commits its position; one left untold replays.
+        self.settle()
+        with trio.move_on_after(max(grace, 1.0)):
+            while any(t.notices for t in spouts) and not self.gave_up:
+                await self.wait_for_change()
+
+    async def _expire_loop(self) -> None:
+        spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
+        replay_within = 3 * self.acker.timeout  # a spout that has not re-emitted a failed id by then: warned once
+        while True:
+            await trio.sleep(1.0)
+            for t in spouts:
+                t.check_replays(trio.current_time(), replay_within)
+            if self.acker.expire(trio.current_time()):
+                self.settle()
+
+    async def _ticks(self, comp: ComponentDef, freq: float) -> None:
+        while True:
+            await trio.sleep(freq)
+            for task_id in comp.tasks:
+                self.tasks[task_id].deliver(Delivery([int(freq) if freq == int(freq) else freq], SYSTEM_COMPONENT,
+                                                     TICK_STREAM, SYSTEM_TASK, TICK_EDGES, tick=True))
+
+    async def _progress(self, report: Callable[["Runtime"], None], interval: float) -> None:
+        # A reporter may set its own pace (the live view on a terminal redraws every second).
+        interval = float(getattr(report, "interval", interval))
+        while True:
+            await trio.sleep(interval)
+            report(self)
+
+    def _not_replayed(self) -> list[tuple[str, int, list[Any]]]:
+        """A run to the end: the spouts had every chance to replay what failed."""
+        if self._stopped_by != "done":
+            return []
+        return [(t.where(), len(ids), ids[:5]) for t in self.tasks.values()
+                if isinstance(t, SpoutTask) and (ids := t.not_replayed())]
+
+    def result(self) -> RunResult:
+        view = self.outputs_by_key
+        if self.checkpoints is not None and self.checkpoints.view:  # not committed yet: shown, marked nowhere
+            view = {**view, **{k: r for k, (r, _) in self.checkpoints.view.items()}}
+        outputs = list(view.values())
+        if self._key_index is not None:
+            outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
+        repeated = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.repeated_failures()]
+        rows = snapshot(self)["components"]
+        extensions = {name: rows[name]["extensions"] for name, c in self.topology.components.items() if c.is_shell}
+        return RunResult(
+            stats=self.stats,
+            completed=self.acker.stats["completed"],
+            failed=self.acker.stats["failed"],
+            timed_out=self.acker.stats["timed_out"],
+            pending=self.acker.pending,
+            gave_up=list(self.gave_up),
+            outputs=outputs,
+            dead_letters=self.dead_letters,
+            dead_letter_sample=list(self._dead_letter_sample),
+            repeated_failures=repeated,
+            stopped_by=self._stopped_by or "request",
+            extensions=extensions,
+            spouts=[n for n, c in self.topology.components.items() if c.kind == "spout"],
+            not_replayed=self._not_replayed(),
+            **(self.checkpoints.summary() if self.checkpoints is not None else {}),
+        )

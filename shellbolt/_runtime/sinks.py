@@ -1,0 +1,245 @@
+"""Where a shell bolt's results go: the one emit route, with pluggable sinks.
+
+A :class:`~multilang.shellbolt._runtime.bolts.ShellBoltTask` runs the process (the
+writer, the reader, heartbeats, max pending, supervision) and keeps the
+tuples it wrote in ``in_flight``: tuple id -> the *token* its sender gave it.
+What a token means, and what becomes of the bolt's emits, acks and fails, is
+the sink's business:
+
+* :class:`AckerSink`, the general lane: tokens are acker edges
+  (:class:`~multilang.shellbolt._model.acker.TupleEdges`, or a one-hop token:
+  an ``int``, acker.py); emits go to the router
+  (groupings, other tasks' inboxes, topology outputs) with new edges; acks
+  and fails go to the XOR acker (§7); a crash is blamed as §8.4 says;
+  ``multilang.hold.emits.until.ack`` holds emits until their input is acked.
+* an engine's own sink, such as the Spark adapter's lease, where a token is a
+  row's attempt and a tuple's tree is the one tuple sent to the bolt.
+
+A sink is called from the task's reader with whole runs of events (a batch
+of emits, of acks), never once per frame where a run exists. The base class
+documents the contract and gives the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from multilang.messages import DEFAULT_STREAM, Emit
+
+from .._model.acker import TupleEdges, edges_of, roots_of
+from .._model.results import Cause, id_key
+from .tasks import TICK_EDGES, RuntimeSeam, Task, plain_emit
+
+
+__all__ = ["BoltSink", "AckerSink"]
+
+_MAX_SUSPECTS = 10_000
+
+
+class BoltSink:
+    """The contract between a shell bolt task and where its results go.
+
+    ``task.in_flight`` maps the tuple ids the process holds to their tokens.
+    :meth:`acked`, :meth:`failed` and :meth:`lost` take the tuples they
+    settle out of it (the connection checked that the ids are in it)."""
+
+    def live(self, token: Any) -> bool:
+        """Whether a queued tuple is still wanted: False once its tree has
+        failed, timed out or completed (writing it would process an input
+        whose replay is on its way: a duplicate; §5.3)."""
+        return True
+
+    def waited_for(self, token: Any) -> bool | None:
+        """Whether something waits for the tuple's ack: True (a live tree),
+        False (a tick, a finished tree), None (no tree: acking off or an
+        unanchored emit upstream; the task waits while the bolt still settles)."""
+        return self.live(token)
+
+    def alone(self, token: Any) -> bool:
+        """Whether the tuple must be written when the process holds nothing
+        else (a suspect after a crash, §8.4). If so, the task writes it alone
+        and calls :meth:`cleared` once it is on its way."""
+        return False
+
+    def cleared(self, token: Any) -> None:
+        """The tuple of :meth:`alone` is written alone."""
+
+    def isolating(self) -> bool:
+        """Whether :meth:`alone` may be true of any tuple now (the writer
+        asks once per batch, and :meth:`alone` per tuple only if so)."""
+        return False
+
+    def emits(self, task: Task, emits: list[list[Any]], touched: set[Task]) -> None:
+        """A run of plain emits (a §9.5 batch, or a run of standard emits
+        read in one pass), each ``[values, anchor ids or None, stream or
+        None]``: not direct, wanting no task ids, anchored to tuples in
+        ``task.in_flight`` (the connection checked that they are pending)."""
+        raise NotImplementedError
+
+    def emit(self, task: Task, ev: Emit, touched: set[Task]) -> list[int]:
+        """Any other emit (direct, or wanting task ids, §3.4-§3.5). Returns
+        the task ids it went to (the reply to one that wants them)."""
+        raise NotImplementedError
+
+    def acked(self, task: Task, tids: list[str], touched: set[Task]) -> None:
+        """The process acked these tuples, in this order."""
+        raise NotImplementedError
+
+    def failed(self, task: Task, tid: str, cause: str) -> None:
+        """The process failed a tuple."""
+        raise NotImplementedError
+
+    def unsent(self, task: Task, token: Any, cause: str) -> None:
+        """A tuple could not be written (too large for the reader, §1.3)."""
+        raise NotImplementedError
+
+    def lost(self, task: Task, cause: str) -> None:
+        """The process died or hung with ``task.in_flight`` in it (§8.2):
+        fail those tuples (and clear ``in_flight``) so they are replayed."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class _Held:
+    emit: Emit
+    targets: list[int] | None
+    anchors: set[str]
+    done: bool = False
+
+
+class AckerSink(BoltSink):
+    """The general lane of a topology: the router and the XOR acker."""
+
+    def __init__(self, runtime: RuntimeSeam, hold: bool = False) -> None:
+        self.runtime = runtime
+        self.acker = runtime.acker
+        self.live = runtime.acker.is_live  # the writer asks per tuple: no call layer of ours
+        #: multilang.hold.emits.until.ack: input id -> emits waiting for it to be acked
+        self.hold = hold
+        self._held: dict[str, list[_Held]] = {}
+        #: (spout task, msg id) of the inputs in flight when a process died
+        #: with several tuples: each is retried alone (§8.4)
+        self._suspects: set[Any] = set()
+
+    # -- queued tuples -----------------------------------------------------------------
+
+    def waited_for(self, token: Any) -> bool | None:
+        if token is TICK_EDGES:
+            return False
+        if type(token) is not int and not token.ids:
+            return None
+        return self.acker.is_live(token)
+
+    def isolating(self) -> bool:
+        return bool(self._suspects)
+
+    def alone(self, token: Any) -> bool:
+        roots, suspects = self.acker.roots, self._suspects
+        for r in roots_of(token):
+            root = roots.get(r)
+            if root is not None and (root.spout_task, id_key(root.msg_id)) in suspects:
+                return True
+        return False
+
+    def cleared(self, token: Any) -> None:
+        roots = self.acker.roots
+        for r in roots_of(token):
+            root = roots.get(r)
+            if root is not None:
+                self._suspects.discard((root.spout_task, id_key(root.msg_id)))
+
+    # -- results ------------------------------------------------------------------------
+
+    def emits(self, task: Task, emits: list[list[Any]], touched: set[Task]) -> None:
+        if self.hold:
+            for e in emits:
+                n = len(e)
+                stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
+                self.emit(task, plain_emit(e[0], stream, tuple(e[1]) if n > 1 and e[1] else ()), touched)
+        else:
+            self.runtime.route_emits(task, emits, touched)
+
+    def emit(self, task: Task, ev: Emit, touched: set[Task]) -> list[int]:
+        rt = self.runtime
+        anchors = [task.edges(a) for a in ev.anchors]  # the connection checked they are pending
+        if not (self.hold and ev.anchors):
+            return rt.route(task, ev, anchors, touched)
+        targets = rt.targets(task, ev)
+        if targets is None:  # an emit error (reported once): fail the tree now, hold nothing
+            return rt.route(task, ev, anchors, touched, targets=None, invalid=True)
+        held = _Held(ev, targets, set(ev.anchors))
+        for a in ev.anchors:
+            self._held.setdefault(a, []).append(held)
+        return targets
+
+    def acked(self, task: Task, tids: list[str], touched: set[Task]) -> None:
+        pop = task.in_flight.pop
+        if not self._held:
+            self.acker.ack_many([pop(tid) for tid in tids])
+            return
+        for tid in tids:  # one at a time: a held emit takes the anchors still in flight (_release)
+            edges = edges_of(pop(tid))
+            self._release(task, tid, edges, touched)
+            self.acker.ack(edges)
+
+    def failed(self, task: Task, tid: str, cause: str) -> None:
+        edges = task.in_flight.pop(tid)
+        if self._held:
+            for held in self._held.pop(tid, ()):
+                held.anchors.discard(tid)
+                if not held.anchors:
+                    held.done = True
+        self.acker.fail(edges, cause)
+
+    def unsent(self, task: Task, token: Any, cause: str) -> None:
+        self.acker.fail(token, cause)
+        self.runtime.settle()
+
+    def lost(self, task: Task, cause: str) -> None:
+        """Who is to blame (§8.4): a tuple alone in the process is; tuples
+        that were in flight together are not (the failure does not count
+        against their inputs' replays) and become suspects, each tried alone
+        when it comes back."""
+        in_flight = task.in_flight
+        self._held = {}
+        if not in_flight:
+            return
+        live = [e for e in in_flight.values() if e is not TICK_EDGES]
+        # Every input in flight is (still) a suspect: its next try goes alone.
+        roots, suspects = self.acker.roots, self._suspects
+        for e in live:
+            if len(suspects) < _MAX_SUSPECTS:
+                for r in roots_of(e):
+                    root = roots.get(r)
+                    if root is not None:
+                        suspects.add((root.spout_task, id_key(root.msg_id)))
+        if len(live) == 1:
+            cause = Cause.make(f"{cause} (the only tuple in that process)", crashed_alone=True)
+        elif live:
+            cause = Cause.make(f"{cause} (with {len(live) - 1} other tuples in flight; retried alone, "
+                               "not counted against multilang.max.replays)", blamed=False)
+        fail = self.acker.fail
+        for edges in in_flight.values():
+            fail(edges, cause)
+        in_flight.clear()
+        self.runtime.settle()
+
+    def _release(self, task: Task, tid: str, edges: TupleEdges, touched: set[Task]) -> None:
+        """Hold mode: the input was acked, so the emits anchored to it go out
+        now, before the ack reaches the acker (the tree must not complete in
+        between). An emit whose every tree has meanwhile failed or timed out
+        is dropped: the replay will emit it again, and releasing it too
+        would be a duplicate (§5.3, no delivery after expiry)."""
+        is_live = self.acker.is_live
+        in_flight = task.in_flight
+        for held in self._held.pop(tid, ()):
+            if held.done:
+                continue
+            held.done = True
+            anchors = [task.edges(a) for a in held.anchors if a in in_flight and a != tid]
+            anchors.append(edges)
+            if not any(is_live(a) for a in anchors):
+                task.stats.expired += 1
+                continue
+            self.runtime.route(task, held.emit, anchors, touched, targets=held.targets)

@@ -1,0 +1,421 @@
+"""Spout tasks: a shell spout process (commands out, one sync back per
+command, §4) and an in-process Python spout (reliable, replays failures up to
+``multilang.max.replays``, then a dead letter)."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import deque
+from itertools import islice
+from typing import Any
+
+import trio
+
+from multilang.connection import Role
+from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync
+
+from .._host.process import ShellProcess
+from .._model.results import brief, id_key
+from .shell_task import ShellTask
+from .tasks import RuntimeSeam, SpoutTask, Task, log
+from .._model.topology import ComponentDef, PythonSpout
+
+
+__all__ = ["ShellSpoutTask", "PythonSpoutTask"]
+
+_MAX_FAIL_IDS = 10_000
+_OWED_WARNING = 100_000
+_FAIL_WARNING = 10  # a shell spout's id failed this often: warn while the run goes on
+_BURST = 64  # the most commands pipelined to a spout in one write (§9.5)
+_CRASHES_ALONE = 2
+
+
+class ShellSpoutTask(ShellTask, SpoutTask):
+    """A spout process: commands out, one sync back per command (§4)."""
+
+    role = Role.SPOUT
+
+    def __init__(self, runtime: RuntimeSeam, comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        self._sync: trio.Event | None = None
+        self._syncs_owed = 0  # syncs still due for the commands of the last write
+        self._notices_out = 0  # of those, how many were self.notices (dequeued as each is answered)
+        self._command_since: float | None = None
+        self._empty_nexts = 0
+        #: False; "asked" while its `deactivate` is out; True once it synced (§5.4)
+        self._deactivated: bool | str = False
+        #: msg id key -> [times failed, last cause, msg id]: the spout decides about
+        #: replays (Storm semantics); the host only names the ids that keep
+        #: failing. Forgotten on ack; at most _MAX_FAIL_IDS ids are tracked.
+        self.fail_counts: dict[Any, list[Any]] = {}
+        #: msg id key -> (msg id, when it failed): failed ids the spout has not emitted again yet
+        #: (at most _MAX_FAIL_IDS): a spout that never replays loses them (docs/STATE.md)
+        self._awaiting_replay: dict[Any, tuple[Any, float]] = {}
+        self._warned_not_replaying = False
+
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        self.notices.append((kind, msg_id))
+        self.kick()
+        if len(self.notices) == _OWED_WARNING:
+            # Acks and fails reach a spout only between its commands (§4):
+            # the one queue the host cannot bound is the one owed to a spout
+            # that emits without returning from `next`.
+            log.warning("%s owes %d acks/fails to a spout that has not returned from its current command; they are "
+                        "queued (about 100 bytes each) until it does. Keep each `next` short, as Storm requires.",
+                        self.where(), _OWED_WARNING)
+        counts = self.fail_counts
+        if kind == "fail" and len(self._awaiting_replay) < _MAX_FAIL_IDS:
+            self._awaiting_replay[id_key(msg_id)] = (msg_id, trio.current_time())
+        if kind == "fail" or counts:
+            key = id_key(msg_id)
+            if kind == "fail":
+                entry = counts.get(key)
+                if entry is not None:
+                    entry[0] += 1
+                    entry[1] = cause
+                    if entry[0] % _FAIL_WARNING == 0:
+                        self.runtime.errlog.log(
+                            self.where(), logging.WARNING, trio.current_time(),
+                            "%s: message id %s has failed %d times (last cause: %s); this spout replays it "
+                            "(a shell spout decides, as in Storm)", self.where(), brief(repr(msg_id), 100),
+                            entry[0], cause)
+                elif len(counts) < _MAX_FAIL_IDS:
+                    counts[key] = [1, cause, msg_id]
+            else:
+                counts.pop(key, None)
+
+    def deactivated(self) -> bool:
+        return self._deactivated is True or self.proc is None
+
+    def finished(self, limit_reached: bool) -> bool:
+        # Past max_tuples a shell spout with failed ids outstanding may still replay them.
+        return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0 and not self.fail_counts))
+
+    def session_lost(self, cause: str) -> None:
+        # With stateful bolts what the next process emits again must not count twice (§9.7).
+        if self.runtime.checkpoints is not None:
+            self.runtime.checkpoints.spout_lost(self)
+
+    def refused(self, msg_id: Any, values: list[Any], cause: str) -> None:
+        # A shell spout decides about replays (Storm semantics), but one that
+        # replays an emit the host refuses would do so for ever: past
+        # multilang.max.replays the host gives up on it (a dead letter) and
+        # acks it, so that the spout forgets it.
+        entry = self.fail_counts.get(id_key(msg_id))
+        attempts = (entry[0] if entry is not None else 0) + 1
+        if attempts <= self.max_replays:
+            self.notify("fail", msg_id, cause)
+            return
+        self.runtime.dead_letter(self, msg_id, values, cause, attempts)
+        self.notify("ack", msg_id)
+
+    def not_replayed(self) -> list[Any]:
+        return [msg_id for msg_id, _ in self._awaiting_replay.values()]
+
+    def check_replays(self, now: float, within: float) -> None:
+        """One warning for a spout that does not emit a failed id again
+        within ``within`` seconds: Storm leaves replays to the spout, and
+        one that does not replay loses that input (with stateful bolts, the
+        trees a rollback failed)."""
+        if self._warned_not_replaying or not self._awaiting_replay:
+            return
+        late = [(m, now - at) for m, at in self._awaiting_replay.values() if now - at >= within]
+        if late:
+            self._warned_not_replaying = True
+            msg_id, ago = late[0]
+            log.warning("%s: message id %s failed %.0fs ago and the spout has not emitted it again (%d such id(s)); "
+                        "a spout must replay what fails, or that input is lost: exactly-once with stateful bolts, and "
+                        "at-least-once anywhere, need a spout that replays (docs/STATE.md)", self.where(),
+                        brief(repr(msg_id), 100), ago, len(late))
+
+    def at_rest(self) -> str | None:
+        # A shell spout's input never ends as far as the host knows (Storm's neither).
+        return "dry" if not self.notices and self._empty_nexts >= 2 else None
+
+    def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
+        worst = sorted(self.fail_counts.values(), key=lambda e: -e[0])[:5]
+        return [(self.name, e[2], e[0], e[1]) for e in worst if e[0] > 1]
+
+    def replayed_past_max(self) -> list[tuple[str, Any, int, str | None]]:
+        return [(self.name, e[2], e[0], e[1]) for e in self.fail_counts.values() if e[0] > self.max_replays]
+
+    async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
+        self._sync = None
+        self._syncs_owed = 0
+        self._notices_out = 0
+        self._command_since = None
+        self._deactivated = False
+        nursery.start_soon(self._watchdog, proc, lambda: self._command_since)
+        nursery.start_soon(self._driver, proc)
+        while True:
+            await self._handle(proc, await proc.read_events())
+
+    async def _command(self, proc: ShellProcess, *cmds: Any, notices: int = 0) -> None:
+        """Send ``cmds`` in one write and wait for their syncs: one command
+        at a time (§4.2), or several pipelined to a spout that accepted
+        ``batch`` (§9.5). The first ``notices`` of them are ``self.notices[:notices]``,
+        each dequeued when its sync comes: if the process dies first, its
+        successor gets the rest (§8.2); a lost fail would be a lost tuple."""
+        await proc.wait_if_closed()
+        self._sync = trio.Event()
+        self._syncs_owed = len(cmds)
+        self._notices_out = notices
+        self._command_since = trio.current_time()
+        await proc.write(b"".join([proc.conn.send(c) for c in cmds]))
+        await self._sync.wait()
+        self._command_since = None
+        if type(cmds[0]) is not Activate:  # a next, ack or fail answered: work (RestartPolicy)
+            self._worked = True
+
+    async def _driver(self, proc: ShellProcess) -> None:
+        rt = self.runtime
+        await self._command(proc, Activate())  # §4.1: always first
+        idle_sleep = 0.001
+        # `next` commands per write: 1, or more while every emit they bring is
+        # one a checkpoint committed (skipped, §9.7: a resume) to a spout that
+        # takes pipelined commands; a resume then costs a round trip per
+        # _BURST inputs, not two per input.
+        burst = 1
+        pipelined = proc.conn.batching
+        while True:
+            if self.notices:
+                # A spout told of an ack or fail may emit again (a replay): it is
+                # idle again only after two more empty nexts. (A stale idle read
+                # between this fail's sync and the next `next` ended runs as done.)
+                self.idle = False
+                self._empty_nexts = 0
+                n = min(len(self.notices), _BURST) if pipelined else 1
+                await self._command(proc, *[Ack(id=m) if kind == "ack" else Fail(id=m)
+                                            for kind, m in islice(self.notices, n)], notices=n)
+                continue
+            if rt.spouts_stopped:
+                if not self._deactivated:
+                    self._deactivated = "asked"
+                    await self._command(proc, Deactivate())
+                    self._deactivated = True
+                self.idle = True  # (an ack owed that came meanwhile kicked: rest() returns at once, Task.kick)
+                await self.rest()
+                continue
+            # Past --max-tuples a spout that has failed ids outstanding still
+            # gets `next`: that is where a shell spout replays them.
+            room = rt.emit_room(self, replay=bool(self.fail_counts))
+            if room:
+                # an emit the host refused (an error) was not nothing: no back-off for it
+                stats = self.stats
+                emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
+                n = min(burst, room)
+                await self._command(proc, *[Next()] * n)
+                if stats.emitted == emitted and stats.errors == errors and stats.skipped > skipped:
+                    burst = min(burst * 2, _BURST) if pipelined else 1
+                else:
+                    burst = 1
+                if stats.emitted + stats.skipped + stats.errors == emitted + skipped + errors:
+                    self._empty_nexts += 1
+                    self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
+                    # Storm's spout wait strategy: back off while there is nothing to emit.
+                    await self.rest(idle_sleep)
+                    idle_sleep = min(idle_sleep * 2, 0.05)
+                else:
+                    self._empty_nexts = 0
+                    self.idle = False
+                    idle_sleep = 0.001
+            else:
+                self.idle = self.pending_roots == 0 and self._empty_nexts >= 2
+                await self.rest()
+
+    async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
+        rt = self.runtime
+        touched: set[Task] = set()
+        replies: list[bytes] = []
+        synced = 0
+        for ev in events:
+            t = type(ev)
+            if t is Emit:
+                if self._awaiting_replay and ev.id is not None:
+                    self._awaiting_replay.pop(id_key(ev.id), None)
+                ids = rt.route(self, ev, None, touched)
+                if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
+                    replies.append(reply)  # §4.3: answered before the spout's next frame is read
+            elif t is Batch:  # §9.5: a spout's emits carry message ids
+                for e in ev.emits:
+                    n = len(e)
+                    if self._awaiting_replay and n > 1 and e[1] is not None:
+                        self._awaiting_replay.pop(id_key(e[1]), None)
+                    rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
+                                        id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
+            elif t is Sync:
+                synced += 1
+            else:
+                self._common(ev, proc)
+        if replies:
+            await proc.write(b"".join(replies))
+        await self._after_batch(touched)
+        if synced:  # after what the commands brought was handed on: a drain that sees no notice left ends the run
+            self._synced(synced)
+
+    def _synced(self, n: int) -> None:
+        """``n`` syncs came: as many commands of the last write answered (the
+        notices among them dequeued), and its waiter woken after the last."""
+        done = min(n, self._notices_out)
+        for _ in range(done):
+            self.notices.popleft()
+        self._notices_out -= done
+        self._syncs_owed -= n
+        if self._syncs_owed > 0:
+            self._command_since = trio.current_time()  # progress: the watchdog waits for the next one
+        elif self._sync is not None:
+            self._sync.set()
+
+
+class PythonSpoutTask(SpoutTask):
+    """An in-process spout (``PythonSpout``): reliable, replays failures.
+
+    An open-ended source (``multilang pipe``'s stdin, the asyncio feed) is an
+    iterator whose ``StopIteration`` means "nothing now": while its ``open``
+    attribute is true the run does not count the spout as finished, and the
+    source calls :meth:`resume` when it has more. Such a source may also
+    offer ``take(n)``: up to ``n`` value lists in order, fewer meaning
+    "that is all for now", each a list the spout may keep (a burst in one
+    call instead of a ``next`` per item; ``multilang pipe``'s stdin feed).
+    Any source may offer Storm's ``ack(msg_ids)`` and ``fail(msg_id)``: told
+    the message ids (item numbers from 0, in the order the source gave the
+    items) whose trees completed, or that failed (to be replayed, or given
+    up on as a dead letter)."""
+
+    def __init__(self, runtime: RuntimeSeam, comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        impl = comp.impl
+        assert isinstance(impl, PythonSpout)
+        src = impl.source() if callable(impl.source) else impl.source
+        self._items = iter(src)
+        self._take = getattr(self._items, "take", None) if getattr(self._items, "open", None) is not None else None
+        self._on_ack = getattr(self._items, "ack", None)
+        self._on_fail = getattr(self._items, "fail", None)
+        self._values: dict[int, list[Any]] = {}
+        self._replay: deque[int] = deque()
+        self._seq = 0
+        self._exhausted = False
+        #: msg id -> times failed so far; an input failed more than
+        #: multilang.max.replays times is a dead letter, not replayed again
+        self._fails: dict[int, int] = {}
+        self._crashes: dict[int, int] = {}  # msg id -> times its tuple was alone in a process that died
+
+    def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+        self.notices.append((kind, msg_id, cause))
+        self.kick()
+
+    def acked(self, msg_ids: list[Any]) -> None:
+        # Done with these inputs at once: an ack needs no decision, so it
+        # does not wait in the notices (a fail for the same id cannot be
+        # queued: an input has one tree at a time, and its replay waits for
+        # the fail to be handled).
+        pop = self._values.pop
+        for msg_id in msg_ids:
+            pop(msg_id, None)
+        if self._on_ack is not None:
+            self._on_ack(msg_ids)
+        for d in (self._fails, self._crashes):
+            if d:
+                for msg_id in msg_ids:
+                    d.pop(msg_id, None)
+        self.kick()
+
+    def finished(self, limit_reached: bool) -> bool:
+        return not self._replay and super().finished(limit_reached)
+
+    def at_rest(self) -> str | None:
+        if self.notices or self._replay or not self._exhausted:
+            return None
+        return "dry" if getattr(self._items, "open", False) else "done"
+
+    def remaining(self) -> int | None:
+        """Inputs still to emit (replays included) if the source can say
+        (a list, a range: ``len``-like), else None (a generator, an open feed)."""
+        if getattr(self._items, "open", False):
+            return None
+        if self._exhausted:
+            return len(self._replay)
+        hint = operator.length_hint(self._items, -1)
+        return None if hint < 0 else hint + len(self._replay)
+
+    def resume(self) -> None:
+        """The source ran dry (``StopIteration``) but may have more now: ask
+        it again. For open-ended sources such as the asyncio feed."""
+        self._exhausted = False
+        self.kick()
+
+    async def run(self) -> None:
+        rt = self.runtime
+        while True:
+            while self.notices:
+                kind, msg_id, cause = self.notices.popleft()
+                if kind == "ack":
+                    self._values.pop(msg_id, None)
+                    self._fails.pop(msg_id, None)
+                    self._crashes.pop(msg_id, None)
+                    if self._on_ack is not None:
+                        self._on_ack([msg_id])
+                elif msg_id in self._values:
+                    if self._on_fail is not None:
+                        self._on_fail(msg_id)
+                    if not getattr(cause, "blamed", True):  # §8.4: it only shared a crashed process
+                        self._replay.append(msg_id)
+                        continue
+                    fails = self._fails.get(msg_id, 0) + 1
+                    if getattr(cause, "crashed_alone", False):
+                        crashes = self._crashes[msg_id] = self._crashes.get(msg_id, 0) + 1
+                    else:
+                        crashes = 0
+                    if fails > self.max_replays or crashes >= _CRASHES_ALONE or getattr(cause, "final", False):
+                        self._crashes.pop(msg_id, None)
+                        self._fails.pop(msg_id, None)
+                        rt.dead_letter(self, msg_id, self._values.pop(msg_id), cause, fails)
+                    else:
+                        self._fails[msg_id] = fails
+                        self._replay.append(msg_id)
+            if rt.spouts_stopped or not rt.may_emit(self, replay=bool(self._replay)) or (
+                    self._exhausted and not self._replay):
+                self.idle = (self._exhausted and not self._replay and self.pending_roots == 0
+                             and not getattr(self._items, "open", False))
+                await self.rest()
+                continue
+            self.idle = False
+            touched: set[Task] = set()
+            # A burst of at most 64 emits, within max spout pending; replays
+            # first, and they may go past max_tuples (the limit counts what
+            # the spouts emitted; a failed tree of those is still replayed).
+            room = 64
+            if rt.max_spout_pending is not None:
+                room = min(room, rt.max_spout_pending - self.pending_roots)
+            ids: list[int] = []
+            replay = self._replay
+            while replay and len(ids) < room:
+                ids.append(replay.popleft())
+            fresh = room - len(ids)
+            if rt.max_tuples is not None:
+                fresh = min(fresh, rt.max_tuples - rt.emitted_by_spouts - len(ids))
+            items, values_of = self._items, self._values
+            if self._take is not None:  # the burst in one call; fewer than asked: nothing more now
+                got = self._take(fresh) if fresh > 0 else []
+            else:
+                got = []
+                for _ in range(fresh):
+                    try:
+                        got.append(list(next(items)))
+                    except StopIteration:
+                        break
+            if len(got) < fresh:
+                self._exhausted = True
+            seq = self._seq
+            for values in got:
+                values_of[seq] = values
+                ids.append(seq)
+                seq += 1
+            self._seq = seq
+            if ids:
+                rt.route_spout_burst(self, [values_of[i] for i in ids], ids, touched, trio.current_time())
+            rt.settle()
+            for t in touched:
+                await t.wait_for_space()
+            await trio.lowlevel.checkpoint()
