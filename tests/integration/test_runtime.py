@@ -799,7 +799,13 @@ def test_batch_level_python_bolt_every_input_once_failures_replayed(offer):
     b.set_bolt("upper", ShellBolt(py(COMPONENTS / "upper_batch_bolt.py"), fields=["word"])) \
         .shuffle_grouping("spout")
     topo = build(b, **{"multilang.extensions": offer, "topology.tick.tuple.freq.secs": 1})
-    run = run_topology(topo, limit=30, duration=2.5)
+
+    async def stop_when_all_came_out(rt):  # the pass condition is what was delivered, however long it takes
+        spout, upper = rt.stats["spout"], rt.stats["upper"]
+        await wait_until(lambda: spout.acked >= 300 and spout.failed >= 1 and upper.emitted >= 301, timeout=50)
+        rt.request_stop("test")
+
+    run = run_topology(topo, limit=60, duration=55, during=stop_when_all_came_out)
     res = run.result
     got = [r["word"] for r in run.records("upper")]
     assert sorted(w for w in got if w != "tick") == sorted(w.upper() for w in words[:-1])

@@ -55,3 +55,29 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+#: The loggers the Spark adapters' executor log (``_worker_log``) takes over
+#: in the process that runs a partition (docs/SPARK.md, "Logs").
+_TAKEN_LOGGERS = ("multilang.shellbolt", "multilang.component", "multilang.spark")
+
+
+@pytest.fixture(autouse=True)
+def _loggers_as_they_were():
+    """Tests that call a partition function in this process (the direct lane
+    tests) install the executor-log handler on the multilang loggers of
+    this pytest worker, as a Spark Python worker does. Put the loggers back
+    after each test, so that a test after it on the same worker, Spark or
+    not, sees each log record once whatever ran before it."""
+    import logging
+
+    before = {name: (list(logging.getLogger(name).handlers), logging.getLogger(name).level)
+              for name in _TAKEN_LOGGERS}
+    yield
+    for name, (handlers, level) in before.items():
+        logger = logging.getLogger(name)
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+    engine = sys.modules.get("multilang.adapters.spark._engine.engine")
+    if engine is not None:
+        engine._LOG = None  # the next partition in this process installs a fresh one
