@@ -34,7 +34,7 @@ from ._state import ALLOWED, PIPELINED, SENDER, SPOUT_COUNTED, STATE_RULES, Ledg
 from .codec import _new_tuple, check_finite, decode_component_frame, decode_host_frame, dumps
 from .codec import encode_json, loads as json_loads, msgpack_frame, msgpack_loads, name_unencodable
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
-from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
+from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FirstFrameCut, FrameReader, LengthPrefixedReader
 from .messages import (
     DEFAULT_STREAM,
     HEARTBEAT_STREAM,
@@ -128,8 +128,7 @@ class Connection:
         self._set_codec(json_loads, _json_frame)
         # Host side, msgpack offered, pid reply not yet read: bytes after the
         # first JSON frame wait here until we know the framing (§9.6).
-        self._held: bytearray | None = None
-        self._first_out = False
+        self._first: FirstFrameCut | None = None
         self._bolt_component = role is Role.BOLT and side is Side.COMPONENT
         self._component_side = side is Side.COMPONENT
         # Received frames (bytes, or a queued error or close); the first
@@ -176,7 +175,8 @@ class Connection:
     def _release_held(self) -> None:
         """Host side, the pid reply read: what came after it, to the reader
         of the framing now in force."""
-        held, self._held = self._held, None
+        held = self._first.release() if self._first is not None else b""
+        self._first = None
         if held:
             self.receive_data(bytes(held))
 
@@ -207,28 +207,15 @@ class Connection:
             # The readers slice frames out of what they are fed, and a frame
             # is told from a queued error or close by being bytes.
             data = bytes(data)
-        if self._held is not None:
+        if self._first is not None:
             # Host, msgpack offered, the pid reply not yet decoded: the JSON
             # reader gets the first frame only; later bytes wait (§9.6).
-            held = self._held
-            if not data or self._first_out:
-                if data:
-                    held += data
-                    return
-                self._held = None  # closed before the pid reply was read
+            if not data:
+                self._first = None  # closed before the pid reply was read
             else:
-                searched = len(held)
-                held += data
-                cut = first_frame_end(held, searched)
-                if cut < 0 and len(held) <= self._max_frame_size:
+                data = self._first.feed(data)
+                if not data:
                     return
-                if cut < 0:
-                    self._held = None  # let the JSON reader name the oversized frame
-                    data = bytes(held)
-                else:
-                    self._first_out = True
-                    data = bytes(held[:cut])
-                    del held[:cut]
         if self._pos:  # drop the frames already taken (all of them, usually)
             del self._bodies[: self._pos]
             self._pos = 0
@@ -950,7 +937,7 @@ class Connection:
         elif t is Handshake:
             self.offered = msg.extensions  # §9.1: never a conf key (Storm's host copies the user's conf)
             if not remote and "msgpack" in self.offered:
-                self._held = bytearray()
+                self._first = FirstFrameCut(self._max_frame_size)
         elif t is Pid:
             ledger.accept(msg.extensions, self.offered, self.role is Role.BOLT, err, frame)
             self.extensions = msg.extensions

@@ -13,7 +13,7 @@ import re
 
 from .errors import FrameTooLarge, RemoteProtocolError
 
-__all__ = ["FrameReader", "LengthPrefixedReader", "TERMINATOR", "DEFAULT_MAX_FRAME_SIZE"]
+__all__ = ["FrameReader", "LengthPrefixedReader", "FirstFrameCut", "TERMINATOR", "DEFAULT_MAX_FRAME_SIZE"]
 
 #: What our writer puts after each JSON text (§1.1).
 TERMINATOR = b"\nend\n"
@@ -143,6 +143,62 @@ def first_frame_end(data: bytes | bytearray, searched: int = 0) -> int:
     is still found."""
     m = _TERM.search(data, max(0, searched - 5))
     return -1 if m is None else m.end()
+
+
+class FirstFrameCut:
+    """The switch to a negotiated framing (§9.6), on one direction of a
+    connection: the first frame (the handshake, or the pid reply) is JSON
+    and goes to the reader in force; the bytes after it are held until the
+    pid reply has been read and the framing of the rest chosen
+    (:meth:`release`). The host's connection, ``multilang conform`` and
+    ``multilang replay`` all switch through this one class.
+
+    :meth:`feed` returns the bytes the reader in force should get now
+    (``b""``: none yet). The first frame is cut off exactly where it ends
+    (:func:`first_frame_end`). Memory stays bounded by the frame limit: a
+    first frame with no end after ``max_frame_size`` bytes is handed over
+    whole, for the reader to name it oversized, and nothing is held after
+    that."""
+
+    __slots__ = ("max_frame_size", "_held", "_cut", "_given_up")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._held = bytearray()
+        self._cut = False  # the first frame was handed over; the rest is held
+        self._given_up = False  # an oversized first frame was handed over: pass everything on
+
+    @property
+    def cut(self) -> bool:
+        """True once the first frame was handed over."""
+        return self._cut
+
+    def feed(self, data: bytes) -> bytes:
+        if self._given_up:
+            return data
+        if self._cut:
+            self._held += data
+            return b""
+        searched = len(self._held)
+        self._held += data
+        end = first_frame_end(self._held, searched)
+        if end < 0:
+            if len(self._held) <= self.max_frame_size:
+                return b""
+            self._given_up = True
+            out, self._held = bytes(self._held), bytearray()
+            return out
+        self._cut = True
+        out = bytes(self._held[:end])
+        del self._held[:end]
+        return out
+
+    def release(self) -> bytes:
+        """What is held (the bytes after the first frame, or a first frame
+        not yet ended), handed over once; the cut holds nothing after it."""
+        out, self._held = bytes(self._held), bytearray()
+        self._given_up = True
+        return out
 
 
 class LengthPrefixedReader:

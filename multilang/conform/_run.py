@@ -26,7 +26,7 @@ from .._state import Role, Side
 from ..codec import decode_component_frame, decode_host_frame, loads, msgpack_frame, msgpack_loads
 from ..connection import Connection
 from ..errors import ProtocolError
-from ..framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader, LengthPrefixedReader, first_frame_end
+from ..framing import TERMINATOR, FirstFrameCut, FrameReader, LengthPrefixedReader
 from ..messages import Ack, Batch, Emit, Fail, Pid, TaskIds, Tick, Tuple, TupleBatch
 
 # The fixed waits below are for the default --timeout (2 s); a longer --timeout
@@ -102,7 +102,7 @@ class _Run:
         self.sent_reader: FrameReader | LengthPrefixedReader = FrameReader()  # us -> component (bookkeeping)
         # Until the pid reply is read, only the first frame goes to the JSON
         # reader: what follows may be msgpack (§9.6).
-        self.held: bytearray | None = bytearray()
+        self.first: FirstFrameCut | None = FirstFrameCut()
         self.msgpack = False
         self.bodies: list[bytes] = []
         self.eof = False
@@ -178,24 +178,17 @@ class _Run:
             if not chunk:
                 self.eof = True
                 try:
-                    if self.held:  # bytes before the pid reply that never made a frame
-                        self.bodies.extend(self.reader.feed(bytes(self.held)))
-                        self.held = None
+                    if self.first is not None:  # bytes before the pid reply that never made a frame
+                        self.bodies.extend(self.reader.feed(self.first.release()))
+                        self.first = None
                     self.reader.close()
                 except ProtocolError as exc:
                     raise _Failure("frame.truncated", f"stdout ended in the middle of a frame (§1.2): {exc}") from None
                 continue
-            if self.held is not None:
-                searched = len(self.held)
-                self.held += chunk
-                cut = first_frame_end(self.held, searched)
-                if cut < 0:
-                    if len(self.held) > DEFAULT_MAX_FRAME_SIZE:  # memory stays bounded by the frame limit
-                        raise _Failure("frame.too-large", f"{len(self.held)} bytes and no end of a frame: over "
-                                                          f"the {DEFAULT_MAX_FRAME_SIZE}-byte frame limit (§1.3)")
+            if self.first is not None:
+                chunk = self.first.feed(chunk)  # memory stays bounded by the frame limit
+                if not chunk:
                     continue
-                chunk = bytes(self.held[:cut])
-                del self.held[:cut]
             try:
                 self.bodies.extend(self.reader.feed(chunk))
             except ProtocolError as exc:  # frame.too-large, or a msgpack frame of length 0
@@ -212,10 +205,11 @@ class _Run:
             self.msgpack = True
             self.reader = LengthPrefixedReader()
             self.sent_reader = LengthPrefixedReader()
-        held, self.held = self.held, None
+        held = self.first.release() if self.first is not None else b""
+        self.first = None
         if held:
             try:
-                self.bodies.extend(self.reader.feed(bytes(held)))
+                self.bodies.extend(self.reader.feed(held))
             except ProtocolError as exc:  # frame.too-large, or a msgpack frame of length 0
                 raise _Failure(exc.rule, str(exc)) from None
 

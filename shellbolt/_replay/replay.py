@@ -53,8 +53,8 @@ import trio
 from multilang.codec import decode_component_frame, decode_host_frame, msgpack_loads
 from multilang.codec import loads as json_loads
 from multilang.connection import Role, State
-from multilang.errors import ComponentCrashed, FrameTooLarge, LocalProtocolError, ProtocolError
-from multilang.framing import DEFAULT_MAX_FRAME_SIZE, FrameReader, LengthPrefixedReader, first_frame_end
+from multilang.errors import ComponentCrashed, LocalProtocolError, ProtocolError
+from multilang.framing import DEFAULT_MAX_FRAME_SIZE, FirstFrameCut, FrameReader, LengthPrefixedReader
 from multilang.messages import (Ack, Batch, Emit, Fail, Handshake, Heartbeat, Message, Pid, StatePrepared, Sync, TaskIds, Tick, Tuple, TupleBatch)
 
 from .._model.conf import ProcessConf
@@ -195,30 +195,19 @@ class _Stream:
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame
-        self._held = bytearray()
-        self._first = False
-        self._reader: FrameReader | LengthPrefixedReader | None = None
+        self._first: FirstFrameCut | None = FirstFrameCut(max_frame)
+        self._reader: FrameReader | LengthPrefixedReader = FrameReader(max_frame)  # the first frame's
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self._reader is not None:
+        if self._first is None:
             return self._reader.feed(data) if data else self._reader.close()
-        searched = len(self._held)
-        self._held += data
-        if self._first:
-            return []
-        cut = first_frame_end(self._held, searched)
-        if cut < 0:
-            if len(self._held) > self.max_frame:
-                raise FrameTooLarge(f"first frame exceeds the {self.max_frame}-byte limit")
-            return []
-        self._first = True
-        frames = FrameReader(self.max_frame).feed(bytes(self._held[:cut]))
-        del self._held[:cut]
-        return frames
+        data = self._first.feed(data)
+        return self._reader.feed(data) if data else []
 
     def choose(self, msgpack: bool) -> list[bytes]:
         self._reader = LengthPrefixedReader(self.max_frame) if msgpack else FrameReader(self.max_frame)
-        rest, self._held = bytes(self._held), bytearray()
+        rest = self._first.release() if self._first is not None else b""
+        self._first = None
         return self._reader.feed(rest) if rest else []
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang import Connection, FrameTooLarge, RemoteProtocolError, Role, Side
-from multilang.framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FrameReader
+from multilang.framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FirstFrameCut, FrameReader, LengthPrefixedReader
 from multilang.messages import ConnectionClosed, Emit, Handshake, Log, Pid, Sync
 
 NEED_DATA_REPR = "NEED_DATA"
@@ -315,3 +315,38 @@ def test_connection_delivers_frames_before_garbage():
         conn.next_event()
     assert info.value.frame.strip() == b"not json"
     assert b"not json" in str(info.value).encode()
+
+
+# --- FirstFrameCut: the switch to a negotiated framing (§9.6) -----------------------------------
+
+
+_PID = b'{"pid": 7, "extensions": ["msgpack"]}\nend\n'
+_AFTER = len(b"\x81\xa3abc\x01").to_bytes(4, "big") + b"\x81\xa3abc\x01"  # a msgpack frame
+
+
+@given(st.lists(st.integers(min_value=1, max_value=len(_PID + _AFTER)), max_size=8))
+def test_the_first_frame_is_cut_where_it_ends_and_the_rest_held_in_any_chunking(cuts):
+    data = _PID + _AFTER
+    bounds = sorted({0, len(data), *[c for c in cuts if c < len(data)]})
+    cut = FirstFrameCut()
+    given_over = b"".join(cut.feed(data[a:b]) for a, b in zip(bounds, bounds[1:]))
+    assert given_over == _PID and cut.cut
+    assert FrameReader().feed(given_over) == [_PID[:-5]]
+    assert LengthPrefixedReader().feed(cut.release()) == [b"\x81\xa3abc\x01"]
+    assert cut.feed(b"later") == b"later"  # released: nothing is held after it
+
+
+def test_a_first_frame_with_no_end_is_held_up_to_the_limit_then_handed_over_for_the_reader_to_name():
+    cut = FirstFrameCut(max_frame_size=10)
+    assert cut.feed(b"0123456789") == b""
+    over = cut.feed(b"A")
+    assert over == b"0123456789A" and not cut.cut
+    with pytest.raises(FrameTooLarge):
+        FrameReader(10).feed(over)
+    assert cut.feed(b"more") == b"more"  # memory stays bounded: nothing held after that
+
+
+def test_what_came_before_a_close_is_released_whole():
+    cut = FirstFrameCut()
+    assert cut.feed(b'{"pid": 1') == b""
+    assert cut.release() == b'{"pid": 1'
