@@ -5,11 +5,6 @@ another parallelism, a second run, and a file that is not one."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -85,35 +80,6 @@ def test_providers_by_name(tmp_path):
 def test_message_ids_are_kept_as_canonical_json():
     assert msg_key({"b": 1, "a": [1, "x"]}) == msg_key({"a": [1, "x"], "b": 1}) == '{"a":[1,"x"],"b":1}'
     assert msg_key(7) != msg_key("7") and msg_key(object()) is None
-
-
-def test_a_writer_killed_mid_commit_leaves_the_last_whole_checkpoint(tmp_path):
-    """SIGKILL a process that commits checkpoints in a loop (each writes
-    n = txid under two tasks): after a reopen, txid and state agree."""
-    code = textwrap.dedent(f"""
-        import sys
-        from multilang.shellbolt._runtime.state_store import Checkpoint, SqliteStore
-        s = SqliteStore({str(tmp_path)!r}, "wc")
-        txid = first = s.txid or 0
-        while True:
-            txid += 1
-            big = {{f"k{{i}}": txid for i in range(200)}}
-            s.commit(Checkpoint(txid, changes={{("c", 0): ({{"n": txid, **big}}, []), ("c", 1): ({{"n": txid}}, [])}},
-                                completed=[("s", 0, str(txid))]), {{"c": 2}})
-            if txid == first + 3:
-                print("ready", flush=True)
-    """)
-    for _ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline() == "ready\n"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        s = SqliteStore(str(tmp_path), "wc")
-        txid = s.txid
-        assert txid is not None and txid >= 3
-        assert s.load("c", 0)["n"] == txid == s.load("c", 1)["n"] and s.load("c", 0)["k199"] == txid
-        assert s.completed("s", 0, str(txid)) and not s.completed("s", 0, str(txid + 1))
-        s.close()
 
 
 def test_a_full_disk_is_reported_as_such_and_the_last_checkpoint_stays(tmp_path):
