@@ -258,13 +258,15 @@ def test_run_command_not_found_is_a_topology_error(tmp_path):
 # --- signals ---------------------------------------------------------------------------------------
 
 
-def _interrupt(sig: int, work: float = 1.0) -> tuple[int, str, set[int]]:
+def _interrupt(sig: int, work: float = 1.0, until: str | None = None) -> tuple[int, str, set[int]]:
     """Start a long wordcount run, wait until its components run, let them
-    work for ``work`` seconds, send ``sig`` to the CLI process, return (exit
-    status, stderr, component pids)."""
+    work for ``work`` seconds (or, given ``until``, until a line of stderr
+    holds it), send ``sig`` to the CLI process, return (exit status,
+    stderr, component pids)."""
     proc = subprocess.Popen(ML + ["run", WORDCOUNT, "--duration", "60"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     pids: set[int] = set()
+    before: list[str] = []
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -274,25 +276,31 @@ def _interrupt(sig: int, work: float = 1.0) -> tuple[int, str, set[int]]:
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.02)
         assert len(pids) >= 5, f"the components did not start: {pids}"
-        # Let them handshake and work for a moment.
-        end = time.monotonic() + work
-        while time.monotonic() < end:
-            pids.update(child_pids(proc.pid))
-            time.sleep(0.02)
+        if until is None:  # let them handshake and work for a moment
+            end = time.monotonic() + work
+            while time.monotonic() < end:
+                pids.update(child_pids(proc.pid))
+                time.sleep(0.02)
+        else:  # an event: a progress line (one every 2 s) that says it
+            for line in proc.stderr:
+                before.append(line)
+                pids.update(child_pids(proc.pid))
+                if until in line:
+                    break
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, err, pids
+    return proc.returncode, "".join(before) + err, pids
 
 
 @needs_ruby_node
 def test_sigint_after_the_input_is_done_still_stops_everything():
-    # The word count is done in about 2 s; the run then idles until --duration.
-    # Ctrl-C must still stop it (it was once lost while trio had nothing to do).
-    rc, err, pids = _interrupt(signal.SIGINT, work=6.0)
+    # Once the word count is done, the run idles until --duration. Ctrl-C must
+    # still stop it (it was once lost while trio had nothing to do).
+    rc, err, pids = _interrupt(signal.SIGINT, until="trees: 0 in flight, 1080 completed")
     assert "emitted 1080" in err, err[-2000:]
     assert rc == 130, err[-3000:]
     assert not [p for p in pids if not gone(p)]
