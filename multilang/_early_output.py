@@ -12,7 +12,7 @@ Python, as far as a package shared by components and hosts can:
   is still the interpreter's own.
 * :meth:`Component.run` takes what was held (:func:`take`) and sends it as
   ``log`` frames right after the pid reply, as the Node library does.
-* The host side (``multilang._cli.main``, ``multilang.shellbolt``,
+* The host side (``multilang._cli``, ``multilang.shellbolt``,
   ``multilang.adapters``, ``multilang.testing``) calls :func:`release` when
   it is imported: a host's prints go to its stdout as usual. So does the
   end of the process, and a hold that grew past ``_LIMIT`` (not a component

@@ -14,7 +14,7 @@ import orjson
 
 from ..errors import MultilangError
 
-__all__ = ["StdinFeed"]  # for multilang._cli.main (`multilang pipe`)
+__all__ = ["StdinFeed"]  # for `multilang pipe` (pipe.py)
 
 #: A run of 19 or more digits: maybe an integer beyond 64 bits, which orjson
 #: reads as a float; the standard library keeps it exact for the bolt.

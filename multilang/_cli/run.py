@@ -1,0 +1,356 @@
+"""``multilang run``: a topology on the embedded engine or on Spark."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from typing import IO, Any
+
+import click
+import orjson
+
+from . import signals as _signals
+from ..errors import MultilangError, TopologyError
+from .output import Output, flush_every, output_file
+from .common import (
+    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, distinct_files, embedded_runtime,
+    exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio, setup_logging,
+    stopped_before_start,
+)
+from .summary import print_summary
+
+
+@click.command(short_help="Run a topology (TOML or Storm Flux YAML), embedded or on Spark.")
+@click.argument("topology_file", type=click.Path(dir_okay=False))
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: the embedded trio runtime. spark: compile onto Spark.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, v: finite(v),
+              help="Stop after this many seconds.")
+@click.option("--max-tuples", type=click.IntRange(min=1),
+              help="Stop after the spouts emitted this many tuples and their trees finished (waiting at most "
+                   "topology.message.timeout.secs x (1 + multilang.max.replays) for those).")
+@click.option("--until-done/--no-until-done", default=None,
+              help="Stop when every spout is exhausted and all trees finished (the default without --duration).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-", show_default=True,
+              help="Where output tuples go, as JSON lines. FILE is replaced when the run ends (a refused run "
+                   "leaves it as it was).")
+@click.option("--conf", "-c", multiple=True, metavar="KEY=VALUE", help="Conf override (VALUE parsed as JSON if it can be).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True)
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="The live view on stderr: rows updated in place on a terminal, plain [progress] lines elsewhere "
+                   "(docs/OBSERVE.md).")
+@click.option("--progress-tasks", is_flag=True,
+              help="The live view shows a row per task too (Storm UI's executors).")
+@click.option("--dead-letter", "dead_letter", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write inputs given up on (after multilang.max.replays) here, as JSON lines.")
+@click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Record every frame each shell task reads and writes in DIR (a new or empty directory; bounded "
+                   "by multilang.record.*), for multilang replay (docs/OBSERVE.md).")
+@click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
+                   "to resume after a crash. Default: a temporary directory, gone after the run.")
+@click.option("--master", help="Spark master URL (--engine spark; default local[*]); local masters get task retries "
+              "(local[N] runs as local[N,4]).")
+@click.option("--remote", metavar="URL", help="Spark Connect: sc://host:port, or local[N] for a local Connect server "
+              "(--engine spark).")
+@click.option("--checkpoint", type=click.Path(file_okay=False), metavar="DIR",
+              help="--engine spark: keep the query's checkpoint, the spouts' replay logs, the stateful bolts' state "
+                   "and every micro-batch's output in DIR; the same command after a crash resumes. Default: a "
+                   "temporary directory, gone after the run.")
+@click.option("--filter", "filter_file", type=click.Path(dir_okay=False), metavar="PROPERTIES_FILE",
+              help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
+@click.option("--env-filter", "-e", is_flag=True,
+              help="Flux YAML: substitute ${ENV-NAME} with environment variables (like flux -e).")
+@click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Append the run's metrics to FILE as a JSON line every topology.builtin.metrics.bucket.size.secs "
+                   "(10) and when the run ends (docs/OBSERVE.md).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve the metrics at http://127.0.0.1:PORT/metrics (Prometheus text format) while the topology "
+                   "runs; 0: a free port, printed on stderr.")
+@click.option("--metrics-host", metavar="HOST",
+              help="The address --metrics-port listens on (default 127.0.0.1, this machine only; 0.0.0.0: every "
+                   "interface, for a Prometheus on another host or outside a container).")
+@owning_signals
+def run(topology_file: str, engine: str, duration: float | None, max_tuples: int | None, until_done: bool | None,
+        output: str, conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
+        state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
+        env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
+        metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False) -> None:
+    """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
+    from multilang.shellbolt import load_topology
+
+    setup_logging(log_level)
+    overrides = parse_conf(conf)
+    if state_dir is not None and not state_dir.strip():
+        raise click.BadParameter("an empty path (an unset shell variable?)", param_hint="--state-dir")
+    distinct_files(("TOPOLOGY_FILE", topology_file), ("-o", output), ("--dead-letter", dead_letter),
+                    ("--metrics-file", metrics_file), ("--filter", filter_file))
+    try:
+        if topology_file.endswith((".yaml", ".yml")):
+            from multilang.shellbolt import load_flux
+
+            topology = load_flux(topology_file, filter_file, os.environ if env_filter else None, overrides=overrides)
+        elif filter_file is not None or env_filter:
+            raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
+        else:
+            topology = load_topology(topology_file, overrides)
+        if engine == "spark":
+            kept = (["--state-dir"] if state_dir is not None else []) + [
+                k for k in ("topology.state.provider", "topology.state.provider.config")
+                if topology.conf.get(k) not in (None, "sqlite")]
+            if kept:
+                raise TopologyError(f"{' and '.join(kept)}: on --engine spark the state of stateful bolts is kept "
+                                    "in the --checkpoint directory, versioned by micro-batch (docs/SPARK.md)")
+            if master is not None and not _SPARK_MASTER.match(master):
+                raise TopologyError(f"--master {master!r}: a Spark master URL is local, local[N], local[*], "
+                                    "local[N,F], local-cluster[N,C,M], spark://HOST:PORT, yarn or k8s://HOST:PORT "
+                                    "(N, C, M at least 1)")
+            if master is not None and remote is not None:
+                raise TopologyError(f"--master {master} and --remote {remote}: give one (--remote runs the query "
+                                    "through Spark Connect, where the server's own master applies)")
+            if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+                raise TopologyError("--master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR to the directory of the "
+                                    "cluster's configuration files (Spark finds the ResourceManager there)")
+        else:
+            for flag, value in (("--checkpoint", checkpoint), ("--remote", remote), ("--master", master)):
+                if value is not None:
+                    why = "" if flag == "--master" else "; the embedded engine keeps stateful bolts' state in --state-dir"
+                    raise TopologyError(f"{flag} applies to --engine spark{why}")
+        if state_dir is not None:  # over the topology's own provider settings, not instead of them
+            from multilang.shellbolt import provider_config
+
+            topology.conf["topology.state.provider.config"] = {**provider_config(topology.conf), "dir": state_dir}
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
+    recorder = _recorder(record_dir, engine, topology)
+    stopped_before_start()
+    with output_file(output, refused=EXIT_USAGE) as stream:
+        if engine == "spark":
+            raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
+                                           duration=duration, max_tuples=max_tuples, output=stream,
+                                           progress=progress, dead_letter=dead_letter))
+        _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
+                   progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
+                   dead_letter=dead_letter)
+
+def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tuples: int | None,
+               until_done: bool | None, progress: bool, progress_tasks: bool, metrics: Any, recorder: Any,
+               dead_letter: str | None) -> None:
+    """``multilang run`` on the embedded engine; ends in SystemExit with the exit code."""
+    if until_done is None:
+        until_done = duration is None and max_tuples is None
+
+    out = Output(output)
+
+    def emit(record: dict[str, Any]) -> None:
+        out.line(orjson.dumps(record))
+
+    runtime, dead_file = embedded_runtime(topology, out, dead_letter, on_output=emit)
+    runtime.recorder = recorder
+    start = time.monotonic()
+    try:
+        async def go(nursery: Any) -> Any:
+            nursery.start_soon(flush_every, out)
+            return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
+                                     progress=live_view(progress_tasks) if progress else None, metrics=metrics)
+
+        result, signum = run_trio(go, runtime)
+        if result is None:  # stopped at once by a second signal: what it had
+            result = runtime.result()
+        signum = signum or _signals.first  # one that came as the run ended: it ends as interrupted too
+    except KeyboardInterrupt:
+        click.echo("interrupted; all component processes were stopped", err=True)
+        raise SystemExit(EXIT_SIGINT) from None
+    except (TopologyError, MultilangError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+    finally:
+        if dead_file is not None:
+            dead_file.close()
+        if recorder is not None:
+            _recorded(recorder)
+    for record in result.outputs:
+        emit(record)
+    out.flush()
+    print_summary(result, time.monotonic() - start, dead_letter)
+    if signum is not None:
+        interrupted(signum, bool(topology.output.key))
+    raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
+
+def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:
+    """The run's metrics consumers (docs/OBSERVE.md): --metrics-file,
+    --metrics-port and the topology's topology.metrics.consumer.register,
+    opened and bound now, before any process starts; None if there are none.
+    One that cannot be (a port in use, a file that cannot be written) is a
+    usage error (exit 2) naming the option or the conf entry."""
+    from multilang.shellbolt import CONSUMER_KEY, MetricsReporter
+
+    if host is not None and port is None:
+        raise click.UsageError("--metrics-host applies with --metrics-port")
+    if engine == "spark":
+        if file is not None or port is not None:
+            click.echo("error: --metrics-file and --metrics-port apply to the embedded engine, not --engine spark",
+                       err=True)
+            raise SystemExit(EXIT_USAGE)
+        if topology.conf.get(CONSUMER_KEY):
+            click.echo(f"warning: {CONSUMER_KEY} applies to the embedded engine; ignored on --engine spark", err=True)
+        return None
+    try:
+        reporter = MetricsReporter.from_conf(topology.conf, file=file, port=port, host=host)
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    for h, p in reporter.endpoints:
+        click.echo(f"[metrics] serving http://{f'[{h}]' if ':' in h else h}:{p}/metrics", err=True)
+    return reporter or None
+
+#: the master URLs Spark's submitter accepts (anything else: a Java stack trace from spark-submit)
+_SPARK_MASTER = re.compile(r"^(local(\[([1-9]\d*|\*)(,[1-9]\d*)?\])?|local-cluster\[[1-9]\d*,[1-9]\d*,[1-9]\d*\]"
+                           r"|spark://\S+|yarn|k8s://\S+)$")
+
+def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
+    """Why a Spark Connect server cannot be reached at ``remote``
+    (sc://host[:port]...; port 15002 by default), or None: a TCP connection
+    is tried first, because PySpark's client retries a refused connection
+    for minutes before it gives up."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        url = urlparse(remote)
+        host, port = url.hostname, url.port or 15002
+    except ValueError as exc:
+        return f"not a Spark Connect URL ({exc})"
+    if not host:
+        return "no host in the URL (sc://host[:port])"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        return f"cannot reach a Spark Connect server at {host}:{port} ({why}); is it running?"
+    return None
+
+def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint: str | None,
+                  duration: float | None, max_tuples: int | None, output: Any, progress: bool,
+                  dead_letter: str | None) -> int:
+    """``multilang run --engine spark``: a Structured Streaming query
+    (docs/SPARK.md); a line per micro-batch and a summary on stderr, the
+    output view as JSON lines on ``output``; returns the exit code."""
+    from multilang.adapters.spark import run_topology, spark_error_text
+
+    if remote is not None and not re.match(r"^(sc://\S+|local(\[([1-9]\d*|\*)\])?)$", remote):
+        click.echo(f"error: --remote {remote!r}: a Spark Connect URL is sc://host[:port][/;params], or local[N] "
+                   "for a local Connect server", err=True)
+        return EXIT_USAGE
+    if remote is not None and remote.startswith("sc://"):
+        unreachable = _unreachable(remote)
+        if unreachable:
+            click.echo(f"error: --remote {remote}: {unreachable}", err=True)
+            return EXIT_USAGE
+
+    def emit(rec: dict[str, Any]) -> None:
+        output.write(orjson.dumps(rec).decode() + "\n")
+
+    def echo(line: str) -> None:
+        click.echo(line, err=True)
+
+    start = time.monotonic()
+    stop: dict[str, Any] = {"signal": None, "running": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        first = stop["signal"] is None
+        stop["signal"] = signum
+        if not first or not stop["running"]:
+            raise KeyboardInterrupt  # a second signal, or no query to stop yet: at once
+
+    def should_stop() -> bool:
+        if not stop["running"]:  # the query runs: a signal now stops it between batches
+            stop["running"] = True
+            for s in old:  # again: PySpark's SparkContext put its own SIGINT handler in place
+                signal.signal(s, on_signal)
+        return stop["signal"] is not None
+
+    view = None
+    if progress and sys.stderr.isatty():  # the live view, from the committed micro-batches (docs/OBSERVE.md)
+        from .live import LiveView
+
+        view = LiveView(sys.stderr, tty=True)
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = run_topology(topology, master=master, remote=remote, checkpoint=checkpoint, duration=duration,
+                              max_tuples=max_tuples, on_record=emit,
+                              on_progress=echo if progress and view is None else None,
+                              on_snapshot=view.show if view is not None else None, should_stop=should_stop)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return EXIT_SIGTERM if stop["signal"] == signal.SIGTERM else EXIT_SIGINT
+    except TopologyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
+        click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
+        return EXIT_FAILED
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if view is not None:
+            view.close()
+    output.flush()
+    where = f"remote {remote}" if remote else master
+    click.echo(f"[summary] spark ({where}) {time.monotonic() - start:.1f}s, {result.batches} micro-batches, "
+               f"stopped by {result.stopped_by}; spout tuples "
+               + (", ".join(f"{k}: {v}" for k, v in sorted(result.spout_tuples.items())) or "0"), err=True)
+    for name, c in result.counters.items():
+        click.echo(f"[summary]   {name}: rows in {c.get('rows_in', 0)}, emitted {c.get('emitted', 0)}, "
+                   f"acked {c.get('acked', 0)}, failed {c.get('failed', 0)}, retried {c.get('retried', 0)}, "
+                   f"restarts {c.get('restarts', 0)}"
+                   + (f", Spark task retries {c['task_retries']}" if c.get("task_retries") else ""), err=True)
+    if result.dead_letters:
+        click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after their retries"
+                   + (f", written to {dead_letter}" if dead_letter else "; --dead-letter FILE keeps them"), err=True)
+        if dead_letter:
+            with open(dead_letter, "wb") as f:
+                for d in result.dead_letters:
+                    f.write(orjson.dumps(d, default=repr) + b"\n")
+    if checkpoint:
+        click.echo(f"[summary] checkpoint {os.path.abspath(checkpoint)} (run the same command to continue)", err=True)
+    if stop["signal"] is not None:
+        return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+def _recorder(path: str | None, engine: str, topology: Any) -> Any:
+    """``--record DIR``'s recorder (``shellbolt/_replay/record.py``), or None. Exit 2
+    on --engine spark and on a directory that exists and is not empty or
+    cannot be written: recordings are never mixed."""
+    if path is None:
+        return None
+    if engine == "spark":
+        click.echo("error: --record applies to the embedded engine: the Spark engine's processes run in Spark "
+                   "tasks; record the topology with --engine local", err=True)
+        raise SystemExit(EXIT_USAGE)
+    if not path.strip():
+        raise click.BadParameter("an empty path (an unset shell variable?)", param_hint="--record")
+    from multilang.shellbolt import Recorder, RecordingError
+
+    try:
+        return Recorder(path, topology)
+    except (RecordingError, TopologyError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    except OSError as exc:
+        click.echo(f"error: --record {path}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+
+def _recorded(recorder: Any) -> None:
+    """Close the recording and say where it is and how to replay it."""
+    recorder.close()
+    tasks = sorted(recorder.tasks)
+    comps = [name for name, c in recorder.meta["components"].items() if set(c["tasks"]) & set(tasks)]
+    click.echo(f"[record] frames of {len(tasks)} task(s) ({', '.join(comps) or 'none'}) recorded in "
+               f"{recorder.path}; replay one with: multilang replay {recorder.path} --component C [--task N] -- CMD",
+               err=True)

@@ -1,0 +1,73 @@
+"""The ``[summary]`` lines at the end of a run (stderr)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import orjson
+
+from .common import clip, json_text
+
+
+def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
+    line = (f"[summary] {elapsed:.1f}s; trees completed {result.completed}, failed {result.failed} "
+            f"(timed out {result.timed_out})")
+    if result.pending:
+        line += f", abandoned at stop {result.pending}"
+    click.echo(line, err=True)
+    spouts = set(getattr(result, "spouts", ()))
+    for name, s in result.stats.items():
+        skipped = "skipped (already committed, or in flight from a process that died)"
+        extra = "".join(f", {label} {n}" for label, n in (("dropped stale", s.expired),
+                                                            ("dead letters", s.dead_letters),
+                                                            (skipped, s.skipped)) if n)
+        executed = "" if name in spouts else f"executed {s.executed}, "  # a spout executes nothing
+        click.echo(f"[summary]   {name}: emitted {s.emitted}, {executed}acked {s.acked}, "
+                   f"failed {s.failed}, restarts {s.restarts}, errors {s.errors}{extra}", err=True)
+        if s.metrics:  # the last `metrics` frame of each name (§3.7)
+            shown = ", ".join(f"{k}={orjson.dumps(v, default=repr).decode()}" for k, v in sorted(s.metrics.items()))
+            click.echo(f"[summary]     {name} metrics: {clip(shown)}", err=True)
+    exts = getattr(result, "extensions", {})
+    if exts:  # the shell components: what their processes negotiated (§9.2), one line for all
+        click.echo("[summary] protocol: " + "; ".join(f"{n} {'+'.join(e) if e else 'standard'}"
+                                                    for n, e in exts.items()), err=True)
+    if result.dead_letters:
+        where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"
+        click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "
+                   f"multilang.max.replays, or refused before they were sent (0 attempts){where}:", err=True)
+        for d in result.dead_letter_sample:
+            where = f"stdin line {d.line}" if getattr(d, "line", None) is not None else d.component
+            click.echo(f"[summary]   {where}: {clip(json_text(d.input))} "
+                       f"({d.attempts} attempts): {d.cause}", err=True)
+        if result.dead_letters > len(result.dead_letter_sample):
+            click.echo(f"[summary]   ... and {result.dead_letters - len(result.dead_letter_sample)} more", err=True)
+    if result.stopped_by == "replays":
+        click.echo("[summary] stopped: trees kept failing and none completed while a shell spout replayed message "
+                   "ids failed past multilang.max.replays; it would have replayed them for ever", err=True)
+    for name, n in getattr(result, "reused_ids", {}).items():
+        click.echo(f"[summary] spout {name!r} reused {n} message id(s) for inputs other than those a checkpoint "
+                   "holds under them: delivered as new inputs (at least once); a spout must give each input one id "
+                   "for exactly-once state (docs/STATE.md)", err=True)
+    for where, n, sample in getattr(result, "not_replayed", ()):
+        click.echo(f"[summary] spout {where} never emitted again {n} message id(s) that failed (e.g. "
+                   f"{clip(', '.join(map(repr, sample)), 100)}): that input is lost. A spout must replay what fails "
+                   "for at-least-once results, and for exactly-once state (docs/STATE.md)", err=True)
+    for name, msg_id, times, cause in result.repeated_failures:
+        click.echo(f"[summary] spout {name!r} saw message id {clip(repr(msg_id))} fail {times} times"
+                   + (f"; last cause: {cause}" if cause else ""), err=True)
+    if getattr(result, "state_path", None) and not result.stateful:
+        click.echo(f"[summary] state: no bolt of this topology accepted the state extension (§9.7), so "
+                   f"{result.state_path} holds nothing from this run", err=True)
+    if getattr(result, "stateful", None):
+        where = (f"kept in {result.state_path}" if result.state_path else
+                 "kept for this run only (resume a run with --state-dir DIR)")
+        last = "no checkpoint" if result.state_txid is None else f"checkpoint {result.state_txid}"
+        click.echo(f"[summary] state of {', '.join(result.stateful)}: {last} committed "
+                   f"({result.checkpoints} in this run, {result.rollbacks} rolled back); {where}", err=True)
+    for err in result.gave_up:
+        click.echo(f"[summary] gave up: {err}", err=True)
+    if result.gave_up:  # the one line that says why the run failed, last (its cause in the component's own words)
+        lines = [ln.strip() for ln in str(result.gave_up[0]).splitlines() if ln.strip()]
+        said = f"; its stderr ended: {clip(lines[-1])}" if len(lines) > 1 else ""
+        click.echo(f"error: the run gave up: {lines[0] if lines else result.gave_up[0]}{said}", err=True)
