@@ -68,7 +68,8 @@ def numbered_spout(n: int, *, fmt: str | None = None, per_next: int = 1, state: 
 
 
 def faulty_bolt(*, fault: str | None = None, after: int = 0, once: Path | None = None, startup: str | None = None,
-                sleep: float = 0.0, fields: Iterable[str] = ("n",), flood_line: int | None = None) -> ShellBolt:
+                sleep: float = 0.0, fields: Iterable[str] = ("n",), flood_line: int | None = None,
+                gate: Path | None = None) -> ShellBolt:
     argv = ["python", str(FAULTY_BOLT)]
     if fault:
         argv += ["--fault", fault, "--after", str(after)]
@@ -80,6 +81,8 @@ def faulty_bolt(*, fault: str | None = None, after: int = 0, once: Path | None =
         argv += ["--sleep", str(sleep)]
     if flood_line:
         argv += ["--flood-line", str(flood_line)]
+    if gate:
+        argv += ["--gate", str(gate)]
     return ShellBolt(argv, fields=list(fields))
 
 

@@ -2,6 +2,7 @@
 
 Usage: python faulty_bolt.py [--fault MODE] [--after N] [--once MARKER]
                              [--startup MODE] [--sleep S] [--flood-line N]
+                             [--gate FILE]
 
 Normal behaviour: each input tuple is emitted again, unchanged, anchored to
 itself on the default stream (``need_task_ids`` false), then acked; ticks
@@ -62,6 +63,7 @@ p.add_argument("--startup")
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--flood-line", type=int, default=1000)
 p.add_argument("--stubborn", action="store_true")
+p.add_argument("--gate")  # hold the first tuple until FILE exists (the test's event, not a time)
 ARGS = p.parse_args()
 
 
@@ -128,6 +130,9 @@ def serve(messages, hs) -> None:
         if msg.get("stream") == "__tick":
             write(frame({"command": "ack", "id": tid}))
             continue
+        if ARGS.gate:
+            while not os.path.exists(ARGS.gate):
+                time.sleep(0.01)
         if ARGS.sleep:
             time.sleep(ARGS.sleep)
         seen += 1
