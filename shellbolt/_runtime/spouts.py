@@ -93,6 +93,12 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         return not self.notices and (self.idle or (limit_reached and self.pending_roots == 0 and not self.fail_counts))
 
     def session_lost(self, cause: str) -> None:
+        # A fail the lost process synced but had not acted on yet (a replay it
+        # kept in memory) would be lost with it: its successor is told again
+        # of every failed id not emitted since (§8.2: a spout tolerates a fail
+        # of an id it does not know), after the fails still owed.
+        owed = {id_key(m) for kind, m in self.notices if kind == "fail"}
+        self.notices.extend(("fail", m) for key, (m, _at) in self._awaiting_replay.items() if key not in owed)
         # With stateful bolts what the next process emits again must not count twice (§9.7).
         if self.runtime.checkpoints is not None:
             self.runtime.checkpoints.spout_lost(self)

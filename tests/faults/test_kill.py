@@ -164,10 +164,10 @@ def test_sigkill_spout_mid_stream_new_process_finishes_its_trees(tmp_path, caplo
     assert_no_orphans(run)
 
 
-def _spout_dies_on(kind: str, tmp_path, caplog):
+def _spout_dies_on(kind: str, tmp_path, caplog, fault: str | None = None):
     n = 40
     b = TopologyBuilder()
-    b.set_spout("spout", numbered_spout(n, state=tmp_path / "offset", fault=f"exit_on_{kind}",
+    b.set_spout("spout", numbered_spout(n, state=tmp_path / "offset", fault=fault or f"exit_on_{kind}",
                                         once=tmp_path / "spout.once"))
     b.set_bolt("bolt", faulty_bolt(fault="fail", after=5, once=tmp_path / "bolt.once"), conf=HOLD) \
         .shuffle_grouping("spout")
@@ -184,6 +184,21 @@ def test_spout_that_dies_while_a_fail_is_outstanding_still_replays_that_tuple(tm
     assert res.stats["spout"].restarts == 1
     assert 5 in run.values("bolt") or 5 in run.acked_ids(), (
         "tuple 5 was lost: the fail command outstanding at the dead spout was never re-delivered")
+    assert res.ok, res
+    assert_nothing_lost(run, n, "bolt", Counter(range(n)))
+    assert_no_orphans(run)
+
+
+def test_spout_that_dies_after_a_fail_before_replaying_it_still_replays_that_tuple(tmp_path, caplog):
+    # The spout process took the fail of tuple 5 (synced) and kept its replay
+    # in memory; it dies before its next `next`. The fail was answered, yet
+    # the tuple was never emitted again: the replacement is told again of
+    # every failed id not emitted since (§8.2). Found by bench/soak.py under
+    # load: 25 to 135 of 20,000 tuples lost with spout kills.
+    run, n = _spout_dies_on("fail", tmp_path, caplog, fault="exit_after_fail")
+    res = run.result
+    assert res.stats["spout"].restarts == 1
+    assert 5 in run.values("bolt"), "tuple 5 was lost: its fail died with the process that had taken it"
     assert res.ok, res
     assert_nothing_lost(run, n, "bolt", Counter(range(n)))
     assert_no_orphans(run)

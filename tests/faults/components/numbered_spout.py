@@ -31,6 +31,8 @@ brought ``next`` commands, their number (one per line).
 --once MARKER: in the first process only):
   exit_on_ack      exit(1) on the first ack command, before its sync
   exit_on_fail     exit(1) on the first fail command, before its sync
+  exit_after_fail  exit(1) just after the first fail's sync, before the next
+                   `next` could replay it (the replay kept in memory only)
   undeclared       emit the next number on stream "nope" (not declared)
   exit:CODE        exit with CODE during a next
   slow_next:SECS   sleep SECS during a next, before its emits (the marker
@@ -151,6 +153,11 @@ def main() -> None:
                                   "need_task_ids": False}))
         out.append(SYNC)  # activate, deactivate and anything else: just sync (§4.5)
         write(b"".join(out))
+        if cmd == "fail" and fault == "exit_after_fail":
+            fault = None
+            if fire(ARGS.once):
+                err(f"numbered_spout pid {os.getpid()}: exiting after the sync of fail {msg['id']}, not replayed")
+                sys.exit(1)
 
 
 if __name__ == "__main__":
