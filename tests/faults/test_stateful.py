@@ -141,7 +141,10 @@ def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, co
     assert "gated_sentence_spout" in text
     toml.write_text(text)
     state = tmp_path / "state"
-    first = _run_cli(toml, state)
+    # --duration: a run to the end would end once the spout, held at the gate,
+    # and every tree are idle, which on a busy machine can come before the
+    # first checkpoint; this run must still be running when it is killed.
+    first = _run_cli(toml, state, "--duration", "600")
     db = state / "wordcount.sqlite"
     deadline = time.monotonic() + 60
     while _committed_txid(db) < 1:  # the first checkpoint in (200 ms apart)
