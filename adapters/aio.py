@@ -84,7 +84,9 @@ import trio
 
 from multilang.errors import ComponentError, MultilangError, TopologyError
 from multilang.shellbolt import RunResult, Runtime, load_flux
-from multilang.shellbolt import (ANY_FIELDS, PythonBolt, PythonSpout, ShellBolt, ShellSpout, Topology, TopologyBuilder, load_topology)
+from multilang.shellbolt import (
+    ANY_FIELDS, PythonBolt, PythonSpout, ShellBolt, ShellSpout, Topology, TopologyBuilder, load_topology,
+)
 
 __all__ = [
     "open_bolt",

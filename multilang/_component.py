@@ -44,11 +44,15 @@ from functools import partial
 from typing import Any, Iterable
 
 from . import _early_output
+from ._kv_state import CHUNK_BYTES, KeyValueState
 from ._state import Role, Side
 from .connection import _JUST_STR, _JUST_TUPLE, NEED_DATA, Connection, _first
 from .errors import LocalProtocolError, RemoteProtocolError
-from .messages import (DEFAULT_STREAM, Ack, Activate, ConnectionClosed, Deactivate, Error, Fail, Handshake, Heartbeat, Log, Metrics, Next, Pid, StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback, Sync, Tick, TopologyContext, Tuple, Tuples, UnknownCommand)
-from ._kv_state import CHUNK_BYTES, KeyValueState
+from .messages import (
+    DEFAULT_STREAM, Ack, Activate, ConnectionClosed, Deactivate, Error, Fail, Handshake, Heartbeat, Log, Metrics, Next,
+    Pid, StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback, Sync, Tick, TopologyContext, Tuple,
+    Tuples, UnknownCommand,
+)
 
 _early_output.hold()  # a component script's prints before run() must not precede the pid reply (§2.3)
 

@@ -652,7 +652,7 @@ class TopologyRun:
         return [r for _, r in self.outputs if r.get("component") == component and r.get("stream") == stream]
 
 
-R = TypeVar("R", bound=TopologyRun)
+_R = TypeVar("_R", bound=TopologyRun)
 
 
 def current_pid(runtime: Any, task_id: int) -> int | None:
@@ -664,8 +664,8 @@ def current_pid(runtime: Any, task_id: int) -> int | None:
 
 
 def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | None = None, limit: float = 15,
-                 sample_every: float = 0.003, run_type: type[R] = TopologyRun,  # type: ignore[assignment]
-                 **run_kw: Any) -> R:
+                 sample_every: float = 0.003, run_type: type[_R] = TopologyRun,  # type: ignore[assignment]
+                 **run_kw: Any) -> _R:
     """Run ``topology`` under a ``multilang.shellbolt.Runtime`` in ``trio.run``.
 
     ``run_kw`` go to ``Runtime.run`` (``until_done`` defaults to true unless
@@ -681,7 +681,7 @@ def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | No
 
     run_kw.setdefault("until_done", "duration" not in run_kw)
 
-    async def main() -> R:
+    async def main() -> _R:
         run = run_type()
         run.runtime = rt = Runtime(topology, on_output=lambda rec: run.outputs.append((trio.current_time(), rec)))
 

@@ -44,12 +44,14 @@ from __future__ import annotations
 import logging
 import re
 
-from ._partitions.arrow import apply_bolts, multilang_bolts
 from ._engine.counters import BoltCounters
 from ._engine.engine import _Engine
 from ._engine.pool import _freeze_worker_heap
+from ._engine.spec import (
+    DEAD_LETTER_COLUMNS, INPUT, DeadLetter, OutputSchemaError, RowFailed, StatefulBoltCrashed, _make_spec,
+)
+from ._partitions.arrow import apply_bolts, multilang_bolts
 from ._partitions.rdd import group_by_fields, shell_bolt_partition
-from ._engine.spec import (DEAD_LETTER_COLUMNS, INPUT, DeadLetter, OutputSchemaError, RowFailed, StatefulBoltCrashed, _make_spec)
 from ._source.source import FORMAT as SOURCE_FORMAT
 from ._source.source import MSG_ID_COLUMN, VALUES_COLUMN, MultilangDataSource, MultilangStreamReader
 from ._source.source import register as register_source

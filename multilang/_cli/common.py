@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from . import signals as _signals
 from ..errors import MultilangError, TopologyError
+from . import signals as _signals
 from .output import Output
 
 #: exit codes (main.py's docstring says when each is used)

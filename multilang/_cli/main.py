@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import click
 
-from . import signals as _signals
 from .._component import release_stdout
+from . import signals as _signals
 from .common import EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from .conform import conform
 from .libs import lib

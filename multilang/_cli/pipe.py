@@ -8,15 +8,15 @@ from typing import Any
 
 import click
 
-from . import signals as _signals
 from ..errors import MultilangError, TopologyError
-from .pipe_input import StdinFeed
-from .output import Output, flush_every
-from .pipe_output import HeldOutputs
+from . import signals as _signals
 from .common import (
     EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_USAGE, embedded_runtime, exit_code, interrupted,
     owning_signals, parse_conf, run_trio, setup_logging, stopped_before_start,
 )
+from .output import Output, flush_every
+from .pipe_input import StdinFeed
+from .pipe_output import HeldOutputs
 from .summary import print_summary
 
 

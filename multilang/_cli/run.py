@@ -12,14 +12,14 @@ from typing import IO, Any
 import click
 import orjson
 
-from . import signals as _signals
 from ..errors import MultilangError, TopologyError
-from .output import Output, flush_every, output_file
+from . import signals as _signals
 from .common import (
     EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, distinct_files, embedded_runtime,
     exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio, setup_logging,
     stopped_before_start,
 )
+from .output import Output, flush_every, output_file
 from .summary import print_summary
 
 

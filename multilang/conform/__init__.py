@@ -27,17 +27,17 @@ from typing import Any, Sequence
 
 # The public names (__all__) are re-exported from the modules that do the work;
 # LEVELS, _Matcher and _scale stay importable from here too (tests use them).
+from .._state import Role
+from ..codec import decode_component_frame, loads
+from ..errors import ProtocolError
+from ..framing import FrameReader
+from ..messages import Pid
+from ._diagnosis import syncs_tuples
 from ._errors import ConformError, VectorBug, _Failure, _NotApplicable
 from ._process import _TIMEOUT, _Process
 from ._report import EXTENSION, FAILED, LEVELS, NOT_APPLICABLE, PASSED, RECOMMENDED, REQUIRED, CheckResult, Report
 from ._run import _DEFAULT_TIMEOUT, _MIN_HANDSHAKE_WAIT, _READY_WAIT, _SHOW_FRAMES, _encode_frame, _Run, _scale, _show
 from ._vectors import DEFAULT_CONF, DEFAULT_CONTEXT, DEFAULT_VECTORS_DIR, Vector, _Matcher, load_vectors
-from .._state import Role
-from ..codec import decode_component_frame, loads
-from ._diagnosis import syncs_tuples
-from ..errors import ProtocolError
-from ..framing import FrameReader
-from ..messages import Pid
 
 __all__ = [
     "run_conformance",

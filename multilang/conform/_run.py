@@ -19,15 +19,15 @@ import os
 import time
 from typing import Any
 
-from ._errors import VectorBug, _Failure, _NotApplicable
-from ._process import _EOF, _TIMEOUT, _Process
-from ._vectors import _STEP_KINDS, DEFAULT_CONF, DEFAULT_CONTEXT, DEFAULT_IGNORE, Vector, _instantiate, _Matcher, _short
 from .._state import Role, Side
 from ..codec import decode_component_frame, decode_host_frame, loads, msgpack_frame, msgpack_loads
 from ..connection import Connection
 from ..errors import ProtocolError
 from ..framing import TERMINATOR, FirstFrameCut, FrameReader, LengthPrefixedReader
 from ..messages import Ack, Batch, Emit, Fail, Pid, TaskIds, Tick, Tuple, TupleBatch
+from ._errors import VectorBug, _Failure, _NotApplicable
+from ._process import _EOF, _TIMEOUT, _Process
+from ._vectors import _STEP_KINDS, DEFAULT_CONF, DEFAULT_CONTEXT, DEFAULT_IGNORE, Vector, _instantiate, _Matcher, _short
 
 # The fixed waits below are for the default --timeout (2 s); a longer --timeout
 # stretches every one of them in proportion (_scale), so a slow component (a

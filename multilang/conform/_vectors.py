@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._state import Role
 from ._errors import ConformError, VectorBug
 from ._report import EXTENSION, LEVELS, REQUIRED
-from .._state import Role
 
 
 def _default_vectors_dir() -> Path:

@@ -53,8 +53,8 @@ from typing import Any, Iterator, Mapping
 
 import trio
 
-from .._model.conf import SCHEMA
 from .._host.process import Transport, spawn_child
+from .._model.conf import SCHEMA
 
 __all__ = [
     "FORMAT",

@@ -55,10 +55,12 @@ from multilang.codec import loads as json_loads
 from multilang.connection import Role, State
 from multilang.errors import ComponentCrashed, LocalProtocolError, ProtocolError
 from multilang.framing import DEFAULT_MAX_FRAME_SIZE, FirstFrameCut, FrameReader, LengthPrefixedReader
-from multilang.messages import (Ack, Batch, Emit, Fail, Handshake, Heartbeat, Message, Pid, StatePrepared, Sync, TaskIds, Tick, Tuple, TupleBatch)
+from multilang.messages import (
+    Ack, Batch, Emit, Fail, Handshake, Heartbeat, Message, Pid, StatePrepared, Sync, TaskIds, Tick, Tuple, TupleBatch,
+)
 
-from .._model.conf import ProcessConf
 from .._host.process import ShellProcess
+from .._model.conf import ProcessConf
 from .record import COMPONENT, HOST, RecordingDamaged, RecordingError, Session, TaskLog, load_recording, read_task
 
 __all__ = ["ReplayUsageError", "Selection", "Plan", "Outcome", "select", "plan", "replay", "resolve_argv"]

@@ -18,14 +18,14 @@ from multilang.errors import LocalProtocolError
 from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, StatePrepared, Tick, Tuple
 
 from .._host.process import ShellProcess
-from .._model.results import brief
-from .shell_task import ShellTask
-from .checkpoint import init_frames
 from .._model.acker import edges_of
+from .._model.results import brief
+from .._model.topology import ComponentDef, PythonBolt
 from .._observe.observe import pick_probe
+from .checkpoint import init_frames
+from .shell_task import ShellTask
 from .sinks import AckerSink, BoltSink
 from .tasks import RuntimeSeam, Task, log, new_tuple_id
-from .._model.topology import ComponentDef, PythonBolt
 
 
 __all__ = [Task, "PythonBoltTask"]

@@ -20,15 +20,15 @@ from multilang.errors import ComponentError, ComponentReportedError, TopologyErr
 from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
 
 from .._model.acker import Acker, TupleEdges, roots_of
-from .bolts import PythonBoltTask, ShellBoltTask
-from .checkpoint import Checkpointer
 from .._model.grouping import Grouping, Router, new_grouping
+from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
+from .._model.topology import ANY_FIELDS, ComponentDef, Topology
 from .._observe.observe import RunObs, snapshot
 from .._observe.ratelog import RateLimitedLog
-from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
+from .bolts import PythonBoltTask, ShellBoltTask
+from .checkpoint import Checkpointer
 from .spouts import PythonSpoutTask, ShellSpoutTask
 from .tasks import TICK_EDGES, Delivery, SpoutTask, Task, log, plain_emit
-from .._model.topology import ANY_FIELDS, ComponentDef, Topology
 
 __all__ = ["Runtime"]
 

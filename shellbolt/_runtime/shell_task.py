@@ -21,12 +21,12 @@ from multilang.connection import Role
 from multilang.errors import ComponentReportedError
 from multilang.messages import Error, Log, Metrics, Sync
 
-from .._model.conf import ProcessConf
 from .._host.process import ShellProcess
-from .._model.results import first_line
 from .._host.supervisor import GiveUp, RestartPolicy
-from .tasks import PY_LEVEL, RuntimeSeam, Task, component_error, log
+from .._model.conf import ProcessConf
+from .._model.results import first_line
 from .._model.topology import ComponentDef
+from .tasks import PY_LEVEL, RuntimeSeam, Task, component_error, log
 
 
 __all__ = ["ShellTask"]

@@ -17,9 +17,9 @@ from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate,
 
 from .._host.process import ShellProcess
 from .._model.results import brief, id_key
+from .._model.topology import ComponentDef, PythonSpout
 from .shell_task import ShellTask
 from .tasks import RuntimeSeam, SpoutTask, Task, log
-from .._model.topology import ComponentDef, PythonSpout
 
 
 __all__ = ["ShellSpoutTask", "PythonSpoutTask"]

@@ -18,9 +18,9 @@ from multilang.errors import ComponentError
 
 from .._model.acker import Acker, TupleEdges, edges_of
 from .._model.grouping import Grouping
-from .._observe.observe import TaskObs
 from .._model.results import Cause
 from .._model.topology import ComponentDef, Topology
+from .._observe.observe import TaskObs
 
 
 __all__ = ["Task", "SpoutTask", "Delivery", "PlainEmit", "plain_emit", "component_error", "new_tuple_id", "TICK_EDGES", "PY_LEVEL"]

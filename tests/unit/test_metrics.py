@@ -14,7 +14,9 @@ import trio
 
 from multilang.errors import TopologyError
 from multilang.shellbolt._model.conf import check_value
-from multilang.shellbolt._observe.metrics import (CONTENT_TYPE, MetricsReporter, consumers_from_conf, json_line, prometheus_text)
+from multilang.shellbolt._observe.metrics import (
+    CONTENT_TYPE, MetricsReporter, consumers_from_conf, json_line, prometheus_text,
+)
 
 
 def _lat(p50=None, p99=None, count=0):

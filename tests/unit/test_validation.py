@@ -31,7 +31,9 @@ from multilang.errors import TopologyError
 from multilang.shellbolt._model.conf import SCHEMA, check_value, near_miss, suggest
 from multilang.shellbolt import Runtime
 from multilang.shellbolt._model.flux import load_flux
-from multilang.shellbolt._model.topology import (DEFAULT_CONF, PythonBolt, PythonSpout, ShellSpout, TopologyBuilder, load_topology)
+from multilang.shellbolt._model.topology import (
+    DEFAULT_CONF, PythonBolt, PythonSpout, ShellSpout, TopologyBuilder, load_topology,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

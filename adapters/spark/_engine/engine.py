@@ -19,8 +19,8 @@ import trio
 from multilang.errors import MultilangError
 from multilang.messages import DEFAULT_STREAM, Emit
 from multilang.shellbolt import (
-    ANY_FIELDS, BoltSink, ComponentDef, Delivery, RateLimitedLog, Runtime, ShellBoltTask, SpoutTask, Task, grouping_class,
-    kind_of, plain_emit, roots_of,
+    ANY_FIELDS, BoltSink, ComponentDef, Delivery, RateLimitedLog, Runtime, ShellBoltTask, SpoutTask, Task,
+    grouping_class, kind_of, plain_emit, roots_of,
 )
 
 from .spec import _select_outputs, _Spec

@@ -11,10 +11,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 import trio
 
+from ..._sync import TrioHost, pump
 from .engine import _Engine
 from .lease import _Lease
 from .spec import _Options, _Spec
-from ..._sync import TrioHost, pump
 
 
 class _Pool:

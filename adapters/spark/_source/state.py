@@ -30,8 +30,8 @@ import trio
 from multilang.messages import Ack, Emit, Error, Fail, Log, Message, Metrics, Next
 from multilang.shellbolt import RateLimitedLog
 
-from .replay_log import _digest, _id_key, _ReplayLog
 from .options import _json_text, _Options, _RowConverter
+from .replay_log import _digest, _id_key, _ReplayLog
 from .spout_host import _live_states, _SupervisedSpout
 
 log = logging.getLogger("multilang.spark.source")
