@@ -46,7 +46,8 @@ from typing import Any, Iterable
 from . import _early_output
 from ._kv_state import CHUNK_BYTES, KeyValueState
 from ._state import Role, Side
-from .connection import _JUST_STR, _JUST_TUPLE, NEED_DATA, Connection, _first
+from ._fast_paths import _JUST_STR, _JUST_TUPLE, _first
+from .connection import NEED_DATA, Connection
 from .errors import LocalProtocolError, RemoteProtocolError
 from .messages import (
     DEFAULT_STREAM, Ack, Activate, ConnectionClosed, Deactivate, Error, Fail, Handshake, Heartbeat, Log, Metrics, Next,

@@ -123,7 +123,7 @@ PIPELINED: dict[State, dict[type, State]] = {
 #
 # Each is written once, here, as a set operation that costs the same for one
 # id or a thousand; every path of connection.py calls it. The per-tuple fast
-# paths there test the common case inline (``tid in pending``) and call the
+# paths (_fast_paths.py) test the common case inline (``tid in pending``) and call the
 # ledger for anything else, so an error always comes from here; each fast
 # path has a differential property test against the general path
 # (tests/unit/test_fast_paths.py).

@@ -19,26 +19,30 @@ need memory (§3.5, §3.6):
 On the component side, :meth:`next_task_ids` fetches the next task-id list
 while keeping the tuples and heartbeats that arrived before it queued, in
 order, for :meth:`next_event` (§6.2).
+
+This module is the general path: every message, checked against the state
+table and the ledger. Two mixins complete the class: ``_fast_paths.py``, the
+per-tuple paths that short-cut it (and their differential test), and
+``_writers.py``, the frames the pid reply's choice of wire writes (§9.2).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from operator import itemgetter
+from typing import Any, Iterable
 
 import orjson
-from typing import Any, Callable, Collection, Iterable
 
+from ._fast_paths import FastPaths
 from ._state import ALLOWED, PIPELINED, SENDER, SPOUT_COUNTED, STATE_RULES, Ledger, Role, Side, State
-from .codec import _new_tuple, check_finite, decode_component_frame, decode_host_frame, dumps
-from .codec import encode_json, loads as json_loads, msgpack_frame, msgpack_loads, name_unencodable
+from ._writers import Writers
+from .codec import decode_component_frame, decode_host_frame, dumps
+from .codec import encode_json, loads as json_loads, msgpack_frame, msgpack_loads
 from .errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from .framing import DEFAULT_MAX_FRAME_SIZE, TERMINATOR, FirstFrameCut, FrameReader, LengthPrefixedReader
 from .messages import (
     DEFAULT_STREAM,
-    HEARTBEAT_STREAM,
-    TICK_STREAM,
     Ack,
     Batch,
     ConnectionClosed,
@@ -54,7 +58,6 @@ from .messages import (
     Tuple,
     TupleBatch,
     UnknownCommand,
-    anchor_ids,
 )
 
 _STATE_TYPES = frozenset(STATE_MESSAGES.values())  # §9.7
@@ -63,9 +66,6 @@ __all__ = ["Connection", "NEED_DATA", "Role", "Side", "State"]
 
 
 _NOTHING: dict[type, State] = {}
-# Elements per output batch before it is closed: keeps a frame far below the
-# size limit for ordinary tuples (§9.5).
-_BATCH_MAX = 1024
 
 
 def _json_frame(obj: Any) -> bytes:
@@ -82,17 +82,6 @@ class _NeedData:
 #: Returned by :meth:`Connection.next_event` when more bytes are needed.
 NEED_DATA = _NeedData()
 
-_SYSTEM_STREAMS = frozenset((HEARTBEAT_STREAM, TICK_STREAM))
-_JUST_LIST, _JUST_FIVE, _JUST_STR, _JUST_INT = {list}, {5}, {str}, {int}
-_make_tuple = partial(_new_tuple, Tuple)  # a Tuple from a [id, comp, stream, task, values] row
-_JUST_TUPLE = {Tuple}
-_first = itemgetter(0)  # a Tuple's id
-# The per-tuple frames around their variable parts, which alone go through
-# orjson (same bytes as encoding the whole dict). One formatting step (bytes
-# %): one allocation, and fewer instructions than a join or concatenations
-# (bench/instructions.py).
-_EMIT_FORMAT = b'{"command":"emit","tuple":%b,"anchors":[%b],"need_task_ids":false}' + TERMINATOR
-_ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
 
 class _Failed:
     """A queued error: raised when the reader reaches it, after the frames
@@ -104,7 +93,7 @@ class _Failed:
         self.exc = exc
 
 
-class Connection:
+class Connection(FastPaths, Writers):
     """One end of one multilang connection.
 
     ``role`` is what the component is (bolt or spout); ``side`` is which end
@@ -256,181 +245,6 @@ class Connection:
         a burst, for a caller that answers it in parts."""
         return len(self._bodies) - self._pos
 
-    def take_tuples(self, rows: bool = False, limit: int | None = None) -> list[Any]:
-        """Component side of a bolt: every ordinary input tuple at the head of
-        the received stream, decoded in one pass (the per-tuple fast path).
-
-        Each is checked exactly as :func:`decode_host_frame` and :meth:`_check`
-        would check it (§3.1, §3.6) and its id becomes pending. The first
-        frame that is anything else (heartbeat, tick, task ids, a batch, a
-        duplicate id, bad JSON) stops the pass; :meth:`next_event` then takes
-        it the general way, after the caller has handled the tuples before it.
-        Returns ``[]`` while events set aside by :meth:`next_task_ids` wait.
-        With ``rows=True`` the result holds each tuple's fields as a row
-        (``[id, comp, stream, task, values]``) instead of a :class:`Tuple`,
-        for :class:`~multilang.messages.Tuples`.
-
-        ``limit`` caps the tuples taken in one call (a tuple batch is taken
-        whole, and ends the call once there are ``limit``). A caller that
-        handles each part before it takes the next keeps few objects alive
-        at once: CPython's cyclic collector, which starts after 700 new
-        container objects, then seldom finds a burst of young tuples to
-        walk (bench/).
-        """
-        if self._stash or not self._bolt_component or self._state is not State.READY or (
-                self.ledger.state is not None and self.ledger.state.initializing):  # §9.7: the general path refuses
-            return []
-        bodies = self._bodies
-        pos = self._pos
-        if len(bodies) <= pos:
-            return []
-        pending = self.pending
-        add = pending.add
-        loads = self._loads
-        system = _SYSTEM_STREAMS
-        new = _new_tuple
-        kind = tuple if rows else Tuple  # tuple.__new__(tuple, row) is the row itself
-        batching = self.batching
-        items = bodies[pos:] if limit is None else bodies[pos : pos + limit]
-        out: list[Any] = []
-        append = out.append
-        for item in items:
-            try:
-                obj = loads(item)  # a queued error or close is not bytes: TypeError
-                if batching and "tuples" in obj:
-                    # (another key beside it, "pidDir" say, the decoder decides: §2.2 before §9.5)
-                    if len(obj) == 1 and self._take_batch(obj["tuples"], out, rows):
-                        if limit is None or len(out) < limit:
-                            continue
-                        self._consume(items, item, through=True)
-                        return out
-                    break
-                tid = obj["id"]
-                stream = obj["stream"]
-                values = obj["tuple"]
-                task = obj["task"]
-                comp = obj["comp"]
-            except Exception:  # not a dict with these keys: the general path says what is wrong
-                break
-            # x.__class__ rather than type(x) here and in the fast paths below:
-            # the same for the builtins orjson returns, and no call in CPython
-            # 3.11's interpreter (measured with callgrind on bench/'s echo bolt).
-            # stream != "default" first: a fresh string's equality test is
-            # cheaper than hashing it for the set lookup. A key beyond a
-            # tuple's five ("pidDir", "tuples", ...) may make the decoder read
-            # the frame as something else (a handshake, §2.2; a tuple batch,
-            # refused without the extension, §9.5): it decides such a frame,
-            # so the same bytes mean the same whichever path reads them.
-            if (
-                tid.__class__ is not str or values.__class__ is not list or task.__class__ is not int
-                or stream.__class__ is not str or stream != DEFAULT_STREAM and stream in system or tid in pending
-                or len(obj) != 5
-            ):
-                break
-            add(tid)
-            append(new(kind, (tid, comp, stream, task, values)))
-        else:
-            self._consume(items)
-            return out
-        self._consume(items, item)  # ``item`` and what follows stay, for the general path
-        return out
-
-    def _consume(self, items: list[Any], stop: Any = None, through: bool = False) -> int:
-        """Move the read position past the frames of ``items`` (a snapshot
-        of the queue) that a fast path took: those before ``stop`` (and
-        ``stop`` itself if ``through``), found by identity because equal
-        frames may come before it, or all of them. Returns how many."""
-        n = len(items) if stop is None else next(i for i, x in enumerate(items) if x is stop) + through
-        self._pos += n  # (receive_data drops them)
-        if n:
-            self.last_frames.append(items[n - 1])
-        return n
-
-    def _take_batch(self, items: Any, out: list[Any], rows: bool) -> bool:
-        """A tuple batch (§9.5) of ordinary tuples onto ``out``; False (and
-        nothing taken) if any element is anything else: a tick, a bad or
-        duplicate element. The general path then delivers or refuses it."""
-        if type(items) is not list or not items:
-            return False
-        # Column-wise checks: each a loop in C, not per element in Python.
-        if set(map(type, items)) != _JUST_LIST or set(map(len, items)) != _JUST_FIVE:
-            return False
-        ids, _comps, streams, tasks, valuess = zip(*items)
-        if (set(map(type, ids)) != _JUST_STR or set(map(type, streams)) != _JUST_STR
-                or set(map(type, tasks)) != _JUST_INT or set(map(type, valuess)) != _JUST_LIST
-                or not _SYSTEM_STREAMS.isdisjoint(streams)):
-            return False
-        try:
-            self.ledger.admit(ids, RemoteProtocolError, None)
-        except ProtocolError:  # a repeated id: the general path refuses the frame with its own bytes
-            return False
-        out.extend(items if rows else map(_make_tuple, items))
-        return True
-
-    def take_outputs(self) -> Batch | None:
-        """Host side of a bolt: the plain emits, acks and fails at the head of
-        the received stream, decoded in one pass (the host's per-tuple fast
-        path), as one :class:`Batch`, or None if the next frame is not one.
-
-        Plain: an emit on any stream that wants no task ids, is not direct,
-        and anchors only to pending tuples; an ack or fail of a pending
-        tuple. Each frame is checked as :func:`decode_component_frame` and
-        :meth:`_check` would check it, in wire order (§3.5, §3.6). The
-        result has the order of a §9.5 batch: its emits, then its acks,
-        then its fails. That is the wire order as far as the acker and the
-        receiving tasks can tell (§6.1): an emit's anchors were pending when
-        it was read, so it comes before their ack in either order, and XOR
-        commutes (§7.1). The first frame that is anything else (a log, an
-        emit that wants task ids, a batch, bad JSON, an unknown id) stops
-        the pass; :meth:`next_event` then takes it the general way.
-        """
-        if self._component_side or self.role is not Role.BOLT or self._state is not State.READY:
-            return None
-        bodies = self._bodies
-        if len(bodies) <= self._pos or self.batching:
-            return None
-        pending = self.pending
-        remove = pending.remove
-        loads = self._loads
-        emits: list[list[Any]] = []
-        acks: list[str] = []
-        fails: list[str] = []
-        items = bodies[self._pos :]
-        for item in items:
-            try:
-                obj = loads(item)  # a queued error or close is not bytes: TypeError
-                cmd = obj["command"]
-                if cmd == "emit":
-                    values = obj["tuple"]
-                    if obj["need_task_ids"] is not False or "task" in obj or values.__class__ is not list:
-                        break  # wants task ids (§3.4), may be direct, or is malformed
-                    anchors = obj.get("anchors")
-                    if anchors.__class__ is str:
-                        anchors = [anchors]  # §3.5: one anchor may be sent bare
-                    elif anchors is not None and anchors.__class__ is not list:
-                        break
-                    # pending holds id strings: anything else is missing (or unhashable: TypeError)
-                    if anchors and not pending.issuperset(anchors):
-                        break
-                    stream = obj.get("stream")
-                    if stream is not None and stream.__class__ is not str:
-                        break
-                    emits.append([values, anchors or None, stream])
-                    continue
-                if cmd != "ack" and cmd != "fail":
-                    break
-                tid = obj["id"]
-                remove(tid)  # not a pending id string: KeyError or TypeError, and the general path names it
-                (acks if cmd == "ack" else fails).append(tid)
-            except Exception:  # not a dict with these keys: the general path says what is wrong
-                break
-        else:
-            self._consume(items)
-            return Batch(emits=emits, acks=acks, fails=fails)
-        if not self._consume(items, item):
-            return None
-        return Batch(emits=emits, acks=acks, fails=fails)
-
     def next_task_ids(self) -> TaskIds | _NeedData:
         """Component side: the next task-id list, keeping earlier events queued.
 
@@ -534,33 +348,6 @@ class Connection:
             return self._send_each(tuples)  # the general path refuses them
         return self._write_tuples(tuples, max_size)
 
-    def close_batch(self) -> bytes:
-        """Component: the output batch filled so far as one frame (or b"")."""
-        if not self._open_n:
-            return b""
-        self._open_n = 0
-        obj: dict[str, Any] = {"command": "batch"}
-        if self._open_emits:
-            obj["emits"] = self._open_emits
-            self._open_emits = []
-        if self._open_acks:
-            obj["acks"] = self._open_acks
-            self._open_acks = []
-        if self._open_fails:
-            obj["fails"] = self._open_fails
-            self._open_fails = []
-        try:
-            return self._frame(obj)
-        except LocalProtocolError as exc:  # the batch is dropped; say which emit broke it
-            raise name_unencodable(obj.get("emits", ()), exc, self._frame) from None
-
-    def _batch_full(self, n: int = 1) -> bytes:
-        """``n`` elements joined the open batch: close it if it is full (§9.5)."""
-        self._open_n += n
-        if self._open_n >= _BATCH_MAX:
-            return self.close_batch()
-        return b""
-
     def _may_send(self, t: type, msg: Any) -> None:
         if self._sender.get(t) is not self.side:
             raise LocalProtocolError(f"{self.side.value} may not send {t.__name__} to a {self.role.value}", frame=msg)
@@ -572,133 +359,6 @@ class Connection:
         rules = STATE_RULES
         key = (self.role, self._state)
         return rules.get((*key, t)) or rules.get((*key, None)) or "protocol.state"
-
-    # -- the writer, chosen once at the pid reply (§9.2) ----------------------
-    #
-    # The pid reply fixes the wire for the rest of the connection: JSON or
-    # msgpack frames (§9.6), output batches or not (§9.5). _choose_writer
-    # binds the _write_* methods then; the send paths check a message and
-    # hand it to them, testing no mode per call.
-
-    def _choose_writer(self) -> None:
-        batch = self.batching
-        #: An emit that wants no task ids: (values, anchors or None, stream, id) -> bytes.
-        self._write_emit = self._emit_to_batch if batch else self._emit_frame
-        #: Emits on the default stream, as [values(, anchors)] elements: (elements, count) -> bytes.
-        self._write_emits = self._batch_full_of_emits if batch else self._emit_frames
-        #: Acks or fails of ids already retired: (ids, fail) -> bytes.
-        self._write_ids = self._batch_full_of_ids if batch else self._id_frames if self.msgpack else self._json_id_frames
-        #: Host: tuples to a bolt, all or none: (tuples, max_size) -> [(frame, tuples)].
-        self._write_tuples = (
-            self._send_each if self._component_side  # a component sends no tuples: refused there
-            else self._send_batches if batch else self._send_each if self.msgpack else self._send_plain_tuples
-        )
-
-    @staticmethod
-    def _emit_obj(values: list[Any], anchors: list[str] | None, stream: str, id: Any, task: int | None = None,
-                  need_task_ids: bool = False) -> dict[str, Any]:
-        """The wire dict of an emit (§3.5, §4.3)."""
-        obj: dict[str, Any] = {"command": "emit", "tuple": values}
-        if stream != DEFAULT_STREAM:
-            obj["stream"] = stream
-        if anchors:
-            obj["anchors"] = anchors
-        if id is not None:
-            obj["id"] = id
-        if task is not None:
-            obj["task"] = task
-        if not need_task_ids:
-            obj["need_task_ids"] = False
-        return obj
-
-    def _emit_frame(self, values: list[Any], anchors: list[str] | None, stream: str, id: Any) -> bytes:
-        return self._frame(self._emit_obj(values, anchors, stream, id))
-
-    def _emit_to_batch(self, values: list[Any], anchors: list[str] | None, stream: str, id: Any) -> bytes:
-        # §9.5: [tuple, anchors_or_id, stream], the last elements optional
-        second = anchors or id
-        if stream != DEFAULT_STREAM:
-            self._open_emits.append([values, second, stream])
-        elif second is not None:
-            self._open_emits.append([values, second])
-        else:
-            self._open_emits.append([values])
-        return self._batch_full()
-
-    def _emit_frames(self, elems: Iterable[Any], n: int) -> bytes:
-        frame, obj = self._frame, self._emit_obj
-        return b"".join([frame(obj(e[0], e[1] if len(e) > 1 else None, DEFAULT_STREAM, None)) for e in elems])
-
-    def _batch_full_of_emits(self, elems: Iterable[Any], n: int) -> bytes:
-        self._open_emits.extend(elems)
-        return self._batch_full(n)
-
-    def _id_frames(self, ids: Iterable[str], fail: bool) -> bytes:
-        frame, command = self._frame, "fail" if fail else "ack"
-        return b"".join([frame({"command": command, "id": i}) for i in ids])
-
-    def _json_id_frames(self, ids: Iterable[str], fail: bool) -> bytes:
-        if fail:
-            return self._id_frames(ids, fail)
-        dumps = orjson.dumps  # the ids are pending, so strings: orjson encodes them
-        return b"".join([_ACK_FORMAT % dumps(i) for i in ids])
-
-    def _batch_full_of_ids(self, ids: Collection[str], fail: bool) -> bytes:
-        (self._open_fails if fail else self._open_acks).extend(ids)
-        return self._batch_full(len(ids))
-
-    def _send_each(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
-        """Standard frames, one :meth:`send` per tuple; all or none."""
-        out = []
-        try:
-            for t in tuples:
-                out.append((self.send(t), [t]))
-        except BaseException:
-            self._unsend(out)
-            raise
-        return out
-
-    def _unsend(self, sent: list[tuple[bytes, list[Tuple]]]) -> None:
-        """Undo what sending these frames recorded: their ids were admitted
-        by this call, so were not pending before it (§3.6 ``ids.unique``)."""
-        self.pending.difference_update([t[0] for _, ts in sent for t in ts])
-
-    def _send_plain_tuples(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
-        """Standard JSON frames without a call per tuple: encoded first, then
-        admitted in one ledger call, all or none (§3.1, §3.6). Anything
-        irregular (a tick, an id that is not a string or is pending, values
-        orjson cannot encode) goes to the general path, which names it."""
-        dumps = orjson.dumps
-        out = []
-        append = out.append
-        try:
-            for t in tuples:
-                if t.__class__ is not Tuple or t[0].__class__ is not str:
-                    raise TypeError
-                append((dumps({"id": t[0], "comp": t[1], "stream": t[2], "task": t[3], "tuple": t[4]}) + TERMINATOR,
-                        [t]))
-            self.ledger.admit([t[0] for t in tuples], LocalProtocolError, tuples)
-        except (TypeError, ProtocolError):  # integers beyond 64 bits, or a clear error: the general path
-            return self._send_each(tuples)
-        return out
-
-    def _send_batches(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
-        """Tuple batch frames (§9.5), halved while one exceeds ``max_size``; all or none."""
-        if len(tuples) <= 1:
-            return self._send_each(tuples)
-        batch = TupleBatch(tuples=tuples)
-        frame = self._frame(encode_json(batch))
-        if max_size is not None and len(frame) > max_size:
-            mid = len(tuples) // 2
-            first = self._send_batches(tuples[:mid], max_size)
-            try:
-                return first + self._send_batches(tuples[mid:], max_size)
-            except BaseException:
-                self._unsend(first)
-                raise
-        self._may_send(TupleBatch, batch)
-        self._check(batch, remote=False, frame=batch)
-        return [(frame, tuples)]
 
     # The component's per-tuple messages get direct paths: same checks as
     # send(), no message object, the wire dict built once (bench/).
@@ -729,153 +389,6 @@ class Connection:
         if task is None:
             self.ledger.owe()  # §3.4, once the frame exists: a refused emit is owed nothing
         return self.close_batch() + frame if self._open_n else frame
-
-    def bolt_fast_paths(self, out: list[bytes], emit: Callable[..., Any], ack: Callable[[Any], None],
-                        implicit: Callable[[], Any] | None = None) -> tuple[Callable[..., Any], Callable[[Any], None]]:
-        """Component bolt: ``(emit, ack)`` functions for the per-tuple hot path.
-
-        They take the arguments of :meth:`multilang.Bolt.emit` and
-        :meth:`multilang.Bolt.ack` and append frames to ``out``; an emit with
-        ``anchors=None`` takes ``implicit()``'s (a BasicBolt's current input). The common
-        case (ready, default stream, one anchor given as a pending
-        :class:`Tuple` or id, no task ids wanted) is checked here as
-        :meth:`send_emit` / :meth:`send_ack` would (§3.5, §3.6), and encoded
-        in line as a JSON frame or handed to the writer the pid reply chose;
-        anything else is passed to the ``emit`` / ``ack`` given, the general
-        path. Closures, so that a bolt can bind them as its own methods: a
-        Python call layer per emit and per ack is a tenth of the
-        component's time (bench/). Built for the wire the pid reply chose
-        (§9.2): before it, ``emit`` and ``ack`` come back as given.
-        """
-        if self._state is not State.READY or not self._bolt_component:
-            return emit, ack
-        pending = self.pending
-        remove = pending.remove
-        dumps = orjson.dumps
-        append = out.append
-        conn = self
-        # Standard JSON: frames from pre-encoded pieces, in line. The
-        # last tuple emitted to, its id and the id's JSON: the ack that
-        # usually follows reuses them instead of indexing and encoding again.
-        plain = not self.batching and not self.msgpack
-        write_emit, write_ids = self._write_emit, self._write_ids
-        last_tup: Any = None
-        last_id: Any = None
-        last_enc = b""
-
-        def fast_emit(values: Any, stream: Any = None, anchors: Any = None, direct_task: Any = None,
-                      need_task_ids: bool = False) -> Any:
-            nonlocal last_tup, last_id, last_enc
-            if anchors is None and implicit is not None:
-                anchors = implicit()
-            if stream is not None or direct_task is not None or need_task_ids or anchors.__class__ is not list:
-                return emit(values, stream, anchors, direct_task, need_task_ids)
-            try:  # not exactly one anchor: ValueError; pending holds id strings, an unhashable anchor raises
-                (t,) = anchors
-                a = t[0] if t.__class__ is Tuple else t
-                if a in pending and values.__class__ is list and conn._ready:
-                    if plain:  # the frame from pre-encoded pieces: no dict
-                        enc_values = dumps(values)
-                        if 117 in enc_values and enc_values.partition(b"null")[1]:  # _has_null, inlined
-                            check_finite(values)  # orjson writes a NaN as null
-                        last_enc = enc = dumps(a)
-                        last_id = a
-                        last_tup = t
-                        append(_EMIT_FORMAT % (enc_values, enc))
-                        return None
-                    data = write_emit(values, [a], DEFAULT_STREAM, None)
-                    if data:
-                        append(data)
-                    return None
-            except (TypeError, ValueError):
-                pass  # integers beyond 64 bits, or a clear error: the general path
-            return emit(values, stream, anchors, direct_task, need_task_ids)
-
-        def fast_ack(tup: Any) -> None:
-            if tup is last_tup and conn._ready:  # the tuple just emitted to (standard JSON)
-                try:
-                    remove(last_id)
-                except KeyError:
-                    return ack(tup)  # acked twice: the general path names the mistake
-                append(_ACK_FORMAT % last_enc)
-                return
-            if tup.__class__ is Tuple and conn._ready:
-                tid = tup[0]
-                try:
-                    remove(tid)
-                except (KeyError, TypeError):
-                    return ack(tup)  # not pending: the general path names the mistake
-                if plain:
-                    append(_ACK_FORMAT % (last_enc if tid is last_id else dumps(tid)))
-                else:
-                    data = write_ids((tid,), False)
-                    if data:
-                        append(data)
-                return
-            ack(tup)
-
-        return fast_emit, fast_ack
-
-    def send_emits(self, values_list: list[Any], anchors_list: list[Any] | None = None) -> bytes:
-        """Component bolt: many emits on the default stream, none wanting task
-        ids. ``anchors_list[i]`` anchors ``values_list[i]``: a :class:`Tuple`,
-        an id, a list of them, or None. Checked all first (§3.5), then one
-        step into the output batch under ``batch`` (§9.5), else standard
-        frames: all or none."""
-        if anchors_list is None:
-            anchors_list = [None] * len(values_list)
-        elif len(anchors_list) != len(values_list):
-            raise ValueError(f"{len(values_list)} emits but {len(anchors_list)} anchor entries")
-        if not self._ready:  # the general path refuses the first
-            return b"".join([self.send_emit(v if type(v) is list else list(v), anchors=anchor_ids(a),
-                                            need_task_ids=False) for v, a in zip(values_list, anchors_list)])
-        pending = self.pending
-        kinds = set(map(type, anchors_list))
-        if (kinds == _JUST_TUPLE or kinds == _JUST_STR) and set(map(type, values_list)) == _JUST_LIST:
-            # one input tuple (or id) per emit: the common shape
-            ids = list(map(_first, anchors_list)) if kinds == _JUST_TUPLE else anchors_list
-            try:
-                ok = pending.issuperset(ids)
-            except TypeError:  # a Tuple whose id is unhashable: the loop below names it
-                ok = False
-            if ok:  # [values, [id]] elements, built in C: tuples encode as arrays
-                return self._write_emits(zip(values_list, zip(ids)), len(ids))
-        elems: list[list[Any]] = []
-        append = elems.append
-        # Standard frames: an element is encoded before the next one's anchors
-        # are checked, so a refusal names what one call per element would.
-        frames: list[bytes] | None = None if self.batching else []
-        done = 0
-        for values, a in zip(values_list, anchors_list):
-            if type(values) is not list:
-                values = list(values)
-            if a is None:
-                append([values])
-                continue
-            t = a[0] if type(a) is Tuple else a
-            if type(t) is str and t in pending:
-                append([values, [t]])
-                continue
-            ids = anchor_ids(a)  # as send_emit gets them: a Tuple is one anchor, whatever its id
-            if frames is not None:
-                frames.append(self._emit_frames(elems[done:], len(elems) - done))
-                done = len(elems)
-            self._check_anchors(ids, values)
-            append([values, ids])
-        if frames is None:
-            return self._write_emits(elems, len(elems))
-        frames.append(self._emit_frames(elems[done:], len(elems) - done))
-        return b"".join(frames)
-
-    def send_acks(self, tuple_ids: list[str], fail: bool = False) -> bytes:
-        """Component bolt: ack (or fail) many pending tuples (§3.6), all or
-        none; one step into the output batch under ``batch``, else standard
-        frames."""
-        if not self._ready:  # the general path refuses the first
-            send = self.send_fail if fail else self.send_ack
-            return b"".join([send(t) for t in tuple_ids])
-        self.ledger.retire(tuple_ids, "fails" if fail else "acks", LocalProtocolError, tuple_ids)
-        return self._write_ids(tuple_ids, fail)
 
     def _check_anchors(self, anchors: Iterable[str], frame: Any) -> None:
         """§3.5: we may anchor only to tuples still pending."""

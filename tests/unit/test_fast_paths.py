@@ -1,6 +1,7 @@
-"""Differential property tests: each per-tuple fast path of connection.py
-against the general path it short-cuts (multilang/_state.py, "the rules that
-need memory").
+"""Differential property tests: each per-tuple fast path of the connection
+(multilang/_fast_paths.py) against the general path it short-cuts
+(multilang/connection.py, and multilang/_state.py's "rules that need
+memory").
 
 The usual shape: two connections fed identically, one driven through the fast
 path and one through the general path; they must agree on the bytes or events
