@@ -211,7 +211,7 @@ class FastPaths:
                     stream = obj.get("stream")
                     if stream is not None and stream.__class__ is not str:
                         break
-                    emits.append([values, anchors or None, stream])
+                    emits.append([values, anchors or None, DEFAULT_STREAM if stream is None else stream])
                     continue
                 if cmd != "ack" and cmd != "fail":
                     break

@@ -34,6 +34,15 @@ EMIT_FORMAT = b'{"command":"emit","tuple":%b,"anchors":[%b],"need_task_ids":fals
 ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
 
 
+_NO_LIMIT = float("inf")
+
+
+def _too_large(frame: bytes, max_size: int, tup: Tuple) -> LocalProtocolError:
+    """§1.3: a frame the reader would refuse is never written."""
+    return LocalProtocolError(f"its frame of {len(frame)} bytes exceeds the reader's {max_size}-byte limit "
+                              "(multilang.max.frame.bytes, §1.3)", frame=tup, rule="frame.too-large")
+
+
 class Writers:
     """The writers of :class:`~multilang.connection.Connection` (a mixin:
     the attributes below are the connection's)."""
@@ -152,7 +161,10 @@ class Writers:
         out = []
         try:
             for t in tuples:
-                out.append((self.send(t), [t]))
+                frame = self.send(t)
+                out.append((frame, [t]))
+                if max_size is not None and len(frame) > max_size:
+                    raise _too_large(frame, max_size, t)
         except BaseException:
             self._unsend(out)
             raise
@@ -169,23 +181,26 @@ class Writers:
         irregular (a tick, an id that is not a string or is pending, values
         orjson cannot encode) goes to the general path, which names it."""
         dumps = orjson.dumps
+        limit = _NO_LIMIT if max_size is None else max_size
         out = []
         append = out.append
         try:
             for t in tuples:
                 if t.__class__ is not Tuple or t[0].__class__ is not str:
                     raise TypeError
-                append((dumps({"id": t[0], "comp": t[1], "stream": t[2], "task": t[3], "tuple": t[4]}) + TERMINATOR,
-                        [t]))
+                frame = dumps({"id": t[0], "comp": t[1], "stream": t[2], "task": t[3], "tuple": t[4]}) + TERMINATOR
+                if len(frame) > limit:
+                    raise TypeError  # the general path refuses it, by name
+                append((frame, [t]))
             self.ledger.admit([t[0] for t in tuples], LocalProtocolError, tuples)
         except (TypeError, ProtocolError):  # integers beyond 64 bits, or a clear error: the general path
-            return self._send_each(tuples)
+            return self._send_each(tuples, max_size)
         return out
 
     def _send_batches(self, tuples: list[Tuple], max_size: int | None = None) -> list[tuple[bytes, list[Tuple]]]:
         """Tuple batch frames (§9.5), halved while one exceeds ``max_size``; all or none."""
         if len(tuples) <= 1:
-            return self._send_each(tuples)
+            return self._send_each(tuples, max_size)
         batch = TupleBatch(tuples=tuples)
         frame = self._frame(encode_json(batch))
         if max_size is not None and len(frame) > max_size:

@@ -472,17 +472,25 @@ def _state_frame(obj: dict[str, Any], body: bytes) -> Message:
 
 
 def _batch(obj: dict[str, Any], body: bytes) -> Batch:
-    """The shape of an output batch (§9.5); the connection checks ids."""
+    """The shape of an output batch (§9.5); the connection checks ids. Each
+    emit element is completed in place to ``[tuple, anchors_or_id, stream]``
+    (an absent second element null, an absent or null stream "default"), so
+    that every reader of a batch takes three elements, decoded once here."""
     emits = obj.get("emits") or []
     acks = obj.get("acks") or []
     fails = obj.get("fails") or []
     if type(emits) is not list or type(acks) is not list or type(fails) is not list:
         raise RemoteProtocolError("batch 'emits', 'acks' and 'fails' must be arrays", frame=body, rule="frame.invalid")
     for e in emits:
-        if type(e) is not list or not 1 <= len(e) <= 3 or type(e[0]) is not list:
+        if type(e) is not list or not 1 <= (n := len(e)) <= 3 or type(e[0]) is not list:
             raise RemoteProtocolError("each batched emit must be [tuple, anchors_or_id, stream]", frame=body, rule="frame.invalid")
-        if len(e) == 3 and e[2] is not None and type(e[2]) is not str:
-            raise RemoteProtocolError("a batched emit's stream must be a string or null", frame=body, rule="frame.invalid")
+        if n == 3:
+            if e[2] is None:
+                e[2] = DEFAULT_STREAM
+            elif type(e[2]) is not str:
+                raise RemoteProtocolError("a batched emit's stream must be a string or null", frame=body, rule="frame.invalid")
+        else:
+            e.extend(_DEFAULTS[n])
     for tid in acks:
         _str_id(tid, "batched ack", body)
     for tid in fails:
@@ -504,6 +512,9 @@ def _tuple_batch(items: Any, body: bytes) -> TupleBatch:
         out.append(_new_tuple(cls, it))
     return TupleBatch(tuples=out)
 
+
+#: What an emit element of ``n`` elements lacks (§9.5): [tuple] and [tuple, anchors_or_id].
+_DEFAULTS = {1: (None, DEFAULT_STREAM), 2: (DEFAULT_STREAM,)}
 
 _new_tuple = tuple.__new__  # builds a Tuple without its generated keyword __new__
 

@@ -342,8 +342,10 @@ class Connection(FastPaths, Writers):
         """Host: frames carrying ``tuples`` to a bolt, each with the tuples it
         holds. One batch frame if the component accepted ``batch`` (§9.5),
         split in halves while it would exceed ``max_size``; else, or for a
-        single tuple, standard frames (the caller checks their size, §1.3).
-        All or none: if one tuple is refused, none is recorded as sent."""
+        single tuple, standard frames. All or none: if one tuple is refused
+        (a value no frame can carry, or a tuple whose frame alone exceeds
+        ``max_size``, §1.3), none is recorded as sent and
+        :class:`LocalProtocolError` says why."""
         if self._state is not State.READY:
             return self._send_each(tuples)  # the general path refuses them
         return self._write_tuples(tuples, max_size)

@@ -352,8 +352,9 @@ class TupleBatch(Message):
 @dataclass(**_FROZEN)
 class Batch(Message):
     """Component -> host, extension ``batch`` (§9.5): emits, then acks, then
-    fails. Each emit is ``[tuple, anchors_or_msg_id, stream]`` as on the wire
-    (trailing elements optional)."""
+    fails. Each emit is ``[tuple, anchors_or_msg_id, stream]``: the wire may
+    leave the last two out, the decoder puts them in (null, "default"), so a
+    reader always takes three."""
 
     emits: list[list[Any]] = field(default_factory=list)
     acks: list[str] = field(default_factory=list)

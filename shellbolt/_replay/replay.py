@@ -277,9 +277,8 @@ class _Tally:
         """Take one event; returns 1 if it is an emit that wants task ids."""
         t = type(ev)
         if t is Batch:
-            for e in ev.emits:
-                n = len(e)
-                self._emit(e[0], e[2] if n > 2 else None, e[1] if n > 1 else None, None)
+            for values, second, stream in ev.emits:
+                self._emit(values, stream, second, None)
             for tid in ev.acks:
                 self._settle(tid, "ack")
             for tid in ev.fails:

@@ -207,15 +207,9 @@ class ShellBoltTask(ShellTask):
                 # One frame for the lot if the process accepted `batch` (§9.5).
                 try:
                     written = conn.send_tuples(batch, self.max_frame)
-                except LocalProtocolError:  # a value no frame can carry (all or none): the tuples one by one
+                except LocalProtocolError:  # a tuple no frame can carry (all or none): the tuples one by one
                     written = self._send_each(conn, batch)
-                for frame, tuples in written:
-                    if len(frame) > self.max_frame:  # §1.3: never write what the reader would reject
-                        conn.pending.discard(tuples[0].id)
-                        self._unsent(tuples[0], f"a {len(frame)}-byte tuple from {tuples[0].component} exceeds "
-                                                f"multilang.max.frame.bytes ({self.max_frame})")
-                        continue
-                    parts.append(frame)
+                parts.extend([frame for frame, _ in written])
                 self.stats.executed += len(batch)
                 probe = pick_probe(batch)  # its write-to-ack time stands for the batch's (observe.py)
                 if type(probe) is Tuple and probe.id in in_flight:  # not a tick: a bolt may never ack those
@@ -229,8 +223,8 @@ class ShellBoltTask(ShellTask):
     def _send_each(self, conn: Any, batch: list[Tuple]) -> list[tuple[bytes, list[Tuple]]]:
         """The frames of a batch that the connection refused as a whole
         (a value no frame can carry: a lone surrogate, nesting deeper than
-        the encoder goes), tuple by tuple: a tuple refused alone is failed
-        with the reason, as one too large for a frame is (§1.3), and its
+        the encoder goes, or a frame over the reader's limit, §1.3), tuple
+        by tuple: a tuple refused alone is failed with the reason, and its
         input is replayed or given up on; the others go on."""
         out = []
         for tup in batch:

@@ -261,7 +261,7 @@ class Runtime:
 
     def route_emits(self, src: Task, emits: list[list[Any]], touched: set[Task]) -> None:
         """A bolt's batch of emits (§9.5, or a run from ``take_outputs``), each
-        ``[values, anchor ids or None, stream or None]``, anchored to tuples
+        ``[values, anchor ids or None, stream]``, anchored to tuples
         in ``src.in_flight`` (the connection checked they are pending): each as
         :meth:`route_plain` would. The common case of a topology output (a
         stream nobody subscribes to, with tracked outputs, one anchor) is
@@ -272,11 +272,7 @@ class Runtime:
         on_output = self.on_tracked_output
         name = src.name
         outputs = 0
-        for e in emits:
-            n = len(e)
-            values = e[0]
-            stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
-            ids = e[1] if n > 1 else None
+        for values, ids, stream in emits:
             plan = plain.get(stream)
             if (on_output is not None and plan is not None and plan[1] is None and ids and len(ids) == 1
                     and (plan[0] < 0 or len(values) == plan[0])):

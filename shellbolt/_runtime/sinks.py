@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from multilang.messages import DEFAULT_STREAM, Emit
+from multilang.messages import Emit
 
 from .._model.acker import TupleEdges, edges_of, roots_of
 from .._model.results import Cause, id_key
@@ -72,8 +72,8 @@ class BoltSink:
 
     def emits(self, task: Task, emits: list[list[Any]], touched: set[Task]) -> None:
         """A run of plain emits (a §9.5 batch, or a run of standard emits
-        read in one pass), each ``[values, anchor ids or None, stream or
-        None]``: not direct, wanting no task ids, anchored to tuples in
+        read in one pass), each ``[values, anchor ids or None, stream]``:
+        not direct, wanting no task ids, anchored to tuples in
         ``task.in_flight`` (the connection checked that they are pending)."""
         raise NotImplementedError
 
@@ -153,10 +153,8 @@ class AckerSink(BoltSink):
 
     def emits(self, task: Task, emits: list[list[Any]], touched: set[Task]) -> None:
         if self.hold:
-            for e in emits:
-                n = len(e)
-                stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
-                self.emit(task, plain_emit(e[0], stream, tuple(e[1]) if n > 1 and e[1] else ()), touched)
+            for values, ids, stream in emits:
+                self.emit(task, plain_emit(values, stream, tuple(ids) if ids else ()), touched)
         else:
             self.runtime.route_emits(task, emits, touched)
 

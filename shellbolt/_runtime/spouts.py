@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from multilang.connection import Role
-from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync
+from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync
 
 from .._host.process import ShellProcess
 from .._model.results import brief, id_key
@@ -244,12 +244,10 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
                     replies.append(reply)  # §4.3: answered before the spout's next frame is read
             elif t is Batch:  # §9.5: a spout's emits carry message ids
-                for e in ev.emits:
-                    n = len(e)
-                    if self._awaiting_replay and n > 1 and e[1] is not None:
-                        self._awaiting_replay.pop(id_key(e[1]), None)
-                    rt.route(self, Emit(values=e[0], stream=e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM,
-                                        id=e[1] if n > 1 else None, need_task_ids=False), None, touched)
+                for values, msg_id, stream in ev.emits:
+                    if self._awaiting_replay and msg_id is not None:
+                        self._awaiting_replay.pop(id_key(msg_id), None)
+                    rt.route(self, Emit(values=values, stream=stream, id=msg_id, need_task_ids=False), None, touched)
             elif t is Sync:
                 synced += 1
             else:

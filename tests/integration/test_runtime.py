@@ -597,6 +597,25 @@ def test_max_spout_pending_in_process_spout():
     assert len(seen_pending) == 200 and max(seen_pending) <= limit
 
 
+@pytest.mark.parametrize("extensions", [[], ["batch"], ["msgpack"]], ids=["json", "batch", "msgpack"])
+def test_a_tuple_too_large_for_the_bolts_reader_is_failed_by_name_and_the_others_go_on(extensions):
+    # §1.3: the host never writes a frame the bolt's reader would refuse; the
+    # tuple is failed (its spout replays it, then gives up: a dead letter).
+    big = "y" * 3000
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout([["a"], [big], ["b"]], fields=["word"]))
+    b.set_bolt("bolt", tag_bolt(), conf={"multilang.max.frame.bytes": 2000,
+                                         "multilang.extensions": extensions}).shuffle_grouping("spout")
+    run = run_topology(build(b, **{"multilang.max.replays": 1}))
+    assert sorted(r["values"][0] for r in run.records("bolt")) == ["a", "b"]
+    res = run.result
+    assert res.dead_letters == 1 and res.stats["bolt"].restarts == 0
+    (letter,) = res.dead_letter_sample
+    assert letter.input == [big] and letter.attempts == 2
+    assert "exceeds the reader's 2000-byte limit (multilang.max.frame.bytes" in letter.cause, letter.cause
+    assert_no_orphans(run)
+
+
 def test_acking_disabled_spout_gets_ack_for_every_reliable_emit_after_sync():
     # need_task_ids makes the spout wait for task ids after each emit: an ack
     # written before them (Storm's re-entrant ack, §4.7) would break it.

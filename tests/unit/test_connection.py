@@ -909,7 +909,8 @@ def test_send_emits_and_acks_many_at_once(batched):
         data += comp.close_batch()
     got = deliver(host, data)
     if batched:
-        assert got == [Batch(emits=[[[0], ["0"]], [[1], ["1"]], [[9], ["0", "2"]]], acks=["0", "1"], fails=["2"])]
+        assert got == [Batch(emits=[[[0], ["0"], "default"], [[1], ["1"], "default"], [[9], ["0", "2"], "default"]],
+                             acks=["0", "1"], fails=["2"])]
     else:
         assert got == [Emit(values=[0], anchors=("0",), need_task_ids=False),
                        Emit(values=[1], anchors=("1",), need_task_ids=False),
@@ -1019,7 +1020,7 @@ def test_take_outputs_takes_plain_emits_and_acks_as_one_batch():
         b'{"command":"ack","id":"3"}\nend\n'
     )
     batch = host.take_outputs()
-    assert batch == Batch(emits=[[["a"], ["1"], None], [["b"], ["2"], "s"]], acks=["1"], fails=["2"])
+    assert batch == Batch(emits=[[["a"], ["1"], "default"], [["b"], ["2"], "s"]], acks=["1"], fails=["2"])
     assert host.take_outputs() is None
     assert host.next_event() == Emit(values=["c"])
     assert host.owed_task_ids == 1

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multilang import NEED_DATA, Connection, LocalProtocolError, ProtocolError, RemoteProtocolError, Role, Side, State
-from multilang.codec import dumps, msgpack_frame
+from multilang.codec import dumps, encode_json, msgpack_frame
 from multilang._component import Bolt
 from multilang.errors import FrameTooLarge
 from multilang.messages import (
@@ -676,6 +676,24 @@ def test_a_refused_send_tuples_leaves_no_trace_in_every_mode(mode):
     with pytest.raises(LocalProtocolError):
         host.send_tuples([tup("7"), tup("1")])  # "1" is already pending
     assert "7" not in host.pending
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_send_tuples_never_returns_a_frame_over_max_size_and_refuses_a_tuple_that_alone_needs_one(mode):
+    """§1.3 where frames are built: a tuple whose own frame exceeds the
+    reader's limit is refused by name, and nothing of the call is recorded."""
+    host = _host_ready(mode)
+    small = [tup(str(i), values=["x" * 10]) for i in range(10, 16)]
+    big = tup("20", values=["y" * 400])
+    limit = len(host._frame(encode_json(big))) - 1  # one byte short of the big tuple's own frame
+    written = host.send_tuples(small, max_size=limit)
+    assert [t for _, ts in written for t in ts] == small and all(len(f) <= limit for f, _ in written)
+    with pytest.raises(LocalProtocolError) as info:
+        host.send_tuples([tup("30"), big, tup("31")], max_size=limit)
+    assert info.value.rule == "frame.too-large" and f"{limit}-byte limit" in str(info.value)
+    assert not {"30", "20", "31"} & host.pending
+    assert [t for _, ts in host.send_tuples([tup("30"), tup("31")], max_size=limit) for t in ts] == [
+        tup("30"), tup("31")]
 
 
 @pytest.mark.parametrize("mode", ["json", "msgpack"])

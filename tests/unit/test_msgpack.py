@@ -111,7 +111,7 @@ def test_many_emits_under_msgpack_and_batch_whatever_bytes_their_values_hold():
     values = [["w", 0xC4C4], ["ü", 0xC7C8], ["x", 3]]
     data = comp.send_emits(values, tuples) + comp.send_acks([u.id for u in tuples]) + comp.close_batch()
     host.receive_data(data)
-    assert events(host) == [Batch(emits=[[v, [u.id]] for v, u in zip(values, tuples)], acks=["0", "1", "2"])]
+    assert events(host) == [Batch(emits=[[v, [u.id], "default"] for v, u in zip(values, tuples)], acks=["0", "1", "2"])]
     assert msgpack_frame({"tuple": [("a", (1, "b"))]}) == msgpack_frame({"tuple": [["a", [1, "b"]]]})
 
 

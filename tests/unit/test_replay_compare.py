@@ -32,7 +32,8 @@ RECORDED = [Emit(values=["x"], anchors=("a",)), Emit(values=["y"], anchors=("a",
 def test_the_same_events_in_a_batch_and_across_tuples_in_another_order_are_no_difference():
     p = _plan(RECORDED)
     assert _compare(p, _live(RECORDED)) is None
-    batched = [Batch(emits=[[["z"], ["b"]], [["x"], ["a"]]], acks=["b"]), Batch(emits=[[["y"], "a"]], acks=["a"])]
+    batched = [Batch(emits=[[["z"], ["b"], "default"], [["x"], ["a"], "default"]], acks=["b"]),
+               Batch(emits=[[["y"], "a", "default"]], acks=["a"])]
     assert _compare(p, _live(batched)) is None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from multilang.errors import MultilangError
-from multilang.messages import DEFAULT_STREAM, Emit
+from multilang.messages import Emit
 from multilang.shellbolt import (
     ANY_FIELDS, BoltSink, ComponentDef, Delivery, RateLimitedLog, Runtime, ShellBoltTask, SpoutTask, Task,
     grouping_class, kind_of, plain_emit, roots_of,
@@ -409,11 +409,7 @@ class _LeaseSink(BoltSink):
         name = task.name
         last_tok: Any = None
         last_row: Any = None  # a lease._Row
-        for e in emits:
-            n = len(e)
-            values = e[0]
-            stream = e[2] if n > 2 and e[2] is not None else DEFAULT_STREAM
-            ids = e[1] if n > 1 else None
+        for values, ids, stream in emits:
             plan = out[stream] if stream in out else self._out_plan(stream)
             if plan is None or plan[0] >= 0 and len(values) != plan[0]:
                 self.emit(task, plain_emit(values, stream, tuple(ids) if ids else ()), touched)
