@@ -20,7 +20,7 @@ from multilang.errors import ComponentError, ComponentReportedError, TopologyErr
 from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
 
 from .._model.acker import Acker, TupleEdges, roots_of
-from .._model.grouping import Grouping, Router, new_grouping
+from .._model.grouping import Router, new_grouping
 from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
 from .._model.topology import ANY_FIELDS, ComponentDef, Topology
 from .._observe.observe import RunObs, snapshot
@@ -28,7 +28,7 @@ from .._observe.ratelog import RateLimitedLog
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
 from .spouts import PythonSpoutTask, ShellSpoutTask
-from .tasks import TICK_EDGES, Delivery, SpoutTask, Task, log, plain_emit
+from .tasks import TICK_EDGES, Delivery, EmitPlan, SpoutTask, Task, log, plain_emit
 
 __all__ = ["Runtime"]
 
@@ -98,7 +98,7 @@ class Runtime:
         self.hurry: trio.Event | None = None
         #: errors that may repeat per tuple: logged once per kind per 10 s, with a count
         self.errlog = RateLimitedLog(log)
-        self._last_emit_error: str | None = None
+        self.last_emit_error: str | None = None
         self._restart_times: dict[str, deque[float]] = {}
         #: receives each DeadLetter (``multilang run --dead-letter FILE``)
         self.on_dead_letter: Callable[[DeadLetter], None] | None = None
@@ -151,19 +151,21 @@ class Runtime:
 
     # -- routing -----------------------------------------------------------------
 
-    def _stream_info(self, src: Task, stream: str) -> tuple[list[str] | None, list[Grouping], set[int]]:
-        """(declared fields, subscriptions, direct targets) of a task's
-        stream, computed once per task and stream: read for every emit."""
-        info = src.streams.get(stream)
-        if info is None:
+    def emit_plan(self, src: Task, stream: str) -> EmitPlan:
+        """The emit plan of a task's stream (:class:`EmitPlan`), compiled on
+        its first emit and kept in ``src.plans``."""
+        plan = src.plans.get(stream)
+        if plan is None:
+            fields = src.comp.outputs.get(stream)
             subs = self.router.subscribers(src.name, stream)
-            info = (src.comp.outputs.get(stream), subs, self.router.direct_targets(src.name, stream))
-            src.streams[stream] = info
-        return info
+            one = False if fields is None or len(subs) > 1 or any(g.direct for g in subs) else subs[0] if subs else None
+            n = 0 if fields is None else -1 if fields == ANY_FIELDS else len(fields)
+            plan = src.plans[stream] = EmitPlan(fields, n, subs, self.router.direct_targets(src.name, stream), one)
+        return plan
 
     def targets(self, src: Task, emit: Emit) -> list[int] | None:
         """Destination tasks of an emit, or None if it is invalid (reported)."""
-        fields, subs, direct = self._stream_info(src, emit.stream)
+        fields, _n, subs, direct, _one = self.emit_plan(src, emit.stream)
         if fields is None:
             return self._emit_error(src, emit, f"emitted to undeclared stream {emit.stream!r}; "
                                                f"declared: {sorted(src.comp.outputs)}")
@@ -195,7 +197,7 @@ class Runtime:
         if targets is None and not invalid:
             targets = self.targets(src, emit)
         if targets is None:  # invalid emit: already reported; fail what it belonged to
-            cause = self._last_emit_error
+            cause = self.last_emit_error
             if anchors:
                 for a in anchors:
                     self.acker.fail(a, cause)
@@ -213,10 +215,8 @@ class Runtime:
         task and stream. Anything unusual (an undeclared stream, a wrong
         number of values, direct or several subscriptions) goes through
         :meth:`route`. ``now``: a spout's clock reading for its burst."""
-        plan = src.plain.get(stream)
-        if plan is None:
-            plan = src.plain[stream] = self._plain_plan(src, stream)
-        n_fields, grouping = plan
+        plan = src.plans.get(stream) or self.emit_plan(src, stream)
+        _f, n_fields, _s, _d, grouping = plan
         if grouping is False or n_fields >= 0 and len(values) != n_fields:
             self.route(src, plain_emit(values, stream, msg_id=msg_id), anchors, touched)
             return
@@ -229,10 +229,7 @@ class Runtime:
         stream, as :meth:`route_plain` would route each, in one call when
         each goes to one task (shuffle, fields, global): the acker registers
         the trees in one step and each inbox is filled in one step."""
-        plan = src.plain.get(DEFAULT_STREAM)
-        if plan is None:
-            plan = src.plain[DEFAULT_STREAM] = self._plain_plan(src, DEFAULT_STREAM)
-        n_fields, grouping = plan
+        _f, n_fields, _s, _d, grouping = self.emit_plan(src, DEFAULT_STREAM)
         if (not self.acking or grouping is None or grouping is False or not grouping.one_task
                 or n_fields >= 0 and any(len(v) != n_fields for v in values_list)
                 or self._skip is not None or src.hash_inputs):  # type: ignore[attr-defined]
@@ -267,15 +264,15 @@ class Runtime:
         stream nobody subscribes to, with tracked outputs, one anchor) is
         handed over here, without the calls of the general route: a Spark
         ``split`` partition makes two dozen per row."""
-        plain = src.plain
+        plans = src.plans
         in_flight = src.in_flight
         on_output = self.on_tracked_output
         name = src.name
         outputs = 0
         for values, ids, stream in emits:
-            plan = plain.get(stream)
-            if (on_output is not None and plan is not None and plan[1] is None and ids and len(ids) == 1
-                    and (plan[0] < 0 or len(values) == plan[0])):
+            plan = plans.get(stream)
+            if (on_output is not None and plan is not None and plan[4] is None and ids and len(ids) == 1
+                    and (plan[1] < 0 or len(values) == plan[1])):
                 tok = in_flight[ids[0]]
                 on_output(name, stream, values, [tok] if type(tok) is int else list(tok.ids))
                 outputs += 1
@@ -326,14 +323,6 @@ class Runtime:
             t.deliver(_new_tuple(Delivery, (values, name, stream, src_task, e, False)))
             touched.add(t)
 
-    def _plain_plan(self, src: Task, stream: str) -> tuple[int, Grouping | None | bool]:
-        """(number of fields or -1 for any, the one subscription or None for
-        none) of a stream for :meth:`route_plain`; (0, False): use route."""
-        fields, subs, _direct = self._stream_info(src, stream)
-        if fields is None or len(subs) > 1 or any(g.direct for g in subs):
-            return 0, False
-        return (-1 if fields == ANY_FIELDS else len(fields)), (subs[0] if subs else None)
-
     def _emit_output(self, src: Task, stream: str, values: list[Any], anchors: list[TupleEdges] | None) -> None:
         """An emit nobody subscribes to: a topology output."""
         if self.on_tracked_output is not None:
@@ -351,7 +340,7 @@ class Runtime:
         src.stats.errors += 1
         pid = getattr(getattr(src, "proc", None), "pid", None)
         who = src.where() if pid is None else f"{src.where()} (pid {pid})"
-        self._last_emit_error = f"{who}: {msg}"
+        self.last_emit_error = f"{who}: {msg}"
         src.stats.error(msg, trio.current_time())
         self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
                         "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))

@@ -34,6 +34,25 @@ TICK_EDGES = TupleEdges()
 _new_tuple = tuple.__new__
 
 
+
+class EmitPlan(NamedTuple):
+    """What an emit on one stream of a task needs, compiled once per (task,
+    stream) by :meth:`Runtime.emit_plan` and read for every emit there: by
+    the runtime's routes and the Spark direct lane alike."""
+
+    #: the stream's declared fields; None: the stream is not declared
+    fields: list[str] | None
+    #: how many values an emit carries: len(fields), -1 for any ("*"), 0 undeclared
+    n_fields: int
+    #: the subscriptions (groupings) to the stream
+    subs: list[Grouping]
+    #: tasks that may receive a direct emit on the stream
+    direct: set[int]
+    #: the plain lane: the one subscription, None if nobody subscribes (a
+    #: topology output), False if an emit needs the general route (undeclared,
+    #: several subscriptions, or a direct one)
+    one: Grouping | None | bool
+
 class RuntimeSeam(Protocol):
     """What a task, a sink, the checkpointer and the shell drivers use of the
     runtime that runs them (``runtime.Runtime`` is the one implementation).
@@ -70,6 +89,10 @@ class RuntimeSeam(Protocol):
     max_tuples: int | None
     #: ``topology.max.spout.pending``, or None
     max_spout_pending: int | None
+    #: why the last emit :meth:`targets` refused was refused (it was reported then), or None
+    last_emit_error: str | None
+
+    def emit_plan(self, src: Task, stream: str) -> EmitPlan: ...
 
     def route(self, src: Task, emit: Any, anchors: list[TupleEdges] | None, touched: set[Task],
               targets: list[int] | None = None, invalid: bool = False) -> list[int]: ...
@@ -174,10 +197,8 @@ class Task:
         self._work = trio.lowlevel.ParkingLot()
         self._kicked = False  # kick() since the last rest(): level-triggered, a kick is never lost
         self.in_flight: dict[str, int | TupleEdges] = {}  # tuple id -> its token
-        #: stream -> (fields, subscriptions, direct targets); see Runtime._stream_info
-        self.streams: dict[str, tuple[list[str] | None, list[Grouping], set[int]]] = {}
-        #: stream -> (fields, subscription) for Runtime.route_plain
-        self.plain: dict[str, tuple[int, Any]] = {}
+        #: stream -> its emit plan, compiled on the first emit (Runtime.emit_plan)
+        self.plans: dict[str, EmitPlan] = {}
         self.idle = True  # spouts: the last `next` emitted nothing and nothing is owed
 
     def edges(self, tid: str) -> TupleEdges:

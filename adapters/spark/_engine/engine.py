@@ -19,7 +19,7 @@ import trio
 from multilang.errors import MultilangError
 from multilang.messages import Emit
 from multilang.shellbolt import (
-    ANY_FIELDS, BoltSink, ComponentDef, Delivery, RateLimitedLog, Runtime, ShellBoltTask, SpoutTask, Task,
+    BoltSink, ComponentDef, Delivery, RateLimitedLog, Runtime, ShellBoltTask, SpoutTask, Task,
     grouping_class, kind_of, plain_emit, roots_of,
 )
 
@@ -342,15 +342,15 @@ class _LeaseSink(BoltSink):
         #: subscription or None), or None: undeclared
         self._out: dict[str, tuple[int, bool, Any] | None] = {}
 
-    def _out_plan(self, stream: str) -> tuple[int, bool, Any] | None:
-        fields = self.comp.outputs.get(stream)
-        plan = None
-        if fields is not None:
-            eng = self.engine
-            subs = eng.runtime.router.subscribers(self.comp.name, stream)
-            plan = (-1 if fields == ANY_FIELDS else len(fields),
-                    eng.all_outputs or (self.comp.name, stream) in eng.outputs,
-                    subs[0] if subs else None)  # the lane's shape: at most one subscriber, the next bolt
+    def _out_plan(self, task: Task, stream: str) -> tuple[int, bool, Any] | None:
+        """The runtime's emit plan of the stream (``Runtime.emit_plan``), and
+        what the lane adds to it: whether the lease takes the stream as an
+        output."""
+        eng = self.engine
+        p = eng.runtime.emit_plan(task, stream)
+        plan = None if p.fields is None else (
+            p.n_fields, eng.all_outputs or (self.comp.name, stream) in eng.outputs,
+            p.subs[0] if p.subs else None)  # the lane's shape: at most one subscriber, the next bolt
         self._out[stream] = plan
         return plan
 
@@ -410,7 +410,7 @@ class _LeaseSink(BoltSink):
         last_tok: Any = None
         last_row: Any = None  # a lease._Row
         for values, ids, stream in emits:
-            plan = out[stream] if stream in out else self._out_plan(stream)
+            plan = out[stream] if stream in out else self._out_plan(task, stream)
             if plan is None or plan[0] >= 0 and len(values) != plan[0]:
                 self.emit(task, plain_emit(values, stream, tuple(ids) if ids else ()), touched)
                 last_tok = None  # that may have failed the row: its next attempt must not get what follows
@@ -461,13 +461,13 @@ class _LeaseSink(BoltSink):
         targets = task.runtime.targets(task, ev)
         if targets is None:
             # targets() reported why just now, and route() fails the trees with the same words
-            cause = getattr(task.runtime, "_last_emit_error", None) or "an emit of the bolt was refused"
+            cause = task.runtime.last_emit_error or "an emit of the bolt was refused"
             for tok in dict.fromkeys(toks):
                 self._tree_failed(tok, cause)
             return []
         task.stats.emitted += 1
         lease = self.engine.lease
-        plan = self._out[ev.stream] if ev.stream in self._out else self._out_plan(ev.stream)
+        plan = self._out[ev.stream] if ev.stream in self._out else self._out_plan(task, ev.stream)
         if lease is not None and plan is not None:
             if plan[2] is not None:
                 self._forward(task, lease, plan[2], ev.values, ev.stream, toks, targets, touched)
