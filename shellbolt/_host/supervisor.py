@@ -1,23 +1,27 @@
 """When to restart a crashed process, and when to give up (spec/PROTOCOL.md §8.2).
 
-    policy = RestartPolicy.from_conf(pconf, times=runtime.restart_times(name))
-    decision = policy.crashed(started=t0, now=t1, worked=did_work)
+    sup = Supervision(RestartPolicy.from_conf(pconf, times=...), component=name, log=log)
+    sup.started(now)                              # a process starts
+    decision = sup.lost(err, now=now, worked=did_work, where="bolt:3")   # logged
     if isinstance(decision, GiveUp): ...          # the budget is spent
     else: await trio.sleep(decision.delay)        # then start a new process
 
-Pure: no trio, no clock, no I/O; the caller passes the times in. The runtime's
-shell tasks and the Spark streaming source use the same policy, so they back
-off and give up alike, and the policy is tested without waiting.
+Pure: no trio, no clock, no I/O but the log; the caller passes the times in.
+The runtime's shell tasks and the Spark streaming source take this one step
+after every lost process, so they back off, give up and say so alike, and
+the policy is tested without waiting.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from .._model.conf import ProcessConf
 
-__all__ = ["RestartPolicy", "Restart", "GiveUp"]
+__all__ = ["RestartPolicy", "Restart", "GiveUp", "Supervision"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,3 +112,36 @@ class RestartPolicy:
         delay = self._backoff
         self._backoff = min(delay * 2, self.max_backoff)
         return Restart(delay=delay, count=len(times), budget=self.budget, window=self.window)
+
+
+class Supervision:
+    """The one supervision step after a lost process (§8.2), for one
+    process slot (a task, a streaming source's spout): the policy decides,
+    the decision is logged in one wording, restarts are counted. The caller
+    says when each process started (:meth:`started`) and, when it is lost,
+    whether it did work; then sleeps the backoff or stops."""
+
+    def __init__(self, policy: RestartPolicy, *, component: str, log: logging.Logger) -> None:
+        self.policy = policy
+        self.component = component
+        self.log = log
+        #: processes started again after a loss
+        self.restarts = 0
+        self._started = 0.0
+
+    def started(self, now: float) -> None:
+        """A process of this slot started at ``now``."""
+        self._started = now
+
+    def lost(self, err: Any, *, now: float, worked: bool, where: str) -> Restart | GiveUp:
+        """The slot's process was lost at ``now`` (``err`` says how): restart
+        after the decision's delay, or give up. ``where`` names the slot in
+        the log line."""
+        d = self.policy.crashed(started=self._started, now=now, worked=worked)
+        if isinstance(d, GiveUp):
+            self.log.error("%s: giving up after %s: %s", where, d.describe(self.component), err)
+            return d
+        self.restarts += 1
+        self.log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r): %s",
+                       where, d.delay, d.count, d.budget, d.window, self.component, err)
+        return d

@@ -22,7 +22,7 @@ from multilang.errors import ComponentReportedError
 from multilang.messages import Error, Log, Metrics, Sync
 
 from .._host.process import ShellProcess
-from .._host.supervisor import GiveUp, RestartPolicy
+from .._host.supervisor import GiveUp, RestartPolicy, Supervision
 from .._model.conf import ProcessConf
 from .._model.results import first_line
 from .._model.topology import ComponentDef
@@ -51,9 +51,10 @@ class ShellTask(Task):
     async def run(self) -> None:
         # The budget is per component, as documented (§8.2): every task of
         # the component counts its restarts in the same window.
-        policy = RestartPolicy.from_conf(self.pconf, times=self.runtime.restart_times(self.name))
+        sup = Supervision(RestartPolicy.from_conf(self.pconf, times=self.runtime.restart_times(self.name)),
+                          component=self.name, log=log)
         while True:
-            started = trio.current_time()
+            sup.started(trio.current_time())
             self._worked = False
             try:
                 await self._session()
@@ -66,14 +67,11 @@ class ShellTask(Task):
                     raise
             self.session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
             self.stats.error(f"process lost: {first_line(str(err))}", trio.current_time())
-            d = policy.crashed(started=started, now=trio.current_time(), worked=self._worked)
+            d = sup.lost(err, now=trio.current_time(), worked=self._worked, where=self.where())
             if isinstance(d, GiveUp):
-                log.error("%s: giving up after %s: %s", self.where(), d.describe(self.name), err)
                 self.runtime.give_up(err)
                 return
             self.stats.restarts += 1
-            log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r): %s",
-                      self.where(), d.delay, d.count, d.budget, d.window, self.name, err)
             await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
 
     def offers(self, extensions: list[str]) -> list[str]:

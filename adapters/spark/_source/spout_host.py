@@ -32,7 +32,7 @@ from multilang.connection import Role, State
 from multilang.errors import ComponentCrashed, ComponentError, ProtocolError
 from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, Sync, TopologyContext
 from multilang.shellbolt import (
-    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, component_error, spawn_child,
+    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, Supervision, component_error, spawn_child,
 )
 
 from ..._sync import TrioHost
@@ -111,16 +111,18 @@ class SpoutHost:
         self.env = {**os.environ, **opts.env}
         self.conf = spout_conf(opts)
         self.pconf = ProcessConf.from_conf(self.conf)
-        self.policy = RestartPolicy.from_conf(self.pconf)
+        self.supervision = Supervision(RestartPolicy.from_conf(self.pconf), component=opts.component, log=log)
         self.proc: ShellProcess | None = None
-        self.restarts = 0
-        self._started_at = 0.0
         self._worked = False
         self._backlog: list[Message] = []  # frames read after a sync: emits while idle (§4.4)
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
+
+    @property
+    def restarts(self) -> int:
+        return self.supervision.restarts
 
     def _context(self) -> dict[str, Any]:
         """§2.2: this process is task ``taskIndex`` of the component's
@@ -144,7 +146,7 @@ class SpoutHost:
                 cwd=self.opts.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
                 conf=self.pconf, spawn=self.spawn,
             )
-            self._started_at = trio.current_time()
+            self.supervision.started(trio.current_time())
             self._worked = False  # answered a next, ack or fail (RestartPolicy: a crash loop's processes do not)
             try:
                 try:
@@ -227,13 +229,10 @@ class SpoutHost:
             self.on_events(crash.events)  # good emits before the crash are kept
         finally:
             await self._reap(proc)
-        d = self.policy.crashed(started=self._started_at, now=trio.current_time(), worked=self._worked)
+        d = self.supervision.lost(crash.err, now=trio.current_time(), worked=self._worked,
+                                  where=f"multilang source: spout {self.opts.component}:{self.opts.task_id}")
         if isinstance(d, GiveUp):
-            log.error("multilang source: giving up after %s: %s", d.describe(self.opts.component), crash.err)
             raise crash.err
-        self.restarts += 1
-        log.error("multilang source: spout crashed; restarting in %.1fs (restart %d of %d allowed per %gs): %s",
-                  d.delay, d.count, d.budget, d.window, crash.err)
         await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
 
     async def _reap(self, proc: ShellProcess) -> None:
