@@ -105,6 +105,7 @@ class _Run:
         self.first: FirstFrameCut | None = FirstFrameCut()
         self.msgpack = False
         self.bodies: list[bytes] = []
+        self.unread: list[Any] = []  # frames read (and checked) ahead, given back to the next step
         self.eof = False
         self.transcript: list[tuple[str, bytes, str]] = []  # (direction, bytes, note)
         self.sent_ids: list[str] = []  # tuple ids we sent, for messages
@@ -165,6 +166,8 @@ class _Run:
 
     def next_frame(self, deadline: float) -> Any:
         """The next frame from the component (checked), ``_TIMEOUT`` or ``_EOF``."""
+        if self.unread:
+            return self.unread.pop()
         chunk_read = False
         while not self.bodies:
             if self.eof:
@@ -387,11 +390,34 @@ class _Run:
         while True:
             obj = self._frame_or_fail(deadline, f"matching {_short(pattern)}", waited)
             why = self.m.match(pattern, obj)
-            if why is None:
+            if why is None or _is_batch(pattern) and _is_batch(obj) and self._batch_in_parts(pattern, obj, deadline):
                 return
             if self._ignored(obj, ignore):
                 continue
             raise _Failure("expect.mismatch", f"expected {_short(pattern)}; got {_short(obj)} ({why})")
+
+    def _batch_in_parts(self, pattern: dict[str, Any], first: dict[str, Any], deadline: float) -> bool:
+        """§9.5: a writer may close a batch at any point (a flush clock, the
+        size limit), so an expected output batch may come as several batch
+        frames in a row. Their elements, in order, must match it as one
+        batch; at most one frame per element the pattern lists. A frame
+        read ahead that is not part of it is given back to the next step."""
+        parts = ("emits", "acks", "fails")
+        most = sum(len(v) for k in parts if isinstance(v := pattern.get(k), list))
+        merged = {**first, **{k: list(first.get(k) or ()) for k in parts}}
+        frames = 1
+        while frames < most:
+            obj = self.next_frame(deadline)
+            if not _is_batch(obj):
+                if obj is not _TIMEOUT and obj is not _EOF:
+                    self.unread.append(obj)
+                return False
+            frames += 1
+            for k in parts:
+                merged[k] += obj.get(k) or ()
+            if self.m.match(pattern, {k: v for k, v in merged.items() if v != [] or k in first}) is None:
+                return True
+        return False
 
     def step_expect_unordered(self, step: dict[str, Any]) -> None:
         left = list(step["expect_unordered"])
@@ -527,3 +553,7 @@ class _Run:
                 pass
         else:
             raise VectorBug(f"unknown check {what!r}")
+
+
+def _is_batch(obj: Any) -> bool:
+    return type(obj) is dict and obj.get("command") == "batch"

@@ -82,6 +82,19 @@ def test_a_correct_raw_batcher_passes(conform, vector_dir):
     assert report.passed == 2, report.to_text()
 
 
+def test_an_expected_batch_may_come_in_several_batch_frames(conform, vector_dir):
+    # §9.5: a writer may close a batch at any point; a library's flush clock
+    # does so on a slow machine. Their elements, in order, are the batch.
+    assert _run(conform, vector_dir, "split").passed == 2
+
+
+def test_batch_frames_in_a_row_that_still_lack_an_element_fail_the_vector(conform, vector_dir):
+    report = _run(conform, vector_dir, "split-short")
+    r = report["t.offered"]
+    assert r.status == FAILED and r.rule == "expect.mismatch", report.to_text()
+    assert "'acks': ['1']" in r.reason or '"acks": ["1"]' in r.reason, r.reason
+
+
 @pytest.mark.parametrize(
     "mode,check,rule,contains",
     [

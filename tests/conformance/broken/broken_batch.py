@@ -1,6 +1,8 @@
 """A raw bolt speaking extension batch (§9.5), broken in the way argv[1] says.
 
 good           accepts batch only when offered; acks every input in one output batch
+split          as good, but one output batch per input (a writer may close a batch early, §9.5)
+split-short    as split, but the last input of a tuple batch is never acked
 unoffered      accepts batch even when nothing was offered (§9.2)
 twice          accepts ["batch", "batch"] (§9.2)
 unnegotiated   never accepts, but writes output batches anyway (§9.3)
@@ -46,6 +48,10 @@ def main():
         if not batching:
             for tid in ids:
                 send({"command": "ack", "id": tid})
+            continue
+        if MODE in ("split", "split-short"):
+            for tid in ids[:-1] if MODE == "split-short" and len(ids) > 1 else ids:
+                send({"command": "batch", "acks": [tid]})
             continue
         out = {"command": "batch", "acks": list(ids)}
         if MODE == "numeric-ack":
