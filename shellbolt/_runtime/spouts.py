@@ -13,9 +13,10 @@ from typing import Any
 import trio
 
 from multilang.connection import Role
-from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Next, Sync
+from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Next
 
 from .._host.process import ShellProcess
+from .._host.spout_driver import SpoutDriver
 from .._model.results import brief, id_key
 from .._model.topology import ComponentDef, PythonSpout
 from .shell_task import ShellTask
@@ -38,10 +39,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
 
     def __init__(self, runtime: RuntimeSeam, comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
-        self._sync: trio.Event | None = None
-        self._syncs_owed = 0  # syncs still due for the commands of the last write
-        self._notices_out = 0  # of those, how many were self.notices (dequeued as each is answered)
-        self._command_since: float | None = None
+        self._notices_out = 0  # of the commands out, how many were self.notices (dequeued as each is answered)
         self._empty_nexts = 0
         #: False; "asked" while its `deactivate` is out; True once it synced (§5.4)
         self._deactivated: bool | str = False
@@ -147,36 +145,33 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         return [(self.name, e[2], e[0], e[1]) for e in self.fail_counts.values() if e[0] > self.max_replays]
 
     async def _serve(self, proc: ShellProcess, nursery: trio.Nursery) -> None:
-        self._sync = None
-        self._syncs_owed = 0
         self._notices_out = 0
-        self._command_since = None
         self._deactivated = False
-        nursery.start_soon(self._watchdog, proc, lambda: self._command_since)
-        nursery.start_soon(self._driver, proc)
-        while True:
-            await self._handle(proc, await proc.read_events())
+        driver = SpoutDriver(proc, lambda events: self._handle(proc, events))
+        nursery.start_soon(self._watchdog, proc, driver.due)
+        nursery.start_soon(self._drive, driver)
+        await driver.serve()
 
-    async def _command(self, proc: ShellProcess, *cmds: Any, notices: int = 0) -> None:
-        """Send ``cmds`` in one write and wait for their syncs: one command
-        at a time (§4.2), or several pipelined to a spout that accepted
-        ``batch`` (§9.5). The first ``notices`` of them are ``self.notices[:notices]``,
+    async def _command(self, driver: SpoutDriver, *cmds: Any, notices: int = 0) -> None:
+        """Send ``cmds`` in one write and wait for their syncs (the driver's
+        command). The first ``notices`` of them are ``self.notices[:notices]``,
         each dequeued when its sync comes: if the process dies first, its
         successor gets the rest (§8.2); a lost fail would be a lost tuple."""
-        await proc.wait_if_closed()
-        self._sync = trio.Event()
-        self._syncs_owed = len(cmds)
         self._notices_out = notices
-        self._command_since = trio.current_time()
-        await proc.write(b"".join([proc.conn.send(c) for c in cmds]))
-        await self._sync.wait()
-        self._command_since = None
-        if type(cmds[0]) is not Activate:  # a next, ack or fail answered: work (RestartPolicy)
-            self._worked = True
+        await driver.command(*cmds, on_sync=self._answered if notices else None)
+        self._worked = driver.worked  # a next, ack or fail answered (RestartPolicy)
 
-    async def _driver(self, proc: ShellProcess) -> None:
+    def _answered(self, n: int) -> None:
+        """``n`` more commands of the last write synced: as many notices among them dequeued."""
+        done = min(n, self._notices_out)
+        for _ in range(done):
+            self.notices.popleft()
+        self._notices_out -= done
+
+    async def _drive(self, driver: SpoutDriver) -> None:
         rt = self.runtime
-        await self._command(proc, Activate())  # §4.1: always first
+        proc = driver.proc
+        await self._command(driver, Activate())  # §4.1: always first
         idle_sleep = 0.001
         # `next` commands per write: 1, or more while every emit they bring is
         # one a checkpoint committed (skipped, §9.7: a resume) to a spout that
@@ -192,13 +187,13 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 self.idle = False
                 self._empty_nexts = 0
                 n = min(len(self.notices), _BURST) if pipelined else 1
-                await self._command(proc, *[Ack(id=m) if kind == "ack" else Fail(id=m)
-                                            for kind, m in islice(self.notices, n)], notices=n)
+                await self._command(driver, *[Ack(id=m) if kind == "ack" else Fail(id=m)
+                                              for kind, m in islice(self.notices, n)], notices=n)
                 continue
             if rt.spouts_stopped:
                 if not self._deactivated:
                     self._deactivated = "asked"
-                    await self._command(proc, Deactivate())
+                    await self._command(driver, Deactivate())
                     self._deactivated = True
                 self.idle = True  # (an ack owed that came meanwhile kicked: rest() returns at once, Task.kick)
                 await self.rest()
@@ -211,7 +206,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 stats = self.stats
                 emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
                 n = min(burst, room)
-                await self._command(proc, *[Next()] * n)
+                await self._command(driver, *[Next()] * n)
                 if stats.emitted == emitted and stats.errors == errors and stats.skipped > skipped:
                     burst = min(burst * 2, _BURST) if pipelined else 1
                 else:
@@ -234,7 +229,6 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         rt = self.runtime
         touched: set[Task] = set()
         replies: list[bytes] = []
-        synced = 0
         for ev in events:
             t = type(ev)
             if t is Emit:
@@ -248,28 +242,13 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     if self._awaiting_replay and msg_id is not None:
                         self._awaiting_replay.pop(id_key(msg_id), None)
                     rt.route(self, Emit(values=values, stream=stream, id=msg_id, need_task_ids=False), None, touched)
-            elif t is Sync:
-                synced += 1
             else:
                 self._common(ev, proc)
         if replies:
             await proc.write(b"".join(replies))
+        # The driver counts the syncs after this returns: what the commands
+        # brought is handed on first (a drain that sees no notice left ends the run).
         await self._after_batch(touched)
-        if synced:  # after what the commands brought was handed on: a drain that sees no notice left ends the run
-            self._synced(synced)
-
-    def _synced(self, n: int) -> None:
-        """``n`` syncs came: as many commands of the last write answered (the
-        notices among them dequeued), and its waiter woken after the last."""
-        done = min(n, self._notices_out)
-        for _ in range(done):
-            self.notices.popleft()
-        self._notices_out -= done
-        self._syncs_owed -= n
-        if self._syncs_owed > 0:
-            self._command_since = trio.current_time()  # progress: the watchdog waits for the next one
-        elif self._sync is not None:
-            self._sync.set()
 
 
 class PythonSpoutTask(SpoutTask):

@@ -24,7 +24,7 @@ import trio.testing
 from multilang.connection import Role
 from multilang.errors import ComponentCrashed, HeartbeatTimeout
 from multilang.framing import FrameReader
-from multilang.messages import Activate
+from multilang.messages import Activate, Next
 from multilang.shellbolt._model.conf import SCHEMA, ProcessConf
 from multilang.shellbolt._host.process import ShellProcess, StreamTransport
 from multilang.shellbolt._host.supervisor import GiveUp, Restart, RestartPolicy
@@ -349,6 +349,61 @@ def test_an_idle_spout_is_never_timed_out_and_a_command_arms_the_timeout(tmp_pat
                 await proc.watch(lambda: command_since)
             n.cancel_scope.cancel()
         assert trio.current_time() - command_since == T
+        await proc.aclose()
+
+    run(main)
+
+
+# --- the one spout driver (§4.2, §4.4) ------------------------------------------------------------------
+
+
+def test_the_spout_driver_returns_at_the_sync_and_hands_on_what_comes_before_and_after_it(tmp_path):
+    from multilang.shellbolt import SpoutDriver
+
+    child = FakeChild()
+    got: list = []
+
+    async def spout(child: FakeChild) -> None:
+        await child.read()  # activate
+        await child.send({"command": "sync"})
+        await child.read()  # next
+        await child.send({"command": "emit", "tuple": ["a"], "id": 1})
+        await child.send({"command": "sync"})
+        await trio.sleep(T / 2)
+        await child.send({"command": "emit", "tuple": ["idle"], "id": 2})  # between commands (§4.4)
+        await child.read()  # next: dies without its sync
+        await child.crash(1, b"gone\n")
+
+    async def main():
+        proc = shell_process(child, tmp_path, Role.SPOUT)
+        async with trio.open_nursery() as n:
+            await _started(proc, child, n)
+            n.start_soon(spout, child)
+
+            async def handle(events):
+                got.append([(type(e).__name__, getattr(e, "values", None)) for e in events])
+
+            driver = SpoutDriver(proc, handle)
+            served = trio.Event()
+
+            async def serve():
+                with pytest.raises(ComponentCrashed):
+                    await driver.serve()
+                served.set()
+
+            n.start_soon(serve)
+            assert driver.due() is None
+            await driver.command(Activate())
+            assert got == [] and not driver.worked and driver.due() is None
+            await driver.command(Next())
+            assert [e for chunk in got for e in chunk] == [("Emit", ["a"])] and driver.worked
+            await trio.sleep(T)  # idle: nothing is due, and the idle emit is handed on
+            assert [e for chunk in got for e in chunk][-1] == ("Emit", ["idle"])
+            with pytest.raises(ComponentCrashed, match="gone"):
+                await driver.command(Next())
+            await served.wait()
+            with pytest.raises(ComponentCrashed):  # lost: every later command says so at once
+                await driver.command(Next())
         await proc.aclose()
 
     run(main)

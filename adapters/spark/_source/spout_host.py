@@ -29,10 +29,11 @@ import trio
 
 from multilang.codec import dumps
 from multilang.connection import Role, State
-from multilang.errors import ComponentCrashed, ComponentError, ProtocolError
-from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, Sync, TopologyContext
+from multilang.errors import ComponentError
+from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, TopologyContext
 from multilang.shellbolt import (
-    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, Supervision, component_error, spawn_child,
+    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, SpoutDriver, Supervision, component_error,
+    spawn_child,
 )
 
 from ..._sync import TrioHost
@@ -65,14 +66,13 @@ def _close_all() -> None:  # Spark does not always call stop(); reap our childre
             pass
 
 
-class _Crash(Exception):
-    """The spout process is gone or unusable; ``err`` says why, ``events`` are
-    the good frames read before it happened."""
+class _Lost(Exception):
+    """The spout process is gone or unusable; ``err`` says why. (Its good
+    frames before that were handed on as they came.)"""
 
-    def __init__(self, err: ComponentError, events: list[Message]) -> None:
+    def __init__(self, err: ComponentError) -> None:
         super().__init__(str(err))
         self.err = err
-        self.events = events
 
 
 def spout_conf(opts: _Options) -> dict[str, Any]:
@@ -91,7 +91,9 @@ class SpoutHost:
     """The spout's process, restarted on crash within the restart budget (§8.2).
 
     Lives in a trio loop. ``on_events`` receives every frame other than
-    ``sync``, in order, also the good frames a process wrote before it died.
+    ``sync``, in order, as it is read (the one spout driver,
+    :class:`~multilang.shellbolt.SpoutDriver`), also after a command's sync
+    (a spout may emit while idle, §4.4) and before a process dies.
     Each process's stderr is drained in ``nursery`` for as long as it lives.
     ``spawn`` starts the child (a test passes an in-memory one)."""
 
@@ -113,8 +115,7 @@ class SpoutHost:
         self.pconf = ProcessConf.from_conf(self.conf)
         self.supervision = Supervision(RestartPolicy.from_conf(self.pconf), component=opts.component, log=log)
         self.proc: ShellProcess | None = None
-        self._worked = False
-        self._backlog: list[Message] = []  # frames read after a sync: emits while idle (§4.4)
+        self.driver: SpoutDriver | None = None  # the current process's
 
     @property
     def pid(self) -> int | None:
@@ -140,28 +141,28 @@ class SpoutHost:
         ).to_json()
 
     async def ensure_started(self) -> None:
-        while self.proc is None:
+        while self.driver is None:
             proc = ShellProcess(
                 component=self.opts.component, task=self.opts.task_id, role=Role.SPOUT, argv=self.argv,
                 cwd=self.opts.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
                 conf=self.pconf, spawn=self.spawn,
             )
             self.supervision.started(trio.current_time())
-            self._worked = False  # answered a next, ack or fail (RestartPolicy: a crash loop's processes do not)
             try:
                 try:
                     early = await proc.start(self.nursery, self.conf, self._context())
+                    await self._handle(proc, early)
                 except BaseException as exc:  # a failed spawn, no pid reply (§2.4), EOF
                     err = component_error(exc)
                     if err is None:
                         raise
-                    raise _Crash(err, []) from None
-                await self._answer(proc, early)
-                self.on_events(early)
-                self.proc = proc
-                self.on_events(await self._run(proc, Activate()))  # §4.1: always first
-            except _Crash as crash:
-                await self._lost(proc, crash)
+                    raise _Lost(err) from None
+                driver = SpoutDriver(proc, lambda events, proc=proc: self._handle(proc, events))
+                self.proc, self.driver = proc, driver
+                self.nursery.start_soon(self._serve, driver)
+                await self._command(driver, Activate())  # §4.1: always first
+            except _Lost as lost:
+                await self._lost(proc, lost.err)
 
     async def command(self, cmd: Message) -> None:
         """Run one command to its sync. A crash restarts the process; the
@@ -169,70 +170,55 @@ class SpoutHost:
         queued by the caller and goes to the new process), except an ack or
         a fail, whose fate must reach the replacement (§8.2)."""
         await self.ensure_started()
-        proc = self.proc
-        assert proc is not None
+        driver = self.driver
+        assert driver is not None
         try:
-            self.on_events(await self._run(proc, cmd))
-        except _Crash as crash:
-            await self._lost(proc, crash)
+            await self._command(driver, cmd)
+        except _Lost as lost:
+            await self._lost(driver.proc, lost.err)
             await self.ensure_started()
             if type(cmd) in (Ack, Fail):
                 await self.command(cmd)
 
-    async def _run(self, proc: ShellProcess, cmd: Message) -> list[Message]:
-        """Send one command; return the frames before its sync (§4.2). The
-        subprocess timeout runs while it is outstanding (§5.2)."""
-        if proc.conn.state is not State.IDLE:
-            raise _Crash(proc.error(ComponentCrashed, "connection is not usable"), [])
+    async def _command(self, driver: SpoutDriver, cmd: Message) -> None:
+        """One command to its sync (the driver's); the frames it brings go to
+        ``on_events`` as they come. The subprocess timeout runs while it is
+        outstanding (§5.2)."""
         try:
-            data = proc.conn.send(cmd)
-        except ProtocolError as exc:  # our bug, or a message id that is not JSON
-            raise _Crash(proc.error(ComponentCrashed, f"cannot send {cmd!r}: {exc}"), []) from None
-        out: list[Message] = []
-        since = trio.current_time()
+            await driver.command(cmd)
+        except ComponentError as err:
+            raise _Lost(err) from None
+
+    async def _serve(self, driver: SpoutDriver) -> None:
+        """The process's reader and watchdog, next to its stderr drain, until
+        the process is lost or closed: a command waiting then raises."""
         try:
             async with trio.open_nursery() as n:
-                n.start_soon(proc.watch, lambda: since)
-                await proc.write(data)
-                while True:
-                    if self._backlog:
-                        evs, self._backlog = self._backlog, []
-                    else:
-                        evs = await proc.read_events()
-                        await self._answer(proc, evs)
-                    done = next((i for i, ev in enumerate(evs) if type(ev) is Sync), None)
-                    if done is not None:
-                        self._worked = self._worked or type(cmd) is not Activate
-                        out += evs[:done]
-                        self._backlog = evs[done + 1 :]
-                        n.cancel_scope.cancel()
-                        break
-                    out += evs
+                n.start_soon(driver.proc.watch, driver.due)
+                await driver.serve()
         except BaseException as exc:
             err = component_error(exc)
             if err is None:
                 raise
-            raise _Crash(err, out) from None
-        return out
+            driver.lose(err)
 
-    async def _answer(self, proc: ShellProcess, events: list[Message]) -> None:
-        """Emits that want task ids are answered at once (§4.3)."""
+    async def _handle(self, proc: ShellProcess, events: list[Message]) -> None:
+        """Emits that want task ids are answered at once (§4.3); every frame
+        goes to ``on_events``, in order."""
         replies = b"".join([proc.task_ids_reply([self.opts.consumer_task]) for ev in events
                             if type(ev) is Emit and ev.wants_task_ids])
         if replies:
             await proc.write(replies)
+        self.on_events(events)
 
-    async def _lost(self, proc: ShellProcess, crash: _Crash) -> None:
-        self.proc = None
-        self._backlog = []
-        try:
-            self.on_events(crash.events)  # good emits before the crash are kept
-        finally:
-            await self._reap(proc)
-        d = self.supervision.lost(crash.err, now=trio.current_time(), worked=self._worked,
+    async def _lost(self, proc: ShellProcess, err: ComponentError) -> None:
+        worked = self.driver is not None and self.driver.worked
+        self.proc = self.driver = None
+        await self._reap(proc)
+        d = self.supervision.lost(err, now=trio.current_time(), worked=worked,
                                   where=f"multilang source: spout {self.opts.component}:{self.opts.task_id}")
         if isinstance(d, GiveUp):
-            raise crash.err
+            raise err
         await trio.sleep(d.delay)  # the backoff (§8.2 step 3)
 
     async def _reap(self, proc: ShellProcess) -> None:
@@ -244,15 +230,16 @@ class SpoutHost:
     async def aclose(self) -> None:
         """§5.4: deactivate (within the kill grace), then close stdin, SIGTERM,
         SIGKILL; always reap. Idempotent."""
-        proc, self.proc = self.proc, None
-        if proc is None:
+        driver, self.driver, self.proc = self.driver, None, None
+        if driver is None:
             return
+        proc = driver.proc
         try:
             if proc.open and proc.conn.state is State.IDLE:
                 with trio.move_on_after(self.pconf.kill_grace):
                     try:
-                        await self._run(proc, Deactivate())
-                    except _Crash:
+                        await driver.command(Deactivate())
+                    except ComponentError:
                         pass
         finally:
             with trio.CancelScope(shield=True):
