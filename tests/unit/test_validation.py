@@ -9,18 +9,9 @@ miss of a key we read.
 
 from __future__ import annotations
 
-import copy
-import importlib.util
-import json
 import logging
 import math
-import os
-import random
 import re
-import subprocess
-import sys
-import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -29,11 +20,11 @@ from click.testing import CliRunner
 from multilang._cli.main import main as cli_main
 from multilang.errors import TopologyError
 from multilang.shellbolt._model.conf import SCHEMA, check_value, near_miss, suggest
-from multilang.shellbolt import Runtime
 from multilang.shellbolt._model.flux import load_flux
 from multilang.shellbolt._model.topology import (
     DEFAULT_CONF, PythonBolt, PythonSpout, ShellSpout, TopologyBuilder, load_topology,
 )
+from topology_fuzz import check, mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -604,111 +595,7 @@ def test_cli_duration_and_max_tuples_must_be_positive(args):
 
 # --- fuzz: malformed topology files -----------------------------------------------------------
 
-_BASE_DOC = tomllib.loads(WORDCOUNT_TEXT)
-_BAD_VALUES = ["abc", "word", "", -1, 0, 1, -0.5, 0.0, 1.5, 10**18, 2**63 - 1, -2**63, 1e308, math.nan,
-               math.inf, -math.inf, True, False, [], [1], ["x"], ["batch", "batch"], ["zip"], {}, {"a": 1},
-               {"a": {"b": [1, {"c": "d"}]}}, [[["deep"]]], "__x", "python"]
-_ADDED_KEYS = ["extra", "groupping", "keys", "cnf", "parallelism", "fields", "conf", "streams", "env", "cwd",
-               "name", "inputs", "stream", "source", "key"]
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
-
-
-def _to_toml(doc: dict) -> str:
-    return "".join(f"{json.dumps(k)} = {_toml_value(v)}\n" for k, v in doc.items())
-
-
-def _typo(rng: random.Random, word: str) -> str:
-    if not word:
-        return "x"
-    i = rng.randrange(len(word))
-    op = rng.randrange(5)
-    if op == 0:
-        return word[:i] + word[i + 1:]
-    if op == 1 and len(word) > 1:
-        i = min(i, len(word) - 2)
-        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
-    if op == 2:
-        return word[:i] + word[i] + word[i:]
-    if op == 3:
-        return word[:i] + rng.choice("aeiouxz._") + word[i:]
-    return word + "s"
-
-
-def _slots(node, out: list) -> list:
-    """Every (container, key-or-index) in the document tree."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for k, v in list(items):
-        out.append((node, k))
-        _slots(v, out)
-    return out
-
-
-def _conf_tables(doc: dict) -> list[dict]:
-    holders = [doc.get("topology")]
-    for kind in ("spouts", "bolts"):
-        if isinstance(doc.get(kind), dict):
-            holders += list(doc[kind].values())
-    return [h.setdefault("conf", {}) for h in holders if isinstance(h, dict) and isinstance(h.get("conf", {}), dict)]
-
-
-def _mutate(rng: random.Random, doc: dict) -> None:
-    op = rng.randrange(6)
-    slots = _slots(doc, [])
-    if op == 5 or not slots:  # a conf key (maybe misspelled) gets any value
-        tables = _conf_tables(doc)
-        if tables:
-            key = rng.choice(sorted(SCHEMA))
-            rng.choice(tables)[_typo(rng, key) if rng.random() < 0.2 else key] = copy.deepcopy(
-                rng.choice(_BAD_VALUES))
-        return
-    container, key = rng.choice(slots)
-    if op == 0 and isinstance(container, dict):
-        container[_typo(rng, key)] = container.pop(key)                   # a misspelled key
-    elif op == 1:
-        container[key] = copy.deepcopy(rng.choice(_BAD_VALUES))            # a wrong value
-    elif op == 2:
-        del container[key]                                                 # a dropped key
-    elif op == 3 and isinstance(container, dict):
-        container[rng.choice(_ADDED_KEYS + [_typo(rng, str(key))])] = copy.deepcopy(rng.choice(_BAD_VALUES))
-    elif op == 4:
-        container[key] = {"nested": container[key]} if rng.random() < 0.5 else [container[key]]
-
-
-def mutant(seed: int) -> str:
-    """examples/wordcount.toml (commands run in examples/) with 1-3 mutations."""
-    rng = random.Random(seed)
-    doc = copy.deepcopy(_BASE_DOC)
-    for kind in ("spouts", "bolts"):
-        for spec in doc[kind].values():
-            spec["cwd"] = str(EXAMPLES)
-    for _ in range(rng.randint(1, 3)):
-        _mutate(rng, doc)
-    return _to_toml(doc)
-
-
-def _check(path: Path) -> str | None:
-    """None if the file loads and a Runtime can be built, else the
-    TopologyError message. Any other exception fails the test."""
-    try:
-        Runtime(load_topology(path))
-    except TopologyError as exc:
-        msg = str(exc)
-        assert msg.startswith(str(path)), msg  # names the file
-        return msg
-    return None
+# (the generator: tests/integration/topology_fuzz.py, shared with the real-CLI sample there)
 
 
 FUZZ_CASES = 2000
@@ -721,68 +608,13 @@ def test_fuzz_malformed_files_give_a_topology_error_or_load(tmp_path, caplog):
         p = tmp_path / f"m{seed}.toml"
         p.write_text(mutant(seed))
         try:
-            outcomes["ok" if _check(p) is None else "error"] += 1
+            outcomes["ok" if check(p) is None else "error"] += 1
         except TopologyError:
             raise
         except Exception as exc:  # noqa: BLE001 - the point of the test
             pytest.fail(f"seed {seed}: {type(exc).__name__}: {exc}\n{p.read_text()}")
     # Both kinds occur (the generator is not degenerate).
     assert outcomes["error"] > FUZZ_CASES // 2 and outcomes["ok"] > 10, outcomes
-
-
-def _cli_command() -> list[str]:
-    # The module this test imported, run by this interpreter (not a console
-    # script that may belong to another installation).
-    return [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
-
-
-def test_fuzz_sample_through_the_real_cli(tmp_path):
-    """15 invalid mutants and 1 valid one through ``multilang run`` as a user
-    runs it: exit 2, an ``error:`` line, no traceback; every subprocess has a
-    timeout, so a hang fails the test instead of stalling it."""
-    invalid: list[tuple[int, Path, str]] = []
-    valid: list[Path] = []
-    seed = 10_000
-    while len(invalid) < 15 or not valid:
-        p = tmp_path / f"c{seed}.toml"
-        p.write_text(mutant(seed))
-        msg = _check(p)
-        if msg is not None and len(invalid) < 15:
-            invalid.append((seed, p, msg))
-        elif msg is None and not valid:
-            valid.append(p)
-        seed += 1
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    for seed, p, msg in invalid:
-        r = subprocess.run(_cli_command() + ["run", str(p), "--duration", "5", "--no-progress"], cwd=tmp_path,
-                           env=env, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2, (seed, r.returncode, r.stderr[-2000:])
-        assert "Traceback" not in r.stderr, (seed, r.stderr[-2000:])
-        assert f"error: {msg}" in r.stderr.splitlines(), (seed, msg, r.stderr[-2000:])
-    r = subprocess.run(_cli_command() + ["run", str(valid[0]), "--duration", "3", "--no-progress"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=90)
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert r.returncode in (0, 1), (r.returncode, r.stderr[-3000:])
-
-
-# --- no trio in the schema module -------------------------------------------------------------
-
-
-def test_conf_module_imports_no_trio():
-    spec = importlib.util.find_spec("multilang.shellbolt._model.conf")
-    assert spec is not None and spec.origin
-    code = textwrap.dedent(f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("_conf_probe", {spec.origin!r})
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["_conf_probe"] = mod
-        spec.loader.exec_module(mod)
-        assert mod.SCHEMA
-        print("trio" in sys.modules)
-    """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "False"
 
 
 def test_every_conf_key_is_documented():
