@@ -20,7 +20,7 @@ from multilang.errors import ComponentError, ComponentReportedError, TopologyErr
 from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
 
 from .._model.acker import Acker, TupleEdges, roots_of
-from .._model.grouping import Router, new_grouping
+from .._model.grouping import Grouping, Router, new_grouping
 from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
 from .._model.topology import ANY_FIELDS, ComponentDef, Topology
 from .._observe.observe import RunObs, snapshot
@@ -150,6 +150,11 @@ class Runtime:
             self._key_index = [fields.index(k) for k in out.key]
 
     # -- routing -----------------------------------------------------------------
+
+    def subscribers(self, component: str, stream: str) -> list[Grouping]:
+        """The subscriptions to a component's stream: one grouping object
+        per subscribing bolt, in the order they subscribed."""
+        return self.router.subscribers(component, stream)
 
     def emit_plan(self, src: Task, stream: str) -> EmitPlan:
         """The emit plan of a task's stream (:class:`EmitPlan`), compiled on

@@ -53,11 +53,14 @@ class EmitPlan(NamedTuple):
     #: several subscriptions, or a direct one)
     one: Grouping | None | bool
 
+
 class RuntimeSeam(Protocol):
     """What a task, a sink, the checkpointer and the shell drivers use of the
-    runtime that runs them (``runtime.Runtime`` is the one implementation).
-    Written down here, so that none of them imports the runtime: the runtime
-    imports them."""
+    runtime that runs them (``runtime.Runtime`` is the one implementation),
+    and what an engine (``multilang.adapters``) may use of a runtime beside
+    its run control (``run``, ``done``, ``request_stop``). Written down here,
+    so that none of them imports the runtime: the runtime imports them
+    (tests/unit/test_architecture.py holds the adapters to it)."""
 
     #: the topology being run
     topology: Topology
@@ -91,13 +94,22 @@ class RuntimeSeam(Protocol):
     max_spout_pending: int | None
     #: why the last emit :meth:`targets` refused was refused (it was reported then), or None
     last_emit_error: str | None
+    #: false when ``topology.acker.executors`` is 0: a spout's emits are acked as they are routed
+    acking: bool
+    #: the errors of the components the run gave up on (a crash loop), in order
+    gave_up: list[ComponentError]
 
     def emit_plan(self, src: Task, stream: str) -> EmitPlan: ...
+
+    def subscribers(self, component: str, stream: str) -> list[Grouping]: ...
 
     def route(self, src: Task, emit: Any, anchors: list[TupleEdges] | None, touched: set[Task],
               targets: list[int] | None = None, invalid: bool = False) -> list[int]: ...
 
     def route_emits(self, src: Task, emits: list[list[Any]], touched: set[Task]) -> None: ...
+
+    def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges] | None,
+                    touched: set[Task], msg_id: Any = None, now: float | None = None) -> None: ...
 
     def route_spout_burst(self, src: Task, values_list: list[list[Any]], msg_ids: list[Any], touched: set[Task],
                           now: float) -> None: ...

@@ -4,6 +4,8 @@
   ``multilang.shellbolt``, ``multilang.adapters``): each uses the others
   only through their public surface;
 * ``click`` is imported by the CLI (``multilang._cli``) and nothing else;
+* the adapters use a runtime only through its documented seam
+  (``RuntimeSeam``) and its run control;
 * (the sans-IO core loads no trio, subprocess or click, and the runtime's
   model no trio: tests/integration/test_layers.py, in a fresh interpreter);
 * no import circle among the modules, counting every import (at module
@@ -149,6 +151,30 @@ def test_no_import_circle():
 
 def test_the_circle_check_finds_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _runtime_uses(path: Path) -> set[str]:
+    """The attributes read or written on a runtime in a file: on a name
+    ``rt`` or ``runtime``, or on an attribute ``.runtime``."""
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute):
+            v = node.value
+            if isinstance(v, ast.Name) and v.id in ("rt", "runtime") or isinstance(v, ast.Attribute) and v.attr == "runtime":
+                used.add(node.attr)
+    return used
+
+
+def test_the_adapters_use_a_runtime_through_its_seam():
+    from multilang.shellbolt._runtime.tasks import RuntimeSeam
+
+    seam = set(RuntimeSeam.__annotations__) | {n for n, v in vars(RuntimeSeam).items()
+                                              if callable(v) and not n.startswith("_")}
+    allowed = seam | {"run", "done", "request_stop"}  # the run control of multilang.shellbolt.Runtime
+    beyond = {name: sorted(uses - allowed) for _pkg, path, name in SOURCES
+              if name.startswith("multilang.adapters") and (uses := _runtime_uses(path)) - allowed}
+    assert not beyond, f"adapters reach past RuntimeSeam (shellbolt/_runtime/tasks.py): {beyond}"
+    assert _runtime_uses(FOLDERS["multilang.adapters"] / "spark" / "_engine" / "engine.py") & seam  # the check sees uses
 
 
 ARCHITECTURE = Path(__file__).parents[2] / "docs" / "ARCHITECTURE.md"

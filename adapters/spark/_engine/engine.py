@@ -511,7 +511,7 @@ class _Engine:
             for t in comp.tasks:
                 rt.tasks[t] = ShellBoltTask(rt, comp, t, sink=_LeaseSink(self, comp))
         if self.chain:
-            self.direct = rt.router.subscribers(*spec.single_source)[0]  # type: ignore[misc]
+            self.direct = rt.subscribers(*spec.single_source)[0]  # type: ignore[misc]
         self.bolt_tasks = [t for t in rt.tasks.values() if not isinstance(t, SpoutTask)]
         self.lease: Any = None  # the lease._Lease of the partition being served, or None
         self.finished = trio.Event()
