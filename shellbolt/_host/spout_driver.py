@@ -50,7 +50,7 @@ class SpoutDriver:
         self._owed = 0  # syncs still due for the commands of the last write
         self._on_sync: Callable[[int], None] | None = None
         self._answered: trio.Event | None = None
-        self._lost: ComponentError | None = None
+        self._lost: Exception | None = None
 
     def due(self) -> float | None:
         """Since when a sync is due, or None (the watchdog's question, §5.2)."""
@@ -102,9 +102,10 @@ class SpoutDriver:
             self.lose(err)
             raise
 
-    def lose(self, err: ComponentError) -> None:
-        """The process is lost (``err``): a command waiting for its sync
-        raises it, and so does every later one."""
+    def lose(self, err: Exception) -> None:
+        """The process is lost (``err``, a :class:`ComponentError`; or
+        whatever stopped a reader running elsewhere): a command waiting for
+        its sync raises it, and so does every later one."""
         if self._lost is None:
             self._lost = err
         if self._answered is not None:

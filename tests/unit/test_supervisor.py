@@ -491,6 +491,29 @@ def test_a_crashing_spout_is_restarted_after_a_doubling_backoff(caplog):
     assert "boom" in msgs[0] and "(exit status 1)" in msgs[0]  # the stderr tail and status made it in
 
 
+def test_an_error_of_the_sources_event_handler_reaches_the_command_not_the_loop():
+    from multilang.messages import Emit, Next
+
+    class Refusing(list):
+        def extend(self, events):
+            if any(type(e) is Emit for e in events):
+                raise ValueError("the source could not take a row")
+            super().extend(events)
+
+    async def main():
+        async with trio.open_nursery() as n:  # the loop: an error escaping into it would fail here, not below
+            spawn = Spawner(n, healthy)
+            host = spout_host(n, spawn, [])
+            host.on_events = Refusing().extend
+            with pytest.raises(ValueError, match="could not take a row"):
+                await host.command(Next())
+            await host.aclose()  # reaped all the same
+            assert spawn.children[0].transport.returncode is not None
+            n.cancel_scope.cancel()
+
+    run(main)
+
+
 def test_a_spout_that_keeps_crashing_is_given_up_after_its_budget():
     async def main():
         async with trio.open_nursery() as n:

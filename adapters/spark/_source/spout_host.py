@@ -191,15 +191,17 @@ class SpoutHost:
 
     async def _serve(self, driver: SpoutDriver) -> None:
         """The process's reader and watchdog, next to its stderr drain, until
-        the process is lost or closed: a command waiting then raises."""
+        the process is lost or closed: a command waiting then raises. So does
+        an error of ``on_events`` (it reaches the caller of :meth:`command`,
+        not the loop every source of this process shares)."""
         try:
             async with trio.open_nursery() as n:
                 n.start_soon(driver.proc.watch, driver.due)
                 await driver.serve()
-        except BaseException as exc:
-            err = component_error(exc)
+        except BaseException as exc:  # maybe in a group with the cancellation of a closing source
+            err = component_error(exc) or _an_error(exc)
             if err is None:
-                raise
+                raise  # a cancellation alone: it ends the task
             driver.lose(err)
 
     async def _handle(self, proc: ShellProcess, events: list[Message]) -> None:
@@ -239,7 +241,7 @@ class SpoutHost:
                 with trio.move_on_after(self.pconf.kill_grace):
                     try:
                         await driver.command(Deactivate())
-                    except ComponentError:
+                    except Exception:  # lost, or its reader stopped: reaped below
                         pass
         finally:
             with trio.CancelScope(shield=True):
@@ -332,3 +334,10 @@ def _jsonable(v: Any) -> bool:
         return True
     except Exception:
         return False
+
+
+def _an_error(exc: BaseException) -> Exception | None:
+    """The first error (not a cancellation) in ``exc`` or the groups it nests."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((e for e in map(_an_error, exc.exceptions) if e is not None), None)
+    return exc if isinstance(exc, Exception) else None
