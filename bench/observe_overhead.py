@@ -43,7 +43,6 @@ import sys
 import tempfile
 import termios
 import threading
-import time
 import urllib.request
 from pathlib import Path
 

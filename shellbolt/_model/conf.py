@@ -349,6 +349,15 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     return f"; did you mean {hit!r}?" if hit else ""
 
 
+def one_of(word: str, known: Iterable[str], shown: str | None = None) -> str:
+    """What follows "unknown X 'word'": ``"; did you mean 'x'? (one of a, b)"``
+    when one is close, else ``"; use one of a, b"``. ``shown``: the list as
+    the message shows it (default: ``known``, sorted)."""
+    shown = ", ".join(sorted(known)) if shown is None else shown
+    hit = suggest(word, known)
+    return f"; did you mean {hit!r}? (one of {shown})" if hit else f"; use one of {shown}"
+
+
 def unknown_key_message(keys: Iterable[Any], known: Iterable[str], what: str = "key") -> str:
     """``unknown key 'groupping'; did you mean 'grouping'?`` (or the list of
     allowed keys when nothing is close)."""

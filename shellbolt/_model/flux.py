@@ -19,7 +19,7 @@ import yaml
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 
-from .conf import SCHEMA, check_value, did_you_mean, suggest, unknown_key_message
+from .conf import SCHEMA, check_value, did_you_mean, one_of, suggest, unknown_key_message
 from .grouping import GROUPINGS
 from .topology import OutputSpec, PythonBolt, PythonSpout, ShellBolt, ShellSpout, Topology, TopologyBuilder
 
@@ -624,8 +624,8 @@ def _stream(s: Any, i: int, path: Path, kinds: Mapping[str, str],
         raise TopologyError(f"{where}: CUSTOM grouping {cls} is a Java class; use one of "
                             f"{', '.join(flux_types)}")
     if gtype not in flux_types:
-        raise TopologyError(f"{where}: unknown grouping type {g['type']!r}{did_you_mean(gtype, flux_types)}; "
-                            f"use one of {', '.join(flux_types)}")
+        raise TopologyError(f"{where}: unknown grouping type {g['type']!r}"
+                            f"{one_of(gtype, flux_types, ', '.join(flux_types))}")
     fields: list[str] = []
     kind = flux_types[gtype]
     if GROUPINGS[kind].takes_fields:

@@ -22,7 +22,7 @@ import orjson
 
 from multilang.errors import TopologyError
 
-from .conf import did_you_mean
+from .conf import one_of
 
 __all__ = ["Grouping", "GROUPINGS", "register_grouping", "grouping_class", "new_grouping", "fields_task_index",
            "Router"]
@@ -111,8 +111,7 @@ def grouping_class(kind: str) -> type[Grouping]:
     there are if there is none."""
     cls = GROUPINGS.get(kind)
     if cls is None:
-        raise TopologyError(f"unknown grouping {kind!r}{did_you_mean(kind, GROUPINGS)}; "
-                            f"use one of {sorted(GROUPINGS)}")
+        raise TopologyError(f"unknown grouping {kind!r}{one_of(kind, GROUPINGS, str(sorted(GROUPINGS)))}")
     return cls
 
 
