@@ -40,7 +40,7 @@ _NO_LIMIT = float("inf")
 def _too_large(frame: bytes, max_size: int, tup: Tuple) -> LocalProtocolError:
     """§1.3: a frame the reader would refuse is never written."""
     return LocalProtocolError(f"its frame of {len(frame)} bytes exceeds the reader's {max_size}-byte limit "
-                              "(multilang.max.frame.bytes, §1.3)", frame=tup, rule="frame.too-large")
+                              "(multilang.max.frame.bytes, §1.3)", subject=tup, rule="frame.too-large")
 
 
 class Writers:
