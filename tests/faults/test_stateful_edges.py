@@ -485,17 +485,12 @@ def test_a_cycle_that_never_lets_its_trees_complete_ends_a_run_to_the_end_and_is
     # ever, so no tree completes; the shell spout replays them. The run to the
     # end stops after message timeout x (1 + max replays) with none
     # completing, names the cycle, and prints no count of a failed tree.
-    # No checkpoint is due during the run (an hour apart): what the count bolt
-    # holds is never committed, so printing any of it would print uncommitted
-    # state. (With checkpoints due, a slow machine commits counts of tuples
-    # going round the cycle: Storm's checkpoints do not wait for trees either.)
     b = TopologyBuilder()
     b.set_spout("spout", numbered_spout(3, events=False))
     b.set_bolt("loop", faulty_bolt()).shuffle_grouping("spout").shuffle_grouping("loop")
     b.set_bolt("count", stateful_bolt()).shuffle_grouping("loop")
     topo = build(b, tmp_path, output=("count", ["key"]),
-                 **{"topology.message.timeout.secs": 1, "multilang.max.replays": 1,
-                    "topology.state.checkpoint.interval.ms": 3_600_000})
+                 **{"topology.message.timeout.secs": 1, "multilang.max.replays": 1})
     run = run_topology(topo, limit=60)
     res = run.result
     assert not res.ok and res.stopped_by == "replays", res
