@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(config, items):
     """The tests that use the one SparkSession (the ``spark`` fixture,
     tests/spark/conftest.py) go to one worker under pytest-xdist
     (``--dist loadgroup``). The Spark tests that start a driver process of
-    their own do not need it: they run beside them, on the other worker."""
+    their own do not need it: they run beside them, on the other workers."""
     import pytest
 
     for item in items:
