@@ -75,7 +75,7 @@ def run_measured(cmd: list[str], *, stdin_path: str | None = None, cwd: Path = R
         th.join()
         err.seek(0)
         text = err.read().decode(errors="replace")
-    if code not in (0,):
+    if code != 0:
         raise SystemExit(f"{' '.join(cmd[3:])}: exit {code}\n{text[-3000:]}")
     return last[0], wall, text, lines
 
@@ -143,7 +143,7 @@ def main() -> None:
         text = (EXAMPLES / "data" / "alice.txt").read_text()
         corpus.write_text(text * args.copies)
         toml = wordcount_toml(tmp, corpus, args.parallelism)
-        cpu0, _wall0, _t0, _ = run_measured([*ML, "run", str(toml), "--no-progress", "--max-tuples", "1"])
+        cpu0, *_ = run_measured([*ML, "run", str(toml), "--no-progress", "--max-tuples", "1"])
         cpu, wall, out, _ = min((run_measured([*ML, "run", str(toml), "--no-progress"]) for _ in range(args.repeat)),
                                 key=lambda r: r[0])
         words = _summary(out, "count", "executed")

@@ -34,7 +34,7 @@ EMIT_FORMAT = b'{"command":"emit","tuple":%b,"anchors":[%b],"need_task_ids":fals
 ACK_FORMAT = b'{"command":"ack","id":%b}' + TERMINATOR
 
 
-_NO_LIMIT = float("inf")
+_NO_LIMIT = 1 << 62  # no max_size: an int, so the per-tuple size test compares two ints
 
 
 def _too_large(frame: bytes, max_size: int, tup: Tuple) -> LocalProtocolError:

@@ -112,10 +112,9 @@ class SpoutDriver:
             self._answered.set()
 
     def _synced(self, n: int) -> None:
-        if n > self._owed:  # (the connection refuses a sync no command is owed, §4.2: not reached)
-            n = self._owed
+        # (never more than owed: the connection refuses a sync no command is owed, §4.2)
         self._owed -= n
-        if self._on_sync is not None and n:
+        if self._on_sync is not None:
             self._on_sync(n)
         if self._owed > 0:
             self._since = trio.current_time()  # progress: the watchdog waits for the next one

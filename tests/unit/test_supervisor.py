@@ -24,7 +24,7 @@ import trio.testing
 from multilang.connection import Role
 from multilang.errors import ComponentCrashed, HeartbeatTimeout
 from multilang.framing import FrameReader
-from multilang.messages import Activate, Next
+from multilang.messages import Activate, Emit, Next
 from multilang.shellbolt._model.conf import SCHEMA, ProcessConf
 from multilang.shellbolt._host.process import ShellProcess, StreamTransport
 from multilang.shellbolt._host.supervisor import GiveUp, Restart, RestartPolicy
@@ -469,8 +469,6 @@ def spout_host(nursery, spawn, events, **conf):
 
 
 def test_a_crashing_spout_is_restarted_after_a_doubling_backoff(caplog):
-    from multilang.messages import Emit, Next
-
     async def main():
         events: list = []
         async with trio.open_nursery() as n:
@@ -492,8 +490,6 @@ def test_a_crashing_spout_is_restarted_after_a_doubling_backoff(caplog):
 
 
 def test_an_error_of_the_sources_event_handler_reaches_the_command_not_the_loop():
-    from multilang.messages import Emit, Next
-
     class Refusing(list):
         def extend(self, events):
             if any(type(e) is Emit for e in events):
@@ -528,8 +524,6 @@ def test_a_spout_that_keeps_crashing_is_given_up_after_its_budget():
 
 
 def test_a_spout_silent_after_a_command_is_killed_at_the_subprocess_timeout_and_replaced(caplog):
-    from multilang.messages import Next
-
     async def main():
         async with trio.open_nursery() as n:
             spawn = Spawner(n, hangs_on_next, healthy)
