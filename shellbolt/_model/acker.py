@@ -187,6 +187,22 @@ class Acker:
             out.append(TupleEdges(ids))
         return out
 
+    def anchor_each(self, anchors: list[TupleEdges]) -> list[TupleEdges]:
+        """A run of bolt emits, the i-th anchored to the one tuple
+        ``anchors[i]`` (the same tuple may be named many times) and sent to
+        one task: :meth:`anchor` ``([anchors[i]], 1)`` for each, in one call."""
+        new_id, out = self.new_id, []
+        append = out.append
+        for a in anchors:
+            ids = a.ids
+            if not ids:
+                append(TupleEdges())
+                continue
+            e = new_id()
+            a.ack_val ^= e
+            append(TupleEdges(dict.fromkeys(ids, e)))
+        return out
+
     def ack(self, t: "int | TupleEdges") -> None:
         """The tuple was acked by the task it was delivered to."""
         if type(t) is int:  # a one-hop token: its root's one edge

@@ -179,6 +179,11 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
             "0 turns reliability off (every emit is acked at once); null or more: acking on.", scope="topology"),
     ConfKey("topology.shellbolt.max.pending", "a positive integer", _int(1), 100,
             "Tuples sent to one bolt process and not yet acked or failed."),
+    ConfKey("topology.producer.batch.size", "a positive integer", _int(1), 100,
+            "The most tuples the runtime moves as one batch: nexts pipelined to a spout process that took "
+            "batch (§9.5) in one write, tuples written to a bolt process in one write (also within "
+            "topology.shellbolt.max.pending), emits routed to their tasks in one step. 1: one at a time, as "
+            "Storm's default; what is delivered, acked and checkpointed is the same at any size."),
     ConfKey("topology.subprocess.timeout.secs", "a positive number (seconds) or null", _number(positive=True, null=True),
             None, "A process silent this long is dead (heartbeats); null: supervisor.worker.timeout.secs."),
     ConfKey("supervisor.worker.timeout.secs", _POS_SECS, _number(positive=True), 30,

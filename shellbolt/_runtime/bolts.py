@@ -44,6 +44,8 @@ class ShellBoltTask(ShellTask):
     def __init__(self, runtime: RuntimeSeam, comp: ComponentDef, task_id: int, sink: BoltSink | None = None) -> None:
         super().__init__(runtime, comp, task_id)
         self.max_pending = int(self.conf.get("topology.shellbolt.max.pending") or 100)
+        #: tuples per write: within max pending, and topology.producer.batch.size
+        self.write_batch = min(self.max_pending, self.batch_size)
         self.heartbeat_interval = float(self.conf.get("multilang.heartbeat.interval.secs") or 1.0)
         self.max_frame = int(self.conf.get("multilang.max.frame.bytes") or 64 << 20)
         self.message_timeout = float(self.conf.get("topology.message.timeout.secs") or 30)
@@ -169,7 +171,7 @@ class ShellBoltTask(ShellTask):
             # unacked. A bolt that acks late or in groups keeps getting
             # tuples as fast as it reads them; the spouts' max pending and
             # the input queue bound the rest.
-            room = self.max_pending if self._alone is None or self._alone not in in_flight else 0
+            room = self.write_batch if self._alone is None or self._alone not in in_flight else 0
             self._alone = None
             batch: list[Tuple] = []
             dropped = 0

@@ -34,7 +34,7 @@ import trio
 from multilang.errors import ComponentError
 from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
 
-from .._model.acker import TupleEdges, edges_of, roots_of
+from .._model.acker import TupleEdges, roots_of
 from .._model.results import Cause, brief
 from .sinks import AckerSink
 from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_config, values_hash
@@ -50,6 +50,7 @@ __all__ = ["Checkpointer", "StatefulSink", "StateStoreFailed", "init_frames"]
 _QUIET = 0.002
 #: keys per init chunk (§9.7 chunks; each frame also stays under the frame limit)
 _CHUNK_KEYS = 1000
+_NO_ROOTS: frozenset[int] = frozenset()
 
 
 class Checkpointer:
@@ -462,13 +463,27 @@ class Checkpointer:
         log.warning("state rolled back to %s (%d tree(s) to replay): %s", where, len(roots), cause)
         rt.nudge()
 
-    def output(self, key: Any, record: dict[str, Any], roots: frozenset[int]) -> None:
-        """A topology output with a key, kept until the commit that covers it.
-        One whose every tree has failed already (a tuple written before a
-        rollback, emitted after it) is dropped: the replay outputs it again."""
-        if roots and self.rt.acker.roots.keys().isdisjoint(roots):
-            return
-        self.view[key] = (record, roots)
+    def outputs(self, keys: list[Any], records: list[dict[str, Any]], roots: list[Any]) -> None:
+        """Topology outputs with a key (the i-th record's key ``keys[i]``,
+        its trees ``roots[i]``: a root id, a collection of them, or None),
+        each kept until the commit that covers it. One whose every tree has
+        failed already (a tuple written before a rollback, emitted after
+        it) is dropped: the replay outputs it again."""
+        live, view = self.rt.acker.roots.keys(), self.view
+        for key, record, r in zip(keys, records, roots):
+            if r is None:
+                r = _NO_ROOTS
+            elif type(r) is int:
+                if r not in live:
+                    continue
+                r = frozenset((r,))
+            elif not r:  # a tuple of no tree (acking off, an unanchored emit upstream)
+                r = _NO_ROOTS
+            else:
+                if live.isdisjoint(r):
+                    continue
+                r = frozenset(r)
+            view[key] = (record, r)
 
 
 def init_frames(conn: Any, txid: int | None, state: dict[str, Any], max_frame: int) -> list[bytes]:
@@ -522,14 +537,7 @@ class StatefulSink(AckerSink):
         self.live = live
 
     def acked(self, task: Task, tids: list[str], touched: set[Task]) -> None:
-        pop = task.in_flight.pop
-        if not self._held:
-            self.cp.hold([pop(tid) for tid in tids])
-            return
-        for tid in tids:  # hold mode too: release the emits, hold the ack
-            edges = edges_of(pop(tid))
-            self._release(task, tid, edges, touched)
-            self.cp.hold([edges])
+        self._settle(task, tids, touched, self.cp.hold)  # hold mode too: release the emits, hold the acks
 
     def lost(self, task: Task, cause: str) -> None:
         """Its uncommitted state is gone with the process: fail what was in

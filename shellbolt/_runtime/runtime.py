@@ -33,6 +33,8 @@ from .tasks import TICK_EDGES, Delivery, EmitPlan, SpoutTask, Task, log, plain_e
 __all__ = ["Runtime"]
 
 _new_tuple = tuple.__new__
+#: the anchor of an unanchored emit in a run (route_batch): no roots, so the acker adds no edge
+_UNANCHORED = TupleEdges()
 #: seconds done() must stay true before a run that waits until done ends
 _CONFIRM_DONE = 0.05
 #: the longest wait between two looks at done() / drained
@@ -265,25 +267,68 @@ class Runtime:
         """A bolt's batch of emits (§9.5, or a run from ``take_outputs``), each
         ``[values, anchor ids or None, stream]``, anchored to tuples
         in ``src.in_flight`` (the connection checked they are pending): each as
-        :meth:`route_plain` would. The common case of a topology output (a
-        stream nobody subscribes to, with tracked outputs, one anchor) is
-        handed over here, without the calls of the general route: a Spark
-        ``split`` partition makes two dozen per row."""
-        plans = src.plans
-        in_flight = src.in_flight
-        on_output = self.on_tracked_output
-        name = src.name
-        outputs = 0
-        for values, ids, stream in emits:
-            plan = plans.get(stream)
-            if (on_output is not None and plan is not None and plan[4] is None and ids and len(ids) == 1
-                    and (plan[1] < 0 or len(values) == plan[1])):
-                tok = in_flight[ids[0]]
-                on_output(name, stream, values, [tok] if type(tok) is int else list(tok.ids))
-                outputs += 1
+        :meth:`route_plain` would, the runs on one stream with at most one
+        anchor each as one :meth:`route_batch` (of at most
+        ``topology.producer.batch.size`` emits)."""
+        i, n, most = 0, len(emits), src.batch_size
+        while i < n:
+            values, ids, stream = emits[i]
+            if ids is not None and len(ids) > 1:  # several anchors: the general route
+                self.route_plain(src, values, stream, [src.edges(a) for a in ids], touched)
+                i += 1
+                continue
+            j = i + 1
+            while j < n and j - i < most and (e := emits[j])[2] == stream and (e[1] is None or len(e[1]) <= 1):
+                j += 1
+            run = emits[i:j] if i or j < n else emits
+            self.route_batch(src, stream, [e[0] for e in run], [e[1][0] if e[1] else None for e in run], touched)
+            i = j
+
+    def route_batch(self, src: Task, stream: str, values_list: list[list[Any]], anchor_ids: list[str | None],
+                    touched: set[Task]) -> None:
+        """A run of a bolt's plain emits on one stream, the i-th anchored to
+        the tuple ``anchor_ids[i]`` of ``src.in_flight`` (None: unanchored),
+        routed as one: targets chosen for the run, one new edge per emit from
+        the acker in one call, each target's inbox extended once and woken
+        once, outputs kept in one step. Delivers, acks and counts exactly
+        what :meth:`route_plain` would for each emit in turn (per target,
+        in order). A run the plain lane does not take (an undeclared
+        stream, a wrong number of values, several subscriptions or a direct
+        one, an ``all`` grouping) goes emit by emit."""
+        plan = src.plans.get(stream) or self.emit_plan(src, stream)
+        _f, n_fields, _s, _d, grouping = plan
+        if (grouping is False or grouping is not None and not grouping.one_task
+                or n_fields >= 0 and any(len(v) != n_fields for v in values_list)):
+            for values, a in zip(values_list, anchor_ids):
+                self.route_plain(src, values, stream, [] if a is None else [src.edges(a)], touched)
+            return
+        src.stats.emitted += len(values_list)
+        if grouping is None:  # nobody subscribes: topology outputs (no new edges, §7.1)
+            in_flight = src.in_flight
+            self._outputs(src.name, stream, values_list, [None if a is None else tok if type(tok := in_flight[a]) is int
+                                                          else tok.ids for a in anchor_ids])
+            return
+        edges = src.edges
+        new_edges = self.acker.anchor_each([_UNANCHORED if a is None else edges(a) for a in anchor_ids])
+        name, src_task, tasks = src.name, src.task_id, self.tasks
+        if len(grouping.tasks) == 1:
+            t = tasks[grouping.tasks[0]]
+            t.deliver_many([_new_tuple(Delivery, (values, name, stream, src_task, e, False))
+                            for values, e in zip(values_list, new_edges)])
+            touched.add(t)
+            return
+        by_task: dict[int, list[Delivery]] = {}
+        for values, e, target in zip(values_list, new_edges, grouping.choose_each(values_list)):
+            run = by_task.get(target)
+            d = _new_tuple(Delivery, (values, name, stream, src_task, e, False))
+            if run is None:
+                by_task[target] = [d]
             else:
-                self.route_plain(src, values, stream, [src.edges(a) for a in ids] if ids else [], touched)
-        src.stats.emitted += outputs
+                run.append(d)
+        for target, run in by_task.items():
+            t = tasks[target]
+            t.deliver_many(run)
+            touched.add(t)
 
     def _deliver(self, src: Task, values: list[Any], stream: str, targets: list[int],
                  anchors: list[TupleEdges] | None, msg_id: Any, touched: set[Task], now: float | None = None) -> None:
@@ -330,16 +375,7 @@ class Runtime:
 
     def _emit_output(self, src: Task, stream: str, values: list[Any], anchors: list[TupleEdges] | None) -> None:
         """An emit nobody subscribes to: a topology output."""
-        if self.on_tracked_output is not None:
-            if not anchors:
-                roots = []
-            elif len(anchors) == 1:
-                roots = list(roots_of(anchors[0]))
-            else:
-                roots = list({r for a in anchors for r in roots_of(a)})
-            self.on_tracked_output(src.name, stream, values, roots)
-        else:
-            self._output(src.name, stream, values, anchors)
+        self._outputs(src.name, stream, [values], [{r for a in anchors for r in roots_of(a)} if anchors else None])
 
     def _emit_error(self, src: Task, emit: Emit, msg: str) -> None:
         src.stats.errors += 1
@@ -351,27 +387,45 @@ class Runtime:
                         "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))
         return None
 
-    def _output(self, component: str, stream: str, values: list[Any],
-                anchors: list[TupleEdges] | None = None) -> None:
+    def _outputs(self, component: str, stream: str, values_list: list[list[Any]], roots: list[Any]) -> None:
+        """Topology outputs: a run of emits of one component on one stream,
+        the i-th belonging to the trees ``roots[i]``: a root id, a
+        collection of root ids, or None (an unanchored emit, a tick's).
+        Tracked outputs get each with its roots; a keyed output keeps the
+        last record per key (until the checkpoint that covers it commits,
+        with state); otherwise ``on_output`` gets each record."""
+        if self.on_tracked_output is not None:
+            on_tracked = self.on_tracked_output
+            for values, r in zip(values_list, roots):
+                on_tracked(component, stream, values, [] if r is None else [r] if type(r) is int else list(r))
+            return
         out = self.topology.output
         if out.component is not None and (component != out.component or stream != (out.stream or "default")):
             return
-        fields = self.topology.components[component].outputs[stream]  # cached per component
+        fields = self.topology.components[component].outputs[stream]
         # Records carry their origin unless the output names it already.
-        record: dict[str, Any] = {} if out.component is not None else {"component": component, "stream": stream}
-        if fields == ANY_FIELDS:
-            record["values"] = values
+        if out.component is not None:
+            records = ([{"values": values} for values in values_list] if fields == ANY_FIELDS else
+                       [dict(zip(fields, values)) for values in values_list])
+        elif fields == ANY_FIELDS:
+            records = [{"component": component, "stream": stream, "values": values} for values in values_list]
         else:
-            record.update(zip(fields, values))
-        if self._key_index is not None:
-            key = tuple(hashable(values[i]) for i in self._key_index)
+            records = [{"component": component, "stream": stream, **dict(zip(fields, values))} for values in values_list]
+        key_index = self._key_index
+        if key_index is not None:
+            if len(key_index) == 1:
+                k = key_index[0]
+                keys = [(v[k] if type(v[k]) is str else hashable(v[k]),) for v in values_list]
+            else:
+                keys = [tuple(hashable(v[i]) for i in key_index) for v in values_list]
             cp = self.checkpoints
             if cp is not None and cp.tasks:  # durable with the state: kept until its checkpoint commits
-                cp.output(key, record, frozenset(r for a in anchors or () for r in roots_of(a)))
+                cp.outputs(keys, records, roots)
             else:
-                self.outputs_by_key[key] = record
+                self.outputs_by_key.update(zip(keys, records))
         elif self.on_output is not None:
-            self.on_output(record)
+            for record in records:
+                self.on_output(record)
 
     def _view_key(self, record: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(hashable(record.get(k)) for k in self.topology.output.key or [])

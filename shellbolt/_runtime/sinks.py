@@ -27,7 +27,7 @@ from typing import Any
 
 from multilang.messages import Emit
 
-from .._model.acker import TupleEdges, edges_of, roots_of
+from .._model.acker import roots_of
 from .._model.results import Cause, id_key
 from .tasks import TICK_EDGES, RuntimeSeam, Task, plain_emit
 
@@ -117,7 +117,7 @@ class AckerSink(BoltSink):
         self.live = runtime.acker.is_live  # the writer asks per tuple: no call layer of ours
         #: multilang.hold.emits.until.ack: input id -> emits waiting for it to be acked
         self.hold = hold
-        self._held: dict[str, list[_Held]] = {}
+        self._held: dict[str, list[_Held | list[Any]]] = {}
         #: (spout task, msg id) of the inputs in flight when a process died
         #: with several tuples: each is retried alone (§8.4)
         self._suspects: set[Any] = set()
@@ -152,11 +152,26 @@ class AckerSink(BoltSink):
     # -- results ------------------------------------------------------------------------
 
     def emits(self, task: Task, emits: list[list[Any]], touched: set[Task]) -> None:
-        if self.hold:
-            for values, ids, stream in emits:
-                self.emit(task, plain_emit(values, stream, tuple(ids) if ids else ()), touched)
-        else:
+        if not self.hold:
             self.runtime.route_emits(task, emits, touched)
+            return
+        # Hold mode: an emit the plain lane takes, anchored to one tuple, is
+        # held as it came (its element) under that tuple's id, and routed
+        # with the others of its run when the tuple is acked (_release);
+        # anything else is worked out now, as emit() does.
+        held, plans, plan_of = self._held, task.plans, self.runtime.emit_plan
+        for e in emits:
+            values, ids, stream = e
+            if ids and len(ids) == 1:
+                plan = plans.get(stream) or plan_of(task, stream)
+                if plan[4] is not False and (plan[1] < 0 or len(values) == plan[1]):
+                    run = held.get(ids[0])
+                    if run is None:
+                        held[ids[0]] = [e]
+                    else:
+                        run.append(e)
+                    continue
+            self.emit(task, plain_emit(values, stream, tuple(ids) if ids else ()), touched)
 
     def emit(self, task: Task, ev: Emit, touched: set[Task]) -> list[int]:
         rt = self.runtime
@@ -172,22 +187,32 @@ class AckerSink(BoltSink):
         return targets
 
     def acked(self, task: Task, tids: list[str], touched: set[Task]) -> None:
+        self._settle(task, tids, touched, self.acker.ack_many)
+
+    def _settle(self, task: Task, tids: list[str], touched: set[Task], ack: Any) -> None:
+        """Acked tuples out of ``in_flight``, their tokens to ``ack`` in one
+        call; in hold mode each one's held emits are released first, while
+        it (and every other anchor of theirs not yet acked) is in flight."""
         pop = task.in_flight.pop
-        if not self._held:
-            self.acker.ack_many([pop(tid) for tid in tids])
+        held = self._held
+        if not held:
+            ack([pop(tid) for tid in tids])
             return
-        for tid in tids:  # one at a time: a held emit takes the anchors still in flight (_release)
-            edges = edges_of(pop(tid))
-            self._release(task, tid, edges, touched)
-            self.acker.ack(edges)
+        tokens = []
+        for tid in tids:
+            if tid in held:
+                self._release(task, tid, touched)
+            tokens.append(pop(tid))
+        ack(tokens)
 
     def failed(self, task: Task, tid: str, cause: str) -> None:
         edges = task.in_flight.pop(tid)
         if self._held:
             for held in self._held.pop(tid, ()):
-                held.anchors.discard(tid)
-                if not held.anchors:
-                    held.done = True
+                if type(held) is _Held:  # (an element held as it came has this one anchor: dropped)
+                    held.anchors.discard(tid)
+                    if not held.anchors:
+                        held.done = True
         self.acker.fail(edges, cause)
 
     def unsent(self, task: Task, token: Any, cause: str) -> None:
@@ -223,21 +248,40 @@ class AckerSink(BoltSink):
         in_flight.clear()
         self.runtime.settle()
 
-    def _release(self, task: Task, tid: str, edges: TupleEdges, touched: set[Task]) -> None:
-        """Hold mode: the input was acked, so the emits anchored to it go out
-        now, before the ack reaches the acker (the tree must not complete in
-        between). An emit whose every tree has meanwhile failed or timed out
-        is dropped: the replay will emit it again, and releasing it too
-        would be a duplicate (§5.3, no delivery after expiry)."""
-        is_live = self.acker.is_live
-        in_flight = task.in_flight
-        for held in self._held.pop(tid, ()):
+    def _release(self, task: Task, tid: str, touched: set[Task]) -> None:
+        """Hold mode: the input ``tid`` (still in flight) was acked, so the
+        emits anchored to it go out now, before the ack reaches the acker
+        (the tree must not complete in between), in the order they were
+        emitted; the runs of elements held as they came each as one
+        :meth:`Runtime.route_batch`. An emit whose every tree has meanwhile
+        failed or timed out is dropped: the replay will emit it again, and
+        releasing it too would be a duplicate (§5.3, no delivery after expiry)."""
+        rt, is_live, in_flight = self.runtime, self.acker.is_live, task.in_flight
+        live = is_live(in_flight[tid])
+        run: list[list[Any]] = []
+        for held in self._held.pop(tid):
+            if type(held) is not _Held:  # an element [values, [tid], stream], anchored to tid alone
+                if run and (held[2] != run[0][2] or len(run) >= task.batch_size):
+                    self._release_run(task, tid, run, live, touched)
+                    run = []
+                run.append(held)
+                continue
+            if run:
+                self._release_run(task, tid, run, live, touched)
+                run = []
             if held.done:
                 continue
             held.done = True
-            anchors = [task.edges(a) for a in held.anchors if a in in_flight and a != tid]
-            anchors.append(edges)
+            anchors = [task.edges(a) for a in held.anchors if a in in_flight]
             if not any(is_live(a) for a in anchors):
                 task.stats.expired += 1
                 continue
-            self.runtime.route(task, held.emit, anchors, touched, targets=held.targets)
+            rt.route(task, held.emit, anchors, touched, targets=held.targets)
+        if run:
+            self._release_run(task, tid, run, live, touched)
+
+    def _release_run(self, task: Task, tid: str, run: list[list[Any]], live: bool, touched: set[Task]) -> None:
+        if not live:
+            task.stats.expired += len(run)
+            return
+        self.runtime.route_batch(task, run[0][2], [e[0] for e in run], [tid] * len(run), touched)

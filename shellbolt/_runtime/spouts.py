@@ -28,7 +28,6 @@ __all__ = ["ShellSpoutTask", "PythonSpoutTask"]
 _MAX_FAIL_IDS = 10_000
 _OWED_WARNING = 100_000
 _FAIL_WARNING = 10  # a shell spout's id failed this often: warn while the run goes on
-_BURST = 64  # the most commands pipelined to a spout in one write (§9.5)
 _CRASHES_ALONE = 2
 
 
@@ -173,11 +172,15 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         proc = driver.proc
         await self._command(driver, Activate())  # §4.1: always first
         idle_sleep = 0.001
-        # `next` commands per write: 1, or more while every emit they bring is
-        # one a checkpoint committed (skipped, §9.7: a resume) to a spout that
-        # takes pipelined commands; a resume then costs a round trip per
-        # _BURST inputs, not two per input.
-        burst = 1
+        # `next` commands per write: 1, or, to a spout that takes pipelined
+        # commands (§9.5), twice as many (up to topology.producer.batch.size
+        # and the room under max spout pending and --max-tuples) after a
+        # write whose nexts each brought at most one emit and together at
+        # least one (or only inputs a checkpoint committed, skipped: a
+        # resume, §9.7). A busy spout then costs a round trip per batch of
+        # inputs, not one per input, and its room is respected as with one
+        # next per write. Acks and fails owed go the same way.
+        burst, most = 1, self.batch_size
         pipelined = proc.conn.batching
         while True:
             if self.notices:
@@ -186,7 +189,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 # between this fail's sync and the next `next` ended runs as done.)
                 self.idle = False
                 self._empty_nexts = 0
-                n = min(len(self.notices), _BURST) if pipelined else 1
+                n = min(len(self.notices), most) if pipelined else 1
                 await self._command(driver, *[Ack(id=m) if kind == "ack" else Fail(id=m)
                                               for kind, m in islice(self.notices, n)], notices=n)
                 continue
@@ -207,8 +210,9 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
                 n = min(burst, room)
                 await self._command(driver, *[Next()] * n)
-                if stats.emitted == emitted and stats.errors == errors and stats.skipped > skipped:
-                    burst = min(burst * 2, _BURST) if pipelined else 1
+                brought = stats.emitted - emitted
+                if pipelined and stats.errors == errors and brought <= n and brought + stats.skipped > skipped:
+                    burst = min(burst * 2, most)
                 else:
                     burst = 1
                 if stats.emitted + stats.skipped + stats.errors == emitted + skipped + errors:

@@ -111,6 +111,9 @@ class RuntimeSeam(Protocol):
     def route_plain(self, src: Task, values: list[Any], stream: str, anchors: list[TupleEdges] | None,
                     touched: set[Task], msg_id: Any = None, now: float | None = None) -> None: ...
 
+    def route_batch(self, src: Task, stream: str, values_list: list[list[Any]], anchor_ids: list[str | None],
+                    touched: set[Task]) -> None: ...
+
     def route_spout_burst(self, src: Task, values_list: list[list[Any]], msg_ids: list[Any], touched: set[Task],
                           now: float) -> None: ...
 
@@ -201,6 +204,8 @@ class Task:
         #: the task's position among its component's tasks, from 0 (Storm's task index)
         self.index = comp.tasks.index(task_id)
         self.conf = runtime.topology.conf_for(comp.name)
+        #: topology.producer.batch.size: the most tuples this task moves as one batch (its writes, its routes)
+        self.batch_size = int(self.conf.get("topology.producer.batch.size") or 100)
         self.stats = runtime.stats[comp.name].task(task_id)  # the component's are their sums
         self.obs = TaskObs()  # latencies and busy time for the live view (observe.py)
         self.inbox: deque[Delivery] = deque()
@@ -228,6 +233,12 @@ class Task:
         # Wake the consumer if it waits. It runs only after the producer
         # yields, so one wake serves a whole batch; later calls find the
         # lot empty and skip the unpark.
+        if self._work:
+            self._work.unpark_all()
+
+    def deliver_many(self, ds: list[Delivery]) -> None:
+        """:meth:`deliver` for a run of tuples: the inbox extended once, the consumer woken once."""
+        self.inbox.extend(ds)
         if self._work:
             self._work.unpark_all()
 

@@ -152,6 +152,7 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "topology.max.spout.pending": ([0, -1, "abc", 1.5, True, [200]], [None, 1, 200]),
     "topology.acker.executors": ([-1, "0", 1.0, False], [None, 0, 1, 4]),
     "topology.shellbolt.max.pending": ([0, -5, None, "100", True], [1, 100]),
+    "topology.producer.batch.size": ([0, -3, None, "100", 2.5, True], [1, 100, 1000]),
     "topology.subprocess.timeout.secs": ([0, -2, "2", False, math.nan], [None, 2, 0.1]),
     "supervisor.worker.timeout.secs": ([0, -30, None, "30"], [30]),
     "topology.tick.tuple.freq.secs": ([0, -1, "1", True, {}], [None, 1, 0.5]),
