@@ -4,6 +4,7 @@ of `multilang pipe`, in one run (issue "tuples move through the runtime in
 batches").
 
     python bench/topology_host.py [--copies K] [--parallelism P] [--tuples N] [--repeat R]
+                                  [--no-shipped] [--before REF]
 
 * word count: examples/wordcount.toml's topology with the Python components
   of examples/python/ (sentence spout -> split, hold mode on -> stateful
@@ -12,7 +13,12 @@ batches").
 * pipe: ``multilang pipe --json-input`` with bench/components/ours_echo.py
   over N ``["word", n]`` lines (the lean path);
 * the README word count as shipped (Python spout, Ruby split, Node count) over
-  the same corpus: sentences per second, unless ``--no-shipped``.
+  the same corpus: sentences per second, unless ``--no-shipped``;
+* with ``--before REF`` (a git commit, e.g. the one before a change), the
+  word counts again with the host of REF's source tree (a git worktree,
+  imported ahead of the installed package; the components run the installed
+  library, as both hosts' components do), each run of REF next to a run of
+  the current tree, so both sides of a before/after share one run.
 
 Host CPU is the ``multilang`` process's own user + system time (read from
 /proc/PID/stat while it runs, the last reading before it exits), not its
@@ -34,6 +40,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -42,6 +49,28 @@ ROOT = HERE.parent
 EXAMPLES = ROOT / "examples"
 ML = [sys.executable, "-c", "from multilang._cli.main import main; main()"]
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def ml_at(root: Path) -> list[str]:
+    """The ``multilang`` command of the source tree at ``root``: its three
+    folders imported as the package's three parts (pyproject's
+    package-dir), ahead of the installed package."""
+    boot = "\n".join([
+        "import importlib.util, sys",
+        f"R = {str(root)!r}",
+        "PARTS = {'multilang': R + '/multilang', 'multilang.shellbolt': R + '/shellbolt',",
+        "         'multilang.adapters': R + '/adapters'}",
+        "class Tree:",
+        "    @staticmethod",
+        "    def find_spec(name, path=None, target=None):",
+        "        d = PARTS.get(name)",
+        "        return None if d is None else importlib.util.spec_from_file_location(",
+        "            name, d + '/__init__.py', submodule_search_locations=[d])",
+        "sys.meta_path.insert(0, Tree)",
+        "from multilang._cli.main import main",
+        "main()",
+    ])
+    return [sys.executable, "-c", boot]
 
 
 def _cpu(pid: int) -> float | None:
@@ -136,6 +165,7 @@ def main() -> None:
     ap.add_argument("--tuples", type=int, default=200_000, help="lines through multilang pipe")
     ap.add_argument("--no-shipped", action="store_true", help="skip the Ruby/Node word count")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the least CPU counts")
+    ap.add_argument("--before", metavar="REF", help="also run the word counts with the host of git commit REF")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-topology-host-") as d:
         tmp = Path(d)
@@ -143,11 +173,19 @@ def main() -> None:
         text = (EXAMPLES / "data" / "alice.txt").read_text()
         corpus.write_text(text * args.copies)
         toml = wordcount_toml(tmp, corpus, args.parallelism)
-        cpu0, *_ = run_measured([*ML, "run", str(toml), "--no-progress", "--max-tuples", "1"])
-        cpu, wall, out, _ = min((run_measured([*ML, "run", str(toml), "--no-progress"]) for _ in range(args.repeat)),
-                                key=lambda r: r[0])
-        words = _summary(out, "count", "executed")
-        sentences = _summary(out, "sentences", "acked")
+        hosts = {"now": ML}
+        if args.before:
+            tree = tmp / "before"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before], check=True,
+                           capture_output=True)
+            hosts["before"] = ml_at(tree)
+        try:
+            measured = _wordcounts(hosts, toml, shipped_toml(tmp, corpus), args)
+        finally:
+            if args.before:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "before")],
+                               check=False, capture_output=True)
+        cpu, cpu0, wall, words, sentences = measured["now"][0]
         per_word = (cpu - cpu0) / words
 
         one = tmp / "one.jsonl"
@@ -163,21 +201,54 @@ def main() -> None:
         if got != args.tuples:
             raise SystemExit(f"pipe: {got}/{args.tuples} lines out")
         per_tuple = (pcpu - pcpu0) / args.tuples
-        shipped = None
-        if not args.no_shipped:
-            _scpu, swall, sout, _ = run_measured([*ML, "run", str(shipped_toml(tmp, corpus)), "--no-progress"])
-            shipped = (_summary(sout, "sentences", "acked"), swall)
     print(f"word count (Python components, parallelism {args.parallelism}, {args.copies}x alice.txt): "
           f"{sentences:,} sentences, {words:,} words in {wall:.1f} s ({sentences / wall:,.0f} sentences/s); "
           f"host CPU {cpu:.2f} s ({cpu0:.2f} s start-up): {per_word * 1e6:.1f} us/word")
+    if "before" in measured:
+        bcpu, bcpu0, bwall, bwords, bsentences = measured["before"][0]
+        print(f"  the same with the host of {args.before}: {bsentences / bwall:,.0f} sentences/s; host CPU "
+              f"{(bcpu - bcpu0) / bwords * 1e6:.1f} us/word")
     print(f"multilang pipe + python echo: {args.tuples:,} tuples in {pwall:.1f} s; host CPU {pcpu:.2f} s "
           f"({pcpu0:.2f} s start-up): {per_tuple * 1e6:.1f} us/tuple")
+    shipped = measured["now"][1]
     if shipped is not None:
         n, w = shipped
         print(f"the README word count as shipped (Ruby split, Node count), same corpus: {n:,} sentences in {w:.1f} s "
               f"({n / w:,.0f} sentences/s, start-up included)")
+        if "before" in measured:
+            bn, bw = measured["before"][1]
+            print(f"  the same with the host of {args.before}: {bn / bw:,.0f} sentences/s; now / before: "
+                  f"{(n / w) / (bn / bw):.2f}x (target >= 2x: {'MET' if (n / w) / (bn / bw) >= 2 else 'NOT MET'})")
     ratio = per_word / per_tuple
     print(f"host CPU per word / per pipe tuple: {ratio:.2f}x (target <= 2x: {'MET' if ratio <= 2 else 'NOT MET'})")
+
+
+def _wordcounts(hosts: dict[str, list[str]], toml: Path, shipped: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Per host: ((least host CPU, start-up CPU, its wall, words, sentences)
+    of the Python word count, (sentences, least wall) of the shipped one or
+    None), the hosts' runs interleaved."""
+    start = {name: run_measured([*ml, "run", str(toml), "--no-progress", "--max-tuples", "1"])[0]
+             for name, ml in hosts.items()}
+    best: dict[str, Any] = {}
+    fastest: dict[str, Any] = {}
+    for _ in range(args.repeat):
+        for name, ml in hosts.items():
+            run = run_measured([*ml, "run", str(toml), "--no-progress"])
+            if name not in best or run[0] < best[name][0]:
+                best[name] = run
+            if not args.no_shipped:
+                srun = run_measured([*ml, "run", str(shipped), "--no-progress"])
+                if name not in fastest or srun[1] < fastest[name][1]:
+                    fastest[name] = srun
+    out = {}
+    for name in hosts:
+        cpu, wall, text, _ = best[name]
+        py = (cpu, start[name], wall, _summary(text, "count", "executed"), _summary(text, "sentences", "acked"))
+        shipped_run = None
+        if name in fastest:
+            shipped_run = (_summary(fastest[name][2], "sentences", "acked"), fastest[name][1])
+        out[name] = (py, shipped_run)
+    return out
 
 
 if __name__ == "__main__":
