@@ -232,8 +232,9 @@ class Runtime:
 
     def route_spout_burst(self, src: Task, values_list: list[list[Any]], msg_ids: list[Any], touched: set[Task],
                           now: float) -> None:
-        """An in-process spout's burst of reliable emits on the default
-        stream, as :meth:`route_plain` would route each, in one call when
+        """A spout's burst of reliable emits on the default stream (an
+        in-process spout's, or a shell spout's §9.5 batch), as
+        :meth:`route_plain` would route each, in one call when
         each goes to one task (shuffle, fields, global): the acker registers
         the trees in one step and each inbox is filled in one step."""
         _f, n_fields, _s, _d, grouping = self.emit_plan(src, DEFAULT_STREAM)

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from multilang.connection import Role
-from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Next
+from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate, Emit, Fail, Next
 
 from .._host.process import ShellProcess
 from .._host.spout_driver import SpoutDriver
@@ -241,11 +241,18 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 ids = rt.route(self, ev, None, touched)
                 if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
                     replies.append(reply)  # §4.3: answered before the spout's next frame is read
-            elif t is Batch:  # §9.5: a spout's emits carry message ids
-                for values, msg_id, stream in ev.emits:
-                    if self._awaiting_replay and msg_id is not None:
-                        self._awaiting_replay.pop(id_key(msg_id), None)
-                    rt.route(self, Emit(values=values, stream=stream, id=msg_id, need_task_ids=False), None, touched)
+            elif t is Batch:  # §9.5: a spout's emits carry message ids; routed as one burst where they can be
+                emits = ev.emits
+                if self._awaiting_replay:
+                    for _values, msg_id, _stream in emits:
+                        if msg_id is not None:
+                            self._awaiting_replay.pop(id_key(msg_id), None)
+                now = trio.current_time()
+                if all(e[2] == DEFAULT_STREAM and e[1] is not None for e in emits):
+                    rt.route_spout_burst(self, [e[0] for e in emits], [e[1] for e in emits], touched, now)
+                else:
+                    for values, msg_id, stream in emits:
+                        rt.route_plain(self, values, stream, None, touched, msg_id, now)
             else:
                 self._common(ev, proc)
         if replies:
