@@ -104,6 +104,36 @@ def test_a_killed_count_process_gets_its_state_back_and_the_counts_are_exact(tmp
     assert res.completed == len([ln for ln in path.read_text().split("\n") if ln.strip(" \t\r\f\v")])
 
 
+@pytest.mark.parametrize("batch", [1, 100])
+def test_batch_boundaries_change_nothing_through_kills_of_split_and_count(tmp_path, corpus, batch):
+    # Issue 34: a sentence's words are released to count as one run when split
+    # acks it (hold mode), and count's acks are held a batch at a time. A split
+    # and a count process killed mid-run, at topology.producer.batch.size 1 and
+    # 100: every sentence's tree completes once and every word is counted once.
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, COUNT_BOLTS["python"].values[0])
+    toml.write_text(toml.read_text().replace("[topology.conf]\n",
+                                             f'[topology.conf]\n"topology.producer.batch.size" = {batch}\n'))
+    topo = load_topology(toml)
+    assert topo.conf["topology.producer.batch.size"] == batch
+    killed: list[int] = []
+
+    async def killer(rt):
+        for component, after in (("split", 15_000), ("count", 40_000)):
+            await wait_until(lambda: rt.stats["count"].acked > after and rt.checkpoints.committed > 0, timeout=60)
+            pid = current_pid(rt, topo.components[component].tasks[0])
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    run = run_topology(topo, during=killer, limit=120)
+    res = run.result
+    assert len(killed) == 2, "both processes were killed mid-run"
+    assert res.ok and res.stats["split"].restarts == 1 and res.stats["count"].restarts == 1, res
+    assert counts_of(res.outputs) == expected
+    assert res.completed == len([ln for ln in path.read_text().split("\n") if ln.strip(" \t\r\f\v")])
+
+
 def _run_cli(toml: Path, state_dir: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([*ML, "run", str(toml), "--state-dir", str(state_dir), "--no-progress", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
