@@ -281,6 +281,8 @@ class AckerSink(BoltSink):
             self._release_run(task, tid, run, live, touched)
 
     def _release_run(self, task: Task, tid: str, run: list[list[Any]], live: bool, touched: set[Task]) -> None:
+        """One run of held elements on one stream, anchored to ``tid`` alone:
+        routed as one, or dropped as expired if ``tid``'s trees are over."""
         if not live:
             task.stats.expired += len(run)
             return
