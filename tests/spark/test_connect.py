@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -25,15 +26,33 @@ sys.path.insert(0, str(EXAMPLES / "python"))
 from split_bolt import words  # noqa: E402
 
 
+def _loopback(hex_addr: str) -> bool:
+    """A /proc/net/tcp* local address (hex IP:port) on 127.0.0.1 or ::1 (or IPv4-mapped 127.0.0.1)."""
+    ip = hex_addr.split(":")[0]
+    return ip in ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+
+
 def test_a_topology_and_multilang_bolts_under_spark_connect():
+    # The local Connect server of `--remote local[N]` (issue 36 item 5): on a
+    # free port, so a run works while another process holds pyspark's 15002
+    # (as this test does), and on loopback only: nothing the driver's process
+    # tree listens on is reachable from another machine.
     text = EXAMPLES / "data" / "alice.txt"
-    # SPARK_TESTING: the local Connect server takes a free port, not 15002 (another driver may hold that one)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_TESTING": "1"}
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "components" / "engine_connect_driver.py"),
-                           str(EXAMPLES / "wordcount.toml"), str(text)], capture_output=True, env=env, cwd=ROOT,
-                          timeout=300)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("SPARK_TESTING", None)
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            taken.bind(("0.0.0.0", 15002))
+            taken.listen()
+        except OSError:
+            pass  # held already by someone else: the run must work all the same
+        proc = subprocess.run([sys.executable, str(Path(__file__).parent / "components" / "engine_connect_driver.py"),
+                               str(EXAMPLES / "wordcount.toml"), str(text)], capture_output=True, env=env, cwd=ROOT,
+                              timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     got = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert got["listening"] and all(_loopback(a) for a in got["listening"]), got["listening"]
     plain = Counter(w for line in text.read_text(encoding="utf-8").splitlines() for w in words(line.strip()))
     assert got["topology"] == [{"word": w, "count": n} for w, n in sorted(plain.items())]
     assert got["bolts"] == dict(plain)

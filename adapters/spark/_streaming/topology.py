@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -184,17 +185,38 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
     log_conf = os.path.join(conf_dir, "log4j2.properties")
     with open(log_conf, "w") as f:
         f.write(_LOG4J)
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+            "spark.sql.streaming.stopTimeout": "30s",
+            "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_conf}"}
+    if remote is not None and remote.startswith("local"):
+        return _local_connect(with_task_retries(remote), name, conf)
     if remote is not None:  # the server's own settings are not ours to change
-        return SparkSession.builder.appName(name).remote(
-            with_task_retries(remote) if remote.startswith("local") else remote).getOrCreate()
-    spark = (SparkSession.builder.appName(name).master(master)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.streaming.stopTimeout", "30s")
-             .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
-             .getOrCreate())
+        return SparkSession.builder.appName(name).remote(remote).getOrCreate()
+    spark = SparkSession.builder.appName(name).master(master).config(map=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _local_connect(master: str, name: str, conf: dict[str, str]) -> Any:
+    """``--remote local[N]``: a Spark Connect server in this process for
+    this run, as pyspark's ``remote("local[N]")`` starts one, but bound to
+    127.0.0.1 on a free port (pyspark's binds every interface on 15002, so a
+    second run, or anything else holding that port, made it fail), and with
+    the CLI's quiet logging. It stops with the session (SPARK_LOCAL_REMOTE)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with socket.socket() as probe:  # a free loopback port (the server binds it a moment later)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    opts = {**conf, "spark.app.name": name, "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(port)}
+    os.environ["SPARK_LOCAL_REMOTE"] = "1"
+    ConnectSession._start_connect_server(master, opts)  # what remote("local[N]") calls; keeps the runtime confs
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # "localhost", as pyspark's own local URL: a local channel with the token, not TLS (ChannelBuilder)
+    stop_timeout = "spark.sql.streaming.stopTimeout"  # the one runtime conf of ours; the rest are the server's
+    return (ConnectSession.builder.remote(f"sc://localhost:{port}").appName(name)
+            .config(stop_timeout, conf[stop_timeout]).getOrCreate())
 
 
 def _shape(topo: Topology) -> dict[str, Any]:
