@@ -30,7 +30,7 @@ import trio
 from multilang.codec import dumps
 from multilang.connection import Role, State
 from multilang.errors import ComponentError
-from multilang.messages import Ack, Activate, Deactivate, Emit, Fail, Message, TopologyContext
+from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Message, TopologyContext
 from multilang.shellbolt import (
     SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, SpoutDriver, Supervision, component_error,
     spawn_child,
@@ -76,9 +76,7 @@ class _Lost(Exception):
 
 
 def spout_conf(opts: _Options) -> dict[str, Any]:
-    """The conf the spout gets in its handshake (and the host reads). This
-    host speaks the standard protocol: its handshake offers no extension
-    (§9.1), whatever ``multilang.extensions`` the conf carries."""
+    """The conf the spout gets in its handshake (and the host reads)."""
     user = opts.conf
     conf = {**{k: SCHEMA[k].default for k in _HANDSHAKE_DEFAULTS}, "topology.name": f"spark-{opts.component}",
             **user}
@@ -116,6 +114,10 @@ class SpoutHost:
         self.supervision = Supervision(RestartPolicy.from_conf(self.pconf), component=opts.component, log=log)
         self.proc: ShellProcess | None = None
         self.driver: SpoutDriver | None = None  # the current process's
+        #: §9.1: batch if the conf's multilang.extensions has it (the default), so
+        #: that commands may be pipelined (§9.5); never state (a spout's is none)
+        extensions = self.conf.get("multilang.extensions", SCHEMA["multilang.extensions"].default)
+        self.offers = ("batch",) if isinstance(extensions, list) and "batch" in extensions else ()
 
     @property
     def pid(self) -> int | None:
@@ -124,6 +126,11 @@ class SpoutHost:
     @property
     def restarts(self) -> int:
         return self.supervision.restarts
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the current process accepted batch: commands may go several to a write (§9.5)."""
+        return self.proc is not None and self.proc.conn.batching
 
     def _context(self) -> dict[str, Any]:
         """§2.2: this process is task ``taskIndex`` of the component's
@@ -150,7 +157,7 @@ class SpoutHost:
             self.supervision.started(trio.current_time())
             try:
                 try:
-                    early = await proc.start(self.nursery, self.conf, self._context())
+                    early = await proc.start(self.nursery, self.conf, self._context(), offers=self.offers)
                     await self._handle(proc, early)
                 except BaseException as exc:  # a failed spawn, no pid reply (§2.4), EOF
                     err = component_error(exc)
@@ -164,28 +171,41 @@ class SpoutHost:
             except _Lost as lost:
                 await self._lost(proc, lost.err)
 
-    async def command(self, cmd: Message) -> None:
-        """Run one command to its sync. A crash restarts the process; the
-        command is then *not* retried (the caller decides: an unacked id stays
+    async def command(self, *cmds: Message) -> None:
+        """Run commands to their syncs: one, or several in one write to a
+        process that accepted batch (:attr:`pipelined`; one at a time to one
+        that did not). A crash restarts the process; a command not answered
+        by then is *not* retried (the caller decides: an unacked id stays
         queued by the caller and goes to the new process), except an ack or
         a fail, whose fate must reach the replacement (§8.2)."""
         await self.ensure_started()
+        if len(cmds) > 1 and not self.pipelined:
+            for cmd in cmds:
+                await self.command(cmd)
+            return
         driver = self.driver
         assert driver is not None
+        answered = 0
+
+        def synced(n: int) -> None:
+            nonlocal answered
+            answered += n
+
         try:
-            await self._command(driver, cmd)
+            await self._command(driver, *cmds, on_sync=synced)
         except _Lost as lost:
             await self._lost(driver.proc, lost.err)
             await self.ensure_started()
-            if type(cmd) in (Ack, Fail):
-                await self.command(cmd)
+            owed = [cmd for cmd in cmds[answered:] if type(cmd) in (Ack, Fail)]
+            if owed:
+                await self.command(*owed)
 
-    async def _command(self, driver: SpoutDriver, cmd: Message) -> None:
-        """One command to its sync (the driver's); the frames it brings go to
-        ``on_events`` as they come. The subprocess timeout runs while it is
+    async def _command(self, driver: SpoutDriver, *cmds: Message, on_sync: Callable[[int], None] | None = None) -> None:
+        """Commands to their syncs (the driver's); the frames they bring go to
+        ``on_events`` as they come. The subprocess timeout runs while one is
         outstanding (§5.2)."""
         try:
-            await driver.command(cmd)
+            await driver.command(*cmds, on_sync=on_sync)
         except ComponentError as err:
             raise _Lost(err) from None
 
@@ -206,11 +226,15 @@ class SpoutHost:
 
     async def _handle(self, proc: ShellProcess, events: list[Message]) -> None:
         """Emits that want task ids are answered at once (§4.3); every frame
-        goes to ``on_events``, in order."""
+        goes to ``on_events``, in order, a batch's emits (§9.5) as emits."""
         replies = b"".join([proc.task_ids_reply([self.opts.consumer_task]) for ev in events
                             if type(ev) is Emit and ev.wants_task_ids])
         if replies:
             await proc.write(replies)
+        if any(type(ev) is Batch for ev in events):
+            events = [e for ev in events for e in (
+                [Emit(values=values, stream=stream, id=msg_id, need_task_ids=False) for values, msg_id, stream in ev.emits]
+                if type(ev) is Batch else [ev])]
         self.on_events(events)
 
     async def _lost(self, proc: ShellProcess, err: ComponentError) -> None:
@@ -297,8 +321,8 @@ class _SupervisedSpout:
     def ensure_started(self) -> None:
         self._host.run(self._spout.ensure_started)
 
-    def command(self, cmd: Message) -> None:
-        self._host.run(self._spout.command, cmd)
+    def command(self, *cmds: Message) -> None:
+        self._host.run(self._spout.command, *cmds)
 
     async def _aclose(self) -> None:
         try:

@@ -23,12 +23,13 @@ import logging
 import math
 import time
 from collections import deque
+from itertools import islice, takewhile
 from typing import Any
 
 import trio
 
 from multilang.messages import Ack, Emit, Error, Fail, Log, Message, Metrics, Next
-from multilang.shellbolt import RateLimitedLog
+from multilang.shellbolt import SCHEMA, RateLimitedLog
 
 from .options import _json_text, _Options, _RowConverter
 from .replay_log import _digest, _id_key, _ReplayLog
@@ -119,6 +120,9 @@ class _SourceState:
         self._idle_since: float | None = None  # since when every `next` brought nothing
         self._next_at = 0.0  # no `next` before this (the wait after an empty one)
         self._poked = False  # a planning call wants a fresh `next` now
+        #: nexts in the next write, and the most commands per write (§9.5, to a spout that accepted batch)
+        self._burst = 1
+        self._most = int(opts.conf.get("topology.producer.batch.size") or SCHEMA["topology.producer.batch.size"].default)
         self._gather_want: float | None = None  # the rows a waiting planning call wants
         self._work = _Signal()  # for the pump: something to do
         self._progress = _Signal()  # for a planning call: the pump did something
@@ -228,17 +232,35 @@ class _SourceState:
         mp = self.opts.max_pending
         return mp is None or self._pending() < mp
 
-    async def _command(self, cmd: Message) -> None:
+    async def _command(self, *cmds: Message) -> None:
         self._busy = True
         try:
-            await self.spout.host.command(cmd)
+            await self.spout.host.command(*cmds)
         finally:
             self._busy = False
 
+    def _per_write(self) -> int:
+        """How many commands may go in one write: topology.producer.batch.size
+        to a spout that accepted batch (§9.5), else 1 (§4.2)."""
+        return self._most if self.spout.host.pipelined else 1
+
     async def _deliver_notices(self) -> None:
         while self.notices:
-            await self._command(self.notices[0])
-            self.notices.popleft()
+            n = min(len(self.notices), self._per_write())
+            await self._command(*islice(self.notices, n))
+            for _ in range(n):  # (a notice added meanwhile is behind them)
+                self.notices.popleft()
+
+    def _pull_room(self) -> int:
+        """How many ``next`` the buffer and maxPending leave room for (at least 1: _may_pull said yes)."""
+        cap = self.opts.max_batch_size
+        if self._gather_want is not None:
+            cap = max(cap, self._gather_want)
+        room = cap - len(self.buffer)
+        mp = self.opts.max_pending
+        if mp is not None:
+            room = min(room, mp - self._pending())
+        return max(1, int(min(room, 1 << 30)))
 
     async def _pump(self) -> None:
         assert self._pump_scope is not None and self._pump_done is not None
@@ -260,19 +282,22 @@ class _SourceState:
         sync; then the notices; then ``next`` while the buffer and maxPending
         allow it. While a planning call waits for its batch, its ``next``
         goes before the acks (they keep their order, and the call returns
-        no empty batch before they are out). One command at a time (§4.2)."""
+        no empty batch before they are out). One command at a time (§4.2),
+        or, to a spout that accepted batch, runs of them in one write
+        (§9.5): the acks due, the notices, and ``next`` in bursts."""
         await self.spout.host.ensure_started()
         idle_wait = 0.0
         while True:
             may_pull = self._may_pull()
             pull_now = may_pull and (self._poked or trio.current_time() >= self._next_at)
             if self._acks_due() and not (pull_now and self._gather_want is not None):
-                p, msg_id = self.unacked[0]
-                await self._command(Ack(id=msg_id))
-                self.unacked.popleft()
-                key = _id_key(msg_id)
-                if self.inflight.get(key, (None,))[0] == p:
-                    del self.inflight[key]
+                run = list(islice(takewhile(lambda e: e[0] < self._ack_upto, self.unacked), self._per_write()))
+                await self._command(*[Ack(id=msg_id) for _p, msg_id in run])
+                for p, msg_id in run:
+                    self.unacked.popleft()
+                    key = _id_key(msg_id)
+                    if self.inflight.get(key, (None,))[0] == p:
+                        del self.inflight[key]
                 await self._deliver_notices()
                 self._progress.fire()
                 continue
@@ -290,9 +315,15 @@ class _SourceState:
                 continue
             self._poked = False
             before = self._received
-            await self._command(Next())
-            self._nexts += 1
+            n = min(self._burst, self._pull_room()) if self.spout.host.pipelined else 1
+            await self._command(*[Next()] * n)
+            self._nexts += n
             now = trio.current_time()
+            # As the runtime's shell spouts (issue 34): twice as many nexts after a
+            # write whose nexts each brought at most one emit (kept, or a repeat of
+            # a committed id: a restarted spout's), together at least one.
+            brought = self._received - before
+            self._burst = min(self._burst * 2, self._most) if 0 < brought <= n else 1
             if self._received > before:
                 self._idle_since = None
                 self._last_empty = False
