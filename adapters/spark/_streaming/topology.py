@@ -259,7 +259,7 @@ def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, ba
     c = topo.components[name]
     impl = c.impl
     stream, fields = next(iter(c.outputs.items()))
-    # the spout's handshake conf: the keys set (the source itself offers the spout no extension)
+    # the spout's handshake conf: the keys set (the source offers the spout batch alone, per multilang.extensions)
     conf = {k: v for k, v in {**topo.conf, **c.conf}.items() if v is not None}
     reader = (spark.readStream.format("multilang")
               .option("command", orjson.dumps(list(impl.command)).decode())
