@@ -8,6 +8,7 @@ draw no one has seen. ``explore`` draws new examples each run, many more:
 new counterexamples (found ones are kept in .hypothesis/ and replayed).
 """
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("default", derandomize=True)
@@ -15,13 +16,17 @@ settings.register_profile("explore", max_examples=1000)
 settings.load_profile("default")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The tests that use the one SparkSession (the ``spark`` fixture,
     tests/spark/conftest.py) go to one worker under pytest-xdist
     (``--dist loadgroup``). The Spark tests that start a driver process of
-    their own do not need it: they run beside them, on the other workers."""
-    import pytest
+    their own do not need it: they run beside them, on the other workers.
 
+    ``tryfirst``: xdist's worker reads the ``xdist_group`` marks in its own
+    hook of this name, and this file, loaded before that plugin, would
+    otherwise run after it: the marks came too late, and every worker made a
+    SparkSession of its own."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))

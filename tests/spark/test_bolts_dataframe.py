@@ -8,7 +8,10 @@ processes (tests/spark/components/bolts_*, examples/).
 
 The log and Spark Connect checks need the driver's stderr and a session of
 their own, so they run tests/spark/components/bolts_driver.py as a separate
-process, started when this module starts so that it overlaps the others.
+process, started by the test that reads it: under pytest-xdist that test runs
+beside the others anyway, and a start with the module's first test started
+one driver per worker (three Spark Connect drivers on two cores, two of them
+for nothing).
 """
 
 from __future__ import annotations
@@ -46,10 +49,10 @@ NODE_SPLIT = ["node", "node/split_bolt.js"]
 DRIVER_WAIT = 300  # seconds: a bound on the driver process, which normally takes well under a minute
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def driver(tmp_path_factory):
-    """bolts_driver.py under Spark Connect, started at once (see the module
-    docstring); the test that reads it waits for it."""
+    """bolts_driver.py under Spark Connect (see the module docstring); the
+    test that reads it waits for it."""
     work = tmp_path_factory.mktemp("bolts-driver")
     # SPARK_TESTING: the local Connect server takes a free port, not 15002 (another driver may hold that one)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_TESTING": "1"}
@@ -59,14 +62,6 @@ def driver(tmp_path_factory):
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _start_driver_early(request):
-    """Start the driver process with the first test of this module, if the
-    test reading it was selected."""
-    if any("driver" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        request.getfixturevalue("driver")
 
 
 def _rows(df) -> list[tuple]:
