@@ -110,33 +110,19 @@ def run_measured(cmd: list[str], *, stdin_path: str | None = None, cwd: Path = R
 
 
 def wordcount_toml(tmp: Path, corpus: Path, parallelism: int) -> Path:
-    py = EXAMPLES / "python"
-    toml = f'''
-[topology]
-name = "wordcount-python"
-[topology.conf]
-"topology.max.spout.pending" = 200
-"topology.message.timeout.secs" = 30
-[spouts.sentences]
-command = ["python", "{py / 'sentence_spout.py'}", "{corpus}"]
-fields = ["sentence"]
-[bolts.split]
-command = ["python", "{py / 'split_bolt.py'}"]
-fields = ["word"]
-parallelism = {parallelism}
-inputs = [{{ source = "sentences", grouping = "shuffle" }}]
-conf = {{ "multilang.hold.emits.until.ack" = true }}
-[bolts.count]
-command = ["python", "{py / 'count_bolt.py'}"]
-fields = ["word", "count"]
-parallelism = {parallelism}
-inputs = [{{ source = "split", grouping = "fields", fields = ["word"] }}]
-[output]
-component = "count"
-key = ["word"]
-'''
+    """examples/wordcount.toml over ``corpus`` with the Python split and
+    count of examples/python/ and ``parallelism`` tasks of each."""
+    text = shipped_toml(tmp, corpus).read_text()
+    for lang, ext in (("ruby", "rb"), ("node", "js")):
+        for bolt in ("split_bolt", "count_bolt"):
+            text = text.replace(f'["{lang}", "{EXAMPLES / lang / f"{bolt}.{ext}"}"]',
+                                f'["python", "{EXAMPLES / "python" / f"{bolt}.py"}"]')
+    text = text.replace('name = "wordcount"', 'name = "wordcount-python"').replace("parallelism = 2",
+                                                                                 f"parallelism = {parallelism}")
+    if '"ruby"' in text or '"node"' in text:
+        raise SystemExit(f"examples/wordcount.toml's bolt commands are not the ones this bench replaces:\n{text}")
     path = tmp / "wordcount.toml"
-    path.write_text(toml)
+    path.write_text(text)
     return path
 
 

@@ -223,10 +223,10 @@ class Runtime:
         number of values, direct or several subscriptions) goes through
         :meth:`route`. ``now``: a spout's clock reading for its burst."""
         plan = src.plans.get(stream) or self.emit_plan(src, stream)
-        _f, n_fields, _s, _d, grouping = plan
-        if grouping is False or n_fields >= 0 and len(values) != n_fields:
+        if not plan.takes(values):
             self.route(src, plain_emit(values, stream, msg_id=msg_id), anchors, touched)
             return
+        grouping = plan.one
         self._deliver(src, values, stream, [] if grouping is None else grouping.choose(values), anchors, msg_id, touched,
                       now)
 
@@ -297,9 +297,8 @@ class Runtime:
         stream, a wrong number of values, several subscriptions or a direct
         one, an ``all`` grouping) goes emit by emit."""
         plan = src.plans.get(stream) or self.emit_plan(src, stream)
-        _f, n_fields, _s, _d, grouping = plan
-        if (grouping is False or grouping is not None and not grouping.one_task
-                or n_fields >= 0 and any(len(v) != n_fields for v in values_list)):
+        grouping = plan.one
+        if not all(map(plan.takes, values_list)) or grouping is not None and not grouping.one_task:
             for values, a in zip(values_list, anchor_ids):
                 self.route_plain(src, values, stream, [] if a is None else [src.edges(a)], touched)
             return

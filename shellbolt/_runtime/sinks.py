@@ -163,8 +163,7 @@ class AckerSink(BoltSink):
         for e in emits:
             values, ids, stream = e
             if ids and len(ids) == 1:
-                plan = plans.get(stream) or plan_of(task, stream)
-                if plan[4] is not False and (plan[1] < 0 or len(values) == plan[1]):
+                if (plans.get(stream) or plan_of(task, stream)).takes(values):
                     run = held.get(ids[0])
                     if run is None:
                         held[ids[0]] = [e]

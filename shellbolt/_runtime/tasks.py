@@ -17,6 +17,7 @@ import trio
 from multilang.errors import ComponentError
 
 from .._model.acker import Acker, TupleEdges, edges_of
+from .._model.conf import SCHEMA
 from .._model.grouping import Grouping
 from .._model.results import Cause
 from .._model.topology import ComponentDef, Topology
@@ -52,6 +53,11 @@ class EmitPlan(NamedTuple):
     #: topology output), False if an emit needs the general route (undeclared,
     #: several subscriptions, or a direct one)
     one: Grouping | None | bool
+
+    def takes(self, values: list[Any]) -> bool:
+        """Whether the plain lane takes an emit of these values: one
+        subscription or none, not direct, the declared number of values."""
+        return self.one is not False and (self.n_fields < 0 or len(values) == self.n_fields)
 
 
 class RuntimeSeam(Protocol):
@@ -205,7 +211,7 @@ class Task:
         self.index = comp.tasks.index(task_id)
         self.conf = runtime.topology.conf_for(comp.name)
         #: topology.producer.batch.size: the most tuples this task moves as one batch (its writes, its routes)
-        self.batch_size = int(self.conf.get("topology.producer.batch.size") or 100)
+        self.batch_size = int(self.conf.get("topology.producer.batch.size") or SCHEMA["topology.producer.batch.size"].default)
         self.stats = runtime.stats[comp.name].task(task_id)  # the component's are their sums
         self.obs = TaskObs()  # latencies and busy time for the live view (observe.py)
         self.inbox: deque[Delivery] = deque()

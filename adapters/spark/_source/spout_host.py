@@ -232,9 +232,14 @@ class SpoutHost:
         if replies:
             await proc.write(replies)
         if any(type(ev) is Batch for ev in events):
-            events = [e for ev in events for e in (
-                [Emit(values=values, stream=stream, id=msg_id, need_task_ids=False) for values, msg_id, stream in ev.emits]
-                if type(ev) is Batch else [ev])]
+            flat: list[Message] = []
+            for ev in events:
+                if type(ev) is Batch:
+                    flat.extend(Emit(values=values, stream=stream, id=msg_id, need_task_ids=False)
+                                for values, msg_id, stream in ev.emits)
+                else:
+                    flat.append(ev)
+            events = flat
         self.on_events(events)
 
     async def _lost(self, proc: ShellProcess, err: ComponentError) -> None:

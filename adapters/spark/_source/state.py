@@ -219,18 +219,21 @@ class _SourceState:
 
     # the pump (loop thread)
 
-    def _may_pull(self) -> bool:
-        if self._closing or (self.available_now and self._drained):
-            return False
-        # The buffer holds at most one batch (maxBatchSize), or what a planning
-        # call waiting now asks for if that is more (a read limit above it).
+    def _room(self) -> float:
+        """How many more tuples the pump may take now: the buffer holds at
+        most one batch (maxBatchSize), or what a planning call waiting now
+        asks for if that is more (a read limit above it), within maxPending."""
         cap = self.opts.max_batch_size
         if self._gather_want is not None:
             cap = max(cap, self._gather_want)
-        if len(self.buffer) >= cap:
-            return False
+        room = cap - len(self.buffer)
         mp = self.opts.max_pending
-        return mp is None or self._pending() < mp
+        return room if mp is None else min(room, mp - self._pending())
+
+    def _may_pull(self) -> bool:
+        if self._closing or (self.available_now and self._drained):
+            return False
+        return self._room() > 0
 
     async def _command(self, *cmds: Message) -> None:
         self._busy = True
@@ -250,17 +253,6 @@ class _SourceState:
             await self._command(*islice(self.notices, n))
             for _ in range(n):  # (a notice added meanwhile is behind them)
                 self.notices.popleft()
-
-    def _pull_room(self) -> int:
-        """How many ``next`` the buffer and maxPending leave room for (at least 1: _may_pull said yes)."""
-        cap = self.opts.max_batch_size
-        if self._gather_want is not None:
-            cap = max(cap, self._gather_want)
-        room = cap - len(self.buffer)
-        mp = self.opts.max_pending
-        if mp is not None:
-            room = min(room, mp - self._pending())
-        return max(1, int(min(room, 1 << 30)))
 
     async def _pump(self) -> None:
         assert self._pump_scope is not None and self._pump_done is not None
@@ -315,7 +307,7 @@ class _SourceState:
                 continue
             self._poked = False
             before = self._received
-            n = min(self._burst, self._pull_room()) if self.spout.host.pipelined else 1
+            n = max(1, int(min(self._burst, self._room()))) if self.spout.host.pipelined else 1
             await self._command(*[Next()] * n)
             self._nexts += n
             now = trio.current_time()
