@@ -32,6 +32,7 @@ if _TYPE_CHECKING:
     from .connection import NEED_DATA, Connection
     from .messages import Tick, TopologyContext, Tuple, Tuples
     from ._kv_state import KeyValueState
+    from ._libraries import library_path
 
 __version__ = "0.1.0"
 
@@ -45,6 +46,7 @@ _LAZY = {
     **dict.fromkeys(("NEED_DATA", "Connection"), "connection"),
     **dict.fromkeys(("Tick", "TopologyContext", "Tuple", "Tuples"), "messages"),
     "KeyValueState": "_kv_state",
+    "library_path": "_libraries",
 }
 
 
@@ -84,6 +86,7 @@ __all__ = [
     "WARN",
     "ERROR",
     "release_stdout",
+    "library_path",
     "__version__",
 ]
 #: The exceptions (multilang/errors.py lists them); this form, unlike a

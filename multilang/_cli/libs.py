@@ -1,23 +1,14 @@
-"""``multilang lib``: where the Ruby and Node component libraries are, and a copy of one.
-
-A wheel carries them as ``multilang/ruby/multilang.rb`` and
-``multilang/node/multilang.js`` (pyproject.toml maps examples/ruby and
-examples/node there); a checkout (an editable install) has them in
-``examples/``. The Python library is this package itself.
-"""
+"""``multilang lib``: where the Ruby and Node component libraries are
+(``multilang.library_path``), and a copy of one."""
 
 from __future__ import annotations
 
 import os
 import pathlib
-from pathlib import Path
 
 import click
 
 from .common import EXIT_FAILED, EXIT_USAGE
-
-#: language -> the library's file name
-FILES = {"ruby": "multilang.rb", "node": "multilang.js"}
 
 #: how a component loads the library once it sits beside it
 USAGE = {
@@ -25,20 +16,6 @@ USAGE = {
     "node": "const { BasicBolt } = require('./multilang');",
     "python": "from multilang import BasicBolt",
 }
-
-
-def library_path(lang: str) -> Path:
-    """The file of the ``lang`` library (``ruby``, ``node``), or for
-    ``python`` the directory to put on PYTHONPATH; FileNotFoundError if
-    this installation lacks it."""
-    here = Path(__file__).resolve().parent.parent  # the multilang package folder
-    if lang == "python":
-        return here.parent
-    name = FILES[lang]
-    for candidate in (here / lang / name, here.parent / "examples" / lang / name):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"the {lang} library ({name}) is not in this installation ({here})")
 
 
 @click.command("lib", short_help="Print or copy the Ruby, Node or Python component library.")
@@ -50,7 +27,7 @@ def lib(lang: str, copy_to: str | None) -> None:
     node, the directory to put on PYTHONPATH for python), or copy it."""
     import shutil
 
-    from .libs import USAGE, library_path
+    from .._libraries import library_path
 
     try:
         path = library_path(lang)

@@ -49,7 +49,7 @@ def test_wheel_carries_the_ruby_and_node_libraries_and_multilang_lib_finds_them(
         assert (site / "multilang" / lang / name).read_bytes() == (ROOT / "examples" / lang / name).read_bytes()
     assert not [n for n in names if "split_bolt" in n or "sentence_spout" in n], "the examples stay out of the wheel"
     # The installed package (not this checkout) answers `multilang lib`.
-    code = "from multilang._cli.libs import library_path as p; print(p('ruby')); print(p('node'))"
+    code = "from multilang import library_path as p; print(p('ruby')); print(p('node'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
