@@ -19,6 +19,8 @@ from multilang.errors import ComponentCrashed, MultilangError, TopologyError
 from multilang.messages import DEFAULT_STREAM
 from multilang.shellbolt import (ANY_FIELDS, Input, PythonBolt, PythonSpout, ShellBolt, Topology, TopologyBuilder)
 
+from .ship import executor_name, ship, unpacked, with_libraries
+
 
 #: The source the bolts of a spec subscribe to: one tuple per input row.
 INPUT = "input"
@@ -67,6 +69,8 @@ class _Options:
     idle_timeout: float = 60.0
     #: items are (values, key): outputs and dead letters carry the key (``keep`` columns)
     keyed: bool = False
+    #: ship ``resource_dir`` to the executors (ship.py); False: it is at the same path there already
+    ship: bool = True
 
 
 @dataclass
@@ -79,6 +83,9 @@ class _Spec:
     resource_dir: str
     outputs: list[tuple[str, str]]  # (component, stream) released as output
     key: str = ""
+    #: the archive ``resource_dir`` was shipped as (ship.py): commands run in its unpacked copy on the
+    #: executors; None: in ``resource_dir`` itself (``ship=False``: the folder is there already)
+    shipped: str | None = None
 
     @property
     def single_source(self) -> tuple[str, str] | None:
@@ -88,17 +95,37 @@ class _Spec:
                 return name, next(iter(streams))
         return None
 
+    def ship(self, spark: Any, exclude: Sequence[str] = ()) -> None:
+        """Hand ``resource_dir`` to ``spark``'s executors (ship.py): commands run in the shipped copy."""
+        self.shipped = ship(spark, self.resource_dir, exclude)
+        self.key = _spec_key(self)
+
     def topology(self, *, on_worker: bool = False) -> Topology:
+        """The partition's topology; ``on_worker``: as an executor runs it,
+        in the shipped copy of ``resource_dir``, every command checked (a
+        missing script or interpreter names this executor)."""
+        resource_dir = unpacked(self.shipped) if on_worker and self.shipped else self.resource_dir
         b = TopologyBuilder()
         for name, streams in self.sources.items():
             b.set_spout(name, PythonSpout([], streams=streams))
         for name, impl, par, inputs, conf in self.bolts:
-            if on_worker and isinstance(impl, ShellBolt) and not _has_locale(impl.env):
-                impl = replace(impl, env={**(impl.env or {}), "LANG": "C.UTF-8"})
+            if on_worker and isinstance(impl, ShellBolt):
+                env = with_libraries(resource_dir, impl.env) if self.shipped else impl.env
+                if not _has_locale(env):
+                    env = {**(env or {}), "LANG": "C.UTF-8"}
+                impl = replace(impl, env=env)
             d = b.set_bolt(name, impl, par, conf)
             for i in inputs:
                 d.grouping(i.source, i.grouping, i.stream, i.fields)
-        return b.create_topology(self.conf, name="spark-partition", resource_dir=self.resource_dir)
+        topo = b.create_topology(self.conf, name="spark-partition", resource_dir=resource_dir)
+        if on_worker:
+            for c in topo.components.values():
+                if c.is_shell:
+                    try:
+                        topo.resolve_command(c)
+                    except TopologyError as exc:
+                        raise TopologyError(f"on executor {executor_name()}: {exc}") from None
+        return topo
 
     def fields_of(self, component: str, stream: str) -> list[str]:
         for name, impl, *_ in self.bolts:
@@ -164,6 +191,7 @@ def _spec_key(spec: _Spec) -> str:
                   for n, i, p, ins, c in spec.bolts],
         "conf": spec.conf,
         "dir": spec.resource_dir,
+        "shipped": spec.shipped,
     }
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=repr).decode()
 
@@ -260,14 +288,16 @@ def _select_outputs(topo: Topology, output: Any) -> list[tuple[str, str]]:
 
 
 def _options(max_retries: int, dead_letter: str | None, ordered: bool, warm: bool, stateful: bool,
-             max_in_flight: int, batch_size: int, idle_timeout: float, allowed: tuple[str, ...]) -> _Options:
+             max_in_flight: int, batch_size: int, idle_timeout: float, allowed: tuple[str, ...],
+             ship: bool = True) -> _Options:
     if dead_letter in ("raise",):
         dead_letter = None
     if dead_letter is not None and dead_letter not in allowed:
         raise ValueError(f"dead_letter must be None (raise) or {' or '.join(map(repr, allowed))}, got {dead_letter!r}")
     if max_retries < 0 or max_in_flight < 1 or batch_size < 1:
         raise ValueError("max_retries must be >= 0, max_in_flight and batch_size >= 1")
-    return _Options(max_retries, dead_letter, ordered, warm, stateful, max_in_flight, batch_size, idle_timeout)
+    return _Options(max_retries, dead_letter, ordered, warm, stateful, max_in_flight, batch_size, idle_timeout,
+                    ship=bool(ship))
 
 
 def _short(values: Any, limit: int = 200) -> str:

@@ -396,6 +396,8 @@ class _DataFrameTransform:
                 decimal_cols.append(j)
         s = _make_spec(self.spec, input_fields=inputs, **self.kw)
         out, inferred = self._output_fields(s)
+        if self.opts.ship:
+            s.ship(df.sparkSession)
         dead = self.opts.dead_letter == "column"
         out_names = out.fieldNames()
         dup = sorted({n for n in out_names if [m.lower() for m in out_names].count(n.lower()) > 1})
@@ -462,6 +464,7 @@ def multilang_bolts(
     batch_size: int = 512,
     idle_timeout: float = 60.0,
     counters: BoltCounters | bool | None = None,
+    ship: bool = True,
 ) -> _DataFrameTransform:
     """A DataFrame transform running ``spec``'s bolts over ``mapInArrow``:
     ``df.transform(multilang_bolts(spec, input_cols=["text"], keep=["id"], fields=["word"]))``.
@@ -479,11 +482,14 @@ def multilang_bolts(
     stream and the tuple. ``dead_letter="column"`` adds
     :data:`DEAD_LETTER_COLUMNS`. Works on batch and streaming DataFrames,
     classic or Spark Connect. ``t.counters`` is the :class:`BoltCounters`.
+    Commands run in ``resource_dir`` (default: the working directory),
+    shipped to the executors when the transform is applied (``ship=False``:
+    it is at the same path on every executor already; docs/DEPLOY.md).
     Unknown or clashing column names raise :class:`TopologyError` when the
     transform is applied, before any job runs.
     """
     opts = _options(max_retries, dead_letter, ordered, warm, stateful, max_in_flight, batch_size, idle_timeout,
-                    ("column",))
+                    ("column",), ship)
     in_names = _names(input_cols, "input_cols", empty_ok=False)
     keep_names = _names(keep, "keep", empty_ok=True)
     _check_schema_arg(output_schema)

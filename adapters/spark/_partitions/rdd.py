@@ -31,6 +31,17 @@ class _PartitionFn:
         self.counters = counters
         self.mode = mode  # "tuple" | "stream" | "record" (engine: (component, stream, values) / _Dead raise)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled on the driver when a job runs it: the moment to ship the
+        # components to the executors of the SparkContext running it (ship.py).
+        if self.opts.ship and self.spec.shipped is None:
+            from pyspark import SparkContext
+
+            sc = getattr(SparkContext, "_active_spark_context", None)
+            if sc is not None:
+                self.spec.ship(sc)
+        return self.__dict__
+
     def _report(self, c: dict[str, Any]) -> None:
         if self.counters is not None:
             self.counters.add(c)
@@ -78,6 +89,7 @@ def shell_bolt_partition(
     batch_size: int = 512,
     idle_timeout: float = 60.0,
     counters: BoltCounters | bool | None = None,
+    ship: bool = True,
 ) -> _PartitionFn:
     """A function for ``rdd.mapPartitions(fn)`` running ``spec``'s bolts on each partition.
 
@@ -88,10 +100,13 @@ def shell_bolt_partition(
     ``dead_letter="record"`` also :class:`DeadLetter` records. ``fields``
     declares a single command's output fields. ``fn.counters`` is the
     :class:`BoltCounters` (created if a SparkContext is active; pass
-    ``counters=False`` for none). Other options: docs/SPARK.md.
+    ``counters=False`` for none). Commands run in ``resource_dir`` (default:
+    the working directory), shipped to the executors of the SparkContext
+    that runs the function (``ship=False``: it is at the same path on
+    every executor already; docs/DEPLOY.md). Other options: docs/SPARK.md.
     """
     opts = _options(max_retries, dead_letter, ordered, warm, stateful, max_in_flight, batch_size, idle_timeout,
-                    ("record",))
+                    ("record",), ship)
     s = _make_spec(spec, fields=fields, input_fields=input_fields, output=output, conf=conf,
                    resource_dir=resource_dir, cwd=cwd, env=env, max_in_flight=max_in_flight)
     return _PartitionFn(s, opts, _default_counters(counters), "stream" if with_stream else "tuple")

@@ -78,6 +78,8 @@ class _Options:
     argv: list[str]
     fields: list[str] | None
     cwd: str | None
+    #: an archive shipped with the job (SparkContext.addArchive): ``cwd`` is relative to its unpacked copy
+    archive: str | None
     env: dict[str, str]
     conf: dict[str, Any]
     max_batch_size: int
@@ -155,7 +157,8 @@ class _Options:
         return cls(
             argv=argv,
             fields=fields,
-            cwd=options.get("cwd"),
+            cwd=options.get("cwd") or None,
+            archive=options.get("archive") or None,
             env={str(k): str(v) for k, v in env.items()},
             conf=_json_option(options, "conf", dict, {}),
             max_batch_size=_int_option(options, "maxBatchSize", 1000) or 1000,

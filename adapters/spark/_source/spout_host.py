@@ -29,14 +29,15 @@ import trio
 
 from multilang.codec import dumps
 from multilang.connection import Role, State
-from multilang.errors import ComponentError
+from multilang.errors import ComponentError, TopologyError
 from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Message, TopologyContext
 from multilang.shellbolt import (
-    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, SpoutDriver, Supervision, component_error,
-    spawn_child,
+    SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, SpoutDriver, Supervision, command_problem,
+    component_error, spawn_child,
 )
 
 from ..._sync import TrioHost
+from .._engine.ship import executor_name, unpacked, with_libraries
 from .options import CONSUMER_COMPONENT, _Options
 
 __all__ = ["SpoutHost", "spout_conf"]
@@ -108,7 +109,15 @@ class SpoutHost:
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable  # a spout importing multilang runs with this installation
         self.argv = argv
-        self.env = {**os.environ, **opts.env}
+        self.cwd, env = opts.cwd, opts.env
+        if opts.archive:  # shipped with the job: the spout runs in its copy on this executor (ship.py)
+            root = unpacked(opts.archive)
+            self.cwd, env = os.path.join(root, opts.cwd or ""), with_libraries(root, env)
+        self.env = {**os.environ, **env}
+        if spawn is spawn_child:  # a missing script or interpreter: one clear error, not a crash loop
+            problem = command_problem(argv, self.cwd or os.getcwd(), self.env.get("PATH"))
+            if problem is not None:
+                raise TopologyError(f"on executor {executor_name()}: spout {opts.component!r}: {problem}")
         self.conf = spout_conf(opts)
         self.pconf = ProcessConf.from_conf(self.conf)
         self.supervision = Supervision(RestartPolicy.from_conf(self.pconf), component=opts.component, log=log)
@@ -151,7 +160,7 @@ class SpoutHost:
         while self.driver is None:
             proc = ShellProcess(
                 component=self.opts.component, task=self.opts.task_id, role=Role.SPOUT, argv=self.argv,
-                cwd=self.opts.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
+                cwd=self.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
                 conf=self.pconf, spawn=self.spawn,
             )
             self.supervision.started(trio.current_time())

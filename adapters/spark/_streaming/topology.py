@@ -42,6 +42,8 @@ from multilang.shellbolt import (
     ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, sort_key,
 )
 
+from .._engine.ship import ship
+from .._engine.spec import _spec_key
 from .stages import DEAD, KEPT, OUT, ROW_SCHEMA, STATS, Plan, RouteFn, StageFn, stage_spec
 
 __all__ = ["SparkRunResult", "run_topology"]
@@ -174,10 +176,12 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def _local_session(SparkSession: Any, master: str, name: str, remote: str | None = None) -> Any:
+def _local_session(SparkSession: Any, master: str, name: str, remote: str | None = None,
+                   spark_conf: dict[str, str] | None = None) -> Any:
     """A session for the CLI: this interpreter for the Python workers, no UI,
-    no progress bars, Spark's own logging at ERROR (stderr). ``remote``: a
-    Spark Connect URL (``sc://host:port``, or ``local[N]`` for a local server)."""
+    no progress bars, Spark's own logging at ERROR (stderr), then the
+    user's ``spark_conf``. ``remote``: a Spark Connect URL (``sc://host:port``,
+    or ``local[N]`` for a local server)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local") or (remote or "").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no slow hostname lookups
@@ -187,7 +191,7 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
         f.write(_LOG4J)
     conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
             "spark.sql.streaming.stopTimeout": "30s",
-            "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_conf}"}
+            "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_conf}", **(spark_conf or {})}
     if remote is not None and remote.startswith("local"):
         return _local_connect(with_task_retries(remote), name, conf)
     if remote is not None:  # the server's own settings are not ours to change
@@ -253,7 +257,7 @@ def _claim(directory: str, topo: Topology) -> None:
 
 
 def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int,
-            delay_ms: int) -> Any:
+            delay_ms: int, shipped: str) -> Any:
     from pyspark.sql import functions as F
 
     c = topo.components[name]
@@ -264,7 +268,8 @@ def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, ba
     reader = (spark.readStream.format("multilang")
               .option("command", orjson.dumps(list(impl.command)).decode())
               .option("fields", ",".join(fields if fields != ANY_FIELDS else []))
-              .option("cwd", os.path.abspath(impl.cwd or str(topo.resource_dir)))
+              .option("archive", shipped)
+              .option("cwd", str(impl.cwd or ""))
               .option("conf", orjson.dumps(conf, default=str).decode())
               .option("component", name)
               .option("stream", stream)
@@ -481,7 +486,7 @@ def _view(topo: Topology, directory: str, upto: int) -> tuple[list[dict[str, Any
 
 def run_topology(
     topology: Topology, *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
-    checkpoint: str | None = None, duration: float | None = None, max_tuples: int | None = None,
+    spark_conf: dict[str, str] | None = None, checkpoint: str | None = None, duration: float | None = None, max_tuples: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
     should_stop: Callable[[], bool] | None = None, on_snapshot: Callable[[dict[str, Any]], None] | None = None,
@@ -495,8 +500,9 @@ def run_topology(
     that makes the run resumable (the same call after a crash continues from
     the last committed micro-batch; the output view covers every committed
     batch); default a temporary one, removed at the end. ``master`` /
-    ``remote`` (Spark Connect) are used when ``spark`` is not given; local
-    masters get task retries. ``on_progress`` gets one line per micro-batch;
+    ``remote`` (Spark Connect) and ``spark_conf`` (Spark conf keys) are
+    used when ``spark`` is not given; local masters get task retries. The
+    topology's folder is shipped to the executors (docs/DEPLOY.md). ``on_progress`` gets one line per micro-batch;
     ``on_snapshot`` the run so far (:meth:`_Progress.snapshot`) twice a second.
     """
     from pyspark.sql import SparkSession
@@ -510,14 +516,21 @@ def run_topology(
     delay_ms = int(topology.conf.get(_DELAY_KEY) or 2000)
     own = spark is None
     if own:
-        spark = _local_session(SparkSession, with_task_retries(master), f"multilang:{topology.name}", remote)
+        spark = _local_session(SparkSession, with_task_retries(master), f"multilang:{topology.name}", remote,
+                               spark_conf)
     try:
         from .._source.source import register
 
         register(spark)
+        # The topology's folder goes to the executors, where every spout and bolt runs (ship.py); a
+        # checkpoint directory inside it stays behind.
+        shipped = ship(spark, topology.resource_dir, exclude=[directory])
+        for spec in plan.specs.values():
+            spec.shipped = shipped
+            spec.key = _spec_key(spec)
         plan.spread = {name: _spread(spark, n) for name, n in plan.parallelism.items()
                        if name in plan.keyed or n > 1}
-        sources = [_source(spark, topology, n, t, directory, batch, delay_ms)
+        sources = [_source(spark, topology, n, t, directory, batch, delay_ms, shipped)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]
         for s in sources[1:]:
