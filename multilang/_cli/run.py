@@ -56,6 +56,10 @@ from .summary import print_summary
               "(local[N] runs as local[N,4]).")
 @click.option("--remote", metavar="URL", help="Spark Connect: sc://host:port, or local[N] for a local Connect server "
               "(--engine spark).")
+@click.option("--archives", metavar="ARCHIVES",
+              help="--engine spark: archives unpacked into each executor's working directory, comma-separated, as "
+                   "spark-submit's --archives (spark.archives), e.g. a packed Python environment: "
+                   "env.tar.gz#environment (docs/DEPLOY.md). Spark conf keys go with -c spark.KEY=VALUE.")
 @click.option("--checkpoint", type=click.Path(file_okay=False), metavar="DIR",
               help="--engine spark: keep the query's checkpoint, the spouts' replay logs, the stateful bolts' state "
                    "and every micro-batch's output in DIR; the same command after a crash resumes. Default: a "
@@ -78,12 +82,19 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         output: str, conf: tuple[str, ...], log_level: str, progress: bool, dead_letter: str | None,
         state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
-        metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False) -> None:
+        metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False,
+        archives: str | None = None) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     from multilang.shellbolt import load_topology
 
     setup_logging(log_level)
     overrides = parse_conf(conf)
+    # Spark's own keys (-c spark.executor.memory=2g, as spark-submit's --conf) configure the Spark session.
+    spark_conf = {k: _spark_value(overrides.pop(k)) for k in [k for k in overrides if k.startswith("spark.")]}
+    if archives is not None:
+        if not archives.strip():
+            raise click.BadParameter("an empty list (an unset shell variable?)", param_hint="--archives")
+        spark_conf["spark.archives"] = ",".join(filter(None, [spark_conf.get("spark.archives"), archives]))
     if state_dir is not None and not state_dir.strip():
         raise click.BadParameter("an empty path (an unset shell variable?)", param_hint="--state-dir")
     distinct_files(("TOPOLOGY_FILE", topology_file), ("-o", output), ("--dead-letter", dead_letter),
@@ -111,10 +122,16 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             if master is not None and remote is not None:
                 raise TopologyError(f"--master {master} and --remote {remote}: give one (--remote runs the query "
                                     "through Spark Connect, where the server's own master applies)")
+            if remote is not None and remote.startswith("sc://") and spark_conf:
+                raise TopologyError(f"{', '.join(sorted(spark_conf))}: with --remote {remote} the Connect server's "
+                                    "Spark conf applies; set it where the server starts (docs/DEPLOY.md)")
             if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
                 raise TopologyError("--master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR to the directory of the "
                                     "cluster's configuration files (Spark finds the ResourceManager there)")
         else:
+            if spark_conf:
+                given = "--archives" if archives is not None else f"-c {min(spark_conf)}"
+                raise TopologyError(f"{given} applies to --engine spark (Spark conf); the embedded engine has none")
             for flag, value in (("--checkpoint", checkpoint), ("--remote", remote), ("--master", master)):
                 if value is not None:
                     why = "" if flag == "--master" else "; the embedded engine keeps stateful bolts' state in --state-dir"
@@ -133,7 +150,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         if engine == "spark":
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                            duration=duration, max_tuples=max_tuples, output=stream,
-                                           progress=progress, dead_letter=dead_letter))
+                                           progress=progress, dead_letter=dead_letter, spark_conf=spark_conf))
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -235,9 +252,16 @@ def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
         return f"cannot reach a Spark Connect server at {host}:{port} ({why}); is it running?"
     return None
 
+def _spark_value(value: Any) -> str:
+    """A -c value (read as JSON) as Spark conf text: true, 4, 2g."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
 def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint: str | None,
                   duration: float | None, max_tuples: int | None, output: Any, progress: bool,
-                  dead_letter: str | None) -> int:
+                  dead_letter: str | None, spark_conf: dict[str, str] | None = None) -> int:
     """``multilang run --engine spark``: a Structured Streaming query
     (docs/SPARK.md); a line per micro-batch and a summary on stderr, the
     output view as JSON lines on ``output``; returns the exit code."""
@@ -282,7 +306,8 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         view = LiveView(sys.stderr, tty=True)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = run_topology(topology, master=master, remote=remote, checkpoint=checkpoint, duration=duration,
+        result = run_topology(topology, master=master, remote=remote, spark_conf=spark_conf, checkpoint=checkpoint,
+                              duration=duration,
                               max_tuples=max_tuples, on_record=emit,
                               on_progress=echo if progress and view is None else None,
                               on_snapshot=view.show if view is not None else None, should_stop=should_stop)

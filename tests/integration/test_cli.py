@@ -189,13 +189,22 @@ def test_run_bad_topology_exits_2_naming_the_problem(tmp_path, toml, needle):
     (["--engine", "spark", "--master", "local[2]", "--remote", "local[2]"],
      "error: --master local[2] and --remote local[2]: give one"),
     (["--engine", "spark", "--master", "yarn"], "error: --master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR"),
-], ids=["local0", "local-cluster0", "remote-local0", "master-and-remote", "yarn-without-conf"])
+    (["-c", "spark.executor.memory=2g"], "error: -c spark.executor.memory applies to --engine spark (Spark conf)"),
+    (["--archives", "env.tar.gz#environment"], "error: --archives applies to --engine spark (Spark conf)"),
+    (["--engine", "spark", "--remote", "sc://localhost:1", "--archives", "env.tar.gz"],
+     "error: spark.archives: with --remote sc://localhost:1 the Connect server's Spark conf applies"),
+    (["--engine", "spark", "--archives", " "], "Usage:"),
+], ids=["local0", "local-cluster0", "remote-local0", "master-and-remote", "yarn-without-conf", "spark-conf-embedded",
+        "archives-embedded", "spark-conf-remote", "archives-empty"])
 def test_run_spark_mistakes_are_one_line_before_any_jvm(args, message):
     # Before: a Java stack trace and exit 1 (local[0], yarn), or --master silently ignored (with --remote).
     env_clean = {k: v for k, v in __import__("os").environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
     r = subprocess.run(ML + ["run", "examples/wordcount.toml", "--no-progress", *args], cwd=ROOT, env=env_clean,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
+    if message == "Usage:":  # click's usage error: its usage line, then the problem
+        assert r.stderr.startswith(message) and "--archives: an empty list" in r.stderr, r.stderr
+        return
     assert r.stderr.startswith(message) and len(r.stderr.splitlines()) == 1, r.stderr
 
 
