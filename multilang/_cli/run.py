@@ -60,10 +60,11 @@ from .summary import print_summary
               help="--engine spark: archives unpacked into each executor's working directory, comma-separated, as "
                    "spark-submit's --archives (spark.archives), e.g. a packed Python environment: "
                    "env.tar.gz#environment (docs/DEPLOY.md). Spark conf keys go with -c spark.KEY=VALUE.")
-@click.option("--checkpoint", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--checkpoint", type=click.Path(file_okay=False), metavar="DIR|URI",
               help="--engine spark: keep the query's checkpoint, the spouts' replay logs, the stateful bolts' state "
-                   "and every micro-batch's output in DIR; the same command after a crash resumes. Default: a "
-                   "temporary directory, gone after the run.")
+                   "and every micro-batch's output in DIR, or at a URI Spark's checkpoints take (file://, hdfs://, "
+                   "s3a://, ...; docs/DEPLOY.md); the same command after a crash resumes. Default: a temporary "
+                   "directory, gone after the run.")
 @click.option("--filter", "filter_file", type=click.Path(dir_okay=False), metavar="PROPERTIES_FILE",
               help="Flux YAML: substitute ${name} with the values of this .properties file (like flux --filter).")
 @click.option("--env-filter", "-e", is_flag=True,
@@ -343,7 +344,8 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
                 for d in result.dead_letters:
                     f.write(orjson.dumps(d, default=repr) + b"\n")
     if checkpoint:
-        click.echo(f"[summary] checkpoint {os.path.abspath(checkpoint)} (run the same command to continue)", err=True)
+        where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+        click.echo(f"[summary] checkpoint {where} (run the same command to continue)", err=True)
     if stop["signal"] is not None:
         return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
     return EXIT_OK if result.ok else EXIT_FAILED

@@ -29,6 +29,23 @@ sys.path.insert(0, str(EXAMPLES / "python"))
 from split_bolt import words  # noqa: E402
 
 CLI = [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
+#: the CLI, refusing every POSIX call of its own (Python's audit events: open, listing, making, renaming,
+#: removing, SQLite) on a path under argv[1]: a checkpoint location it must reach through its file system
+#: layer only (adapters/spark/_engine/storage.py), as it would an object store
+NO_POSIX_UNDER = [sys.executable, "-c", """
+import sys
+root = sys.argv.pop(1)
+EVENTS = {"open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.remove", "os.rmdir", "shutil.rmtree",
+          "sqlite3.connect", "os.chmod", "os.utime"}
+def hook(event, args):
+    if event in EVENTS and args and isinstance(args[0], (str, bytes)):
+        path = args[0].decode() if isinstance(args[0], bytes) else args[0]
+        if path.startswith(root):
+            raise RuntimeError(f"the driver used POSIX on the checkpoint location: {event} {path}")
+sys.addaudithook(hook)
+from multilang._cli.entry import main
+main()
+"""]
 ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
              "four score and seven years ago", "snow white and the seven dwarfs", "i am at two with nature"]
@@ -105,13 +122,19 @@ def test_the_readme_word_count_killed_mid_run_resumes_from_its_checkpoint_and_pr
     """examples/wordcount.toml on Spark in batches of 150 sentences, its driver
     (and everything in its process group: JVM, workers, components)
     SIGKILLed after its second committed batch, then the same command again:
-    the output is line for line the embedded engine's."""
-    ck = tmp_path / "ck"
-    args = [str(EXAMPLES / "wordcount.toml"), "--checkpoint", str(ck), "-c", "multilang.spark.max.tuples.per.trigger=150"]
+    the output is line for line the embedded engine's. The checkpoint is a
+    file:// URI, and the driver reaches it only through its file system
+    layer, as it would an object store: a POSIX call of its own under it
+    fails the run (NO_POSIX_UNDER)."""
+    ck = tmp_path / "ck dir"
+    args = [str(EXAMPLES / "wordcount.toml"), "--checkpoint", f"file://{ck}", "-c",
+            "multilang.spark.max.tuples.per.trigger=150"]
+    audited = [*NO_POSIX_UNDER, str(ck), "run", "--engine", "spark"]
+    env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the spouts' records of message ids: the driver's disk
     local = subprocess.Popen(CLI + ["run", "--no-progress", str(EXAMPLES / "wordcount.toml")], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=ENV, cwd=ROOT)
-    proc = subprocess.Popen(CLI + ["run", "--engine", "spark", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=ENV, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen([*audited, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=ROOT, start_new_session=True)
     seen = []
     try:
         for raw in proc.stderr:  # the event: the driver reports its second committed micro-batch
@@ -126,10 +149,12 @@ def test_the_readme_word_count_killed_mid_run_resumes_from_its_checkpoint_and_pr
     assert proc.returncode == -signal.SIGKILL
     local_out, local_err = local.communicate(timeout=120)
     assert local.returncode == 0, local_err.decode()[-2000:]
-    again = _run(args)
+    again = subprocess.run([*audited, *args], capture_output=True, env=env, cwd=ROOT, timeout=240)
     err = again.stderr.decode()
     assert again.returncode == 0, err[-3000:]
     assert again.stdout.decode().splitlines() == local_out.decode().splitlines()
+    assert (ck / "state").is_dir() and (ck / "spouts" / "sentences" / "task-0" / "committed.json").is_file()
+    assert not list(ck.rglob("*.sqlite")) and list((tmp_path / "cache" / "multilang" / "replay-ids").rglob("*.sqlite"))
     assert [orjson.loads(line) for line in again.stdout.decode().splitlines()] == _plain_counts(_alice())
 
 

@@ -1,13 +1,14 @@
 """The batch-versioned state store of the Spark topology engine
 (adapters/spark/_streaming/state.py): a re-run batch starts from the state before it,
 a later batch builds on the one before, a deletion is kept, the parallelism
-is checked. Real SQLite files."""
+is checked, snapshots bound what is read and kept. Real files, through the
+checkpoint location's file system (a path, or a file:// URI)."""
 
 from __future__ import annotations
 
 import pytest
 
-from multilang.adapters.spark._streaming.state import BatchStore, read_state
+from multilang.adapters.spark._streaming.state import SNAPSHOT_EVERY, BatchStore, read_state
 from multilang.errors import TopologyError
 from multilang.shellbolt._runtime.state_store import Checkpoint
 
@@ -75,3 +76,25 @@ def test_tasks_have_separate_files(tmp_path):
     a.close(), b.close()
     assert read_state(str(tmp_path), "count", 0) == {"w": 1}
     assert read_state(str(tmp_path), "count", 1) == {"w": 7}
+
+
+def test_snapshots_bound_the_files_read_and_kept_and_the_state_stays_whole(tmp_path):
+    uri = f"file://{tmp_path}"  # a file:// URI, as --checkpoint may be given (Hadoop's: literal)
+    expected: dict[str, int] = {}
+    n = 3 * SNAPSHOT_EVERY + 4
+    for b in range(n):
+        s = BatchStore({"dir": uri, "component": "count", "task": 0, "tasks": 1, "batch": b})
+        assert s.load("count", 0) == expected
+        put = {f"k{b}": b, "total": b}
+        _write(s, 1, put, [f"k{b - 3}"] if b >= 3 else [])
+        expected = {k: v for k, v in {**expected, **put}.items() if k != f"k{b - 3}"}
+        s.close()
+    assert read_state(uri, "count", 0) == expected
+    names = sorted(p.name for p in (tmp_path / "count" / "task-0").iterdir())
+    snaps = [x for x in names if x.endswith(".snapshot")]
+    deltas = [x for x in names if x.endswith(".delta")]
+    assert snaps == [f"{b:012d}.snapshot" for b in (SNAPSHOT_EVERY * 2, SNAPSHOT_EVERY * 3)]
+    assert deltas == [f"{b:012d}.delta" for b in range(SNAPSHOT_EVERY * 2 + 1, n)]
+    # a re-run of the last batch starts from the state before it, snapshot and all
+    last = BatchStore({"dir": uri, "component": "count", "task": 0, "tasks": 1, "batch": n - 1})
+    assert last.load("count", 0) == read_state(uri, "count", 0, upto_batch=n - 2)

@@ -17,6 +17,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from multilang._cli.live import LiveView
 from multilang.adapters.spark._streaming.stages import COLUMNS, DEAD, STATS
+from multilang.adapters.spark._engine.storage import Location
 from multilang.adapters.spark._streaming.topology import _Progress, batch_dir
 from multilang.shellbolt._model.topology import load_topology
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _batch(directory: Path, b: int, rows: list[tuple[str, str, dict]]) -> None:
-    path = Path(batch_dir(str(directory), b))
+    path = directory.joinpath(*batch_dir(b))
     path.mkdir(parents=True)
     cols = {c: [] for c in COLUMNS}
     for kind, comp, v in rows:
@@ -48,7 +49,7 @@ def test_the_spark_progress_becomes_the_live_views_rows(tmp_path):
                          (STATS, "split", {"rows_in": 50, "emitted": 900, "acked": 49, "failed": 1}),
                          (STATS, "count", {"rows_in": 900, "emitted": 900, "acked": 900, "failed": 0}),
                          (DEAD, "split", {"input": ["bad"], "error": "failed"})])
-    progress = _Progress(str(tmp_path), None)
+    progress = _Progress(Location(str(tmp_path)), None)
     progress.poll([{"batchId": 0, "durationMs": {"triggerExecution": 1500}},
                    {"batchId": 1, "durationMs": {"triggerExecution": 500}}])
     snap = progress.snapshot(topo)

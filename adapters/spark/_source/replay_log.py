@@ -1,6 +1,9 @@
 """The replay log of the multilang streaming source: every tuple taken from
 the spout gets a durable position, so a micro-batch Spark re-runs gets the
 same rows in the same order (docs/SPARK.md, "Offsets, replay log, commit").
+The log's files are read and written through a file system layer
+(``storage.Location``): its directory may be a path or a URI (HDFS, an
+object store); the record of message ids is SQLite on the driver's disk.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterable
+from urllib.parse import urlparse
 
 from multilang.codec import dumps, loads
+
+from .._engine.storage import Location
 
 log = logging.getLogger("multilang.spark.source")
 
@@ -131,13 +137,20 @@ class _ReplayLog:
     """Positions -> records, one JSON-lines file per appended chunk, and the
     record of the message ids logged (``ids``, a :class:`_MsgIdIndex`).
 
-    Layout of the directory::
+    Layout of the directory (a path, or a URI: every file is written whole,
+    ``Location.write``)::
 
         meta.json          {"version": 2, "log": <uuid>}
         committed.json     {"pos": n}: every position < n is committed (acked)
         batch-<a>-<b>.jsonl  positions a..b-1, one {"id", "values"} per line
         msg-ids.sqlite     (+ -wal, -shm) every message id logged, with dedupe=all
         lock               flock'ed by the one reader using the log
+
+    The last two are local files: in the directory when it is a path; for a
+    URI (``file://`` too) in the driver's cache (``$XDG_CACHE_HOME/multilang/replay-ids/``,
+    named by the URI), and no lock (one query per log, as Spark's own
+    checkpoints). A record that is missing while the log has committed
+    positions (the driver moved) is known to be missing: dedupe=all refuses it.
 
     Version 1 (before msg-ids.sqlite) is migrated on open: its
     ``acked-ids.jsonl`` (the ids dedupe=all had acked) goes into the record.
@@ -152,11 +165,18 @@ class _ReplayLog:
                 "cannot replay its uncommitted batches from it: set replayLog to a durable directory "
                 "next to the query's checkpoint.", directory,
             )
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = str(directory)
+        self.loc = Location(self.dir)
+        self.is_path = len(urlparse(self.dir).scheme) <= 1  # a path, not a URI
+        if self.is_path:
+            self.local = Path(self.loc.root)
+        else:
+            cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            self.local = Path(cache, "multilang", "replay-ids", hashlib.sha256(self.loc.uri.encode()).hexdigest()[:16])
+        self.local.mkdir(parents=True, exist_ok=True)
         self.record_ids = record_ids
         self.ids: _MsgIdIndex | None = None
-        self._lock_fd: int | None = self._lock()
+        self._lock_fd: int | None = self._lock() if self.is_path else None
         try:
             self._load(cache_mb)
         except BaseException:
@@ -164,10 +184,10 @@ class _ReplayLog:
             raise
 
     def _load(self, cache_mb: int) -> None:
-        meta_path = self.dir / "meta.json"
-        if meta_path.exists():
+        raw = self.loc.read("meta.json")
+        if raw is not None:
             try:
-                meta = json.loads(meta_path.read_text())
+                meta = json.loads(raw)
             except ValueError as exc:
                 raise RuntimeError(f"replay log {self.dir}: meta.json is damaged ({exc})") from None
             version = meta.get("version")
@@ -179,27 +199,31 @@ class _ReplayLog:
         else:
             version = _LOG_VERSION
             meta = {"version": _LOG_VERSION, "log": str(uuid.uuid4())}
-            self._write_atomic(meta_path, json.dumps(meta).encode())
+            self.loc.write(json.dumps(meta).encode(), "meta.json")
         self.id: str = meta["log"]
-        committed = self.dir / "committed.json"
-        self.committed = int(json.loads(committed.read_text())["pos"]) if committed.exists() else 0
-        self.chunks: list[tuple[int, int, Path]] = []
-        for p in self.dir.glob("batch-*.jsonl"):
-            a, b = p.stem.split("-")[1:3]
-            self.chunks.append((int(a), int(b), p))
+        committed = self.loc.read("committed.json")
+        self.committed = int(json.loads(committed)["pos"]) if committed is not None else 0
+        self.chunks: list[tuple[int, int, str]] = []
+        for name in self.loc.list():
+            if name.startswith("batch-") and name.endswith(".jsonl"):
+                a, b = name[:-len(".jsonl")].split("-")[1:3]
+                self.chunks.append((int(a), int(b), name))
         self.chunks.sort()
         self.end = self.committed
         live = []
         for a, b, p in self.chunks:
             if b <= self.committed:  # committed, left behind by a crash before its deletion
-                p.unlink(missing_ok=True)
+                self.loc.delete(p)
                 continue
             if a > self.end:
                 raise RuntimeError(f"replay log {self.dir} has a gap: positions {self.end}..{a} are missing")
             live.append((a, b, p))
             self.end = b
         self.chunks = live
-        self.ids = _MsgIdIndex(self.dir / IDS_FILE, cache_mb)
+        fresh = not (self.local / IDS_FILE).exists()
+        self.ids = _MsgIdIndex(self.local / IDS_FILE, cache_mb)
+        if fresh and self.committed > 0 and version != 1:  # the record of the committed ids is not here
+            self.ids.set_meta("ids_missing_from", 0)
         if version == 1:
             self._migrate_v1(meta)
         self._reconcile_ids()
@@ -208,12 +232,12 @@ class _ReplayLog:
         """Version 1 kept ids only with dedupe=all, as acked-ids.jsonl (one
         JSON array of ids per commit); without it no id was kept."""
         assert self.ids is not None
-        old = self.dir / "acked-ids.jsonl"
-        if not old.exists() and self.record_ids and self.committed > 0:
+        old = self.loc.read("acked-ids.jsonl")
+        if old is None and self.record_ids and self.committed > 0:
             raise _IdsMissing(self.dir, 0, self.committed)  # refused before anything is changed
-        if old.exists():
+        if old is not None:
             keys = set()
-            lines = old.read_bytes().splitlines()
+            lines = old.splitlines()
             for n, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
@@ -222,15 +246,15 @@ class _ReplayLog:
                 except Exception as exc:
                     if n == len(lines):
                         break  # a torn last line: that commit was not recorded as done either
-                    raise RuntimeError(f"replay log {self.dir}: {old.name} line {n} is damaged ({exc})") from None
+                    raise RuntimeError(f"replay log {self.dir}: acked-ids.jsonl line {n} is damaged ({exc})") from None
             # Acked, so committed; position unknown (-1 sorts below every commit).
             self.ids.record((k, -1, None) for k in keys)
-            log.info("multilang source: replay log %s migrated to version %d: %d acked ids from %s",
-                     self.dir, _LOG_VERSION, len(keys), old.name)
+            log.info("multilang source: replay log %s migrated to version %d: %d acked ids from acked-ids.jsonl",
+                     self.dir, _LOG_VERSION, len(keys))
         else:
             self.ids.set_meta("ids_missing_from", 0)
-        self._write_atomic(self.dir / "meta.json", json.dumps({**meta, "version": _LOG_VERSION}).encode())
-        old.unlink(missing_ok=True)
+        self.loc.write(json.dumps({**meta, "version": _LOG_VERSION}).encode(), "meta.json")
+        self.loc.delete("acked-ids.jsonl")
 
     def _reconcile_ids(self) -> None:
         """Make the record agree with the log files, whatever a crash cut short:
@@ -255,7 +279,7 @@ class _ReplayLog:
             self.ids.set_meta("ids_missing_from", None)
 
     def _lock(self) -> int:
-        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.local / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -272,19 +296,6 @@ class _ReplayLog:
                     ) from None
                 time.sleep(0.1)
 
-    def _write_atomic(self, path: Path, data: bytes) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
     def append(self, records: list[tuple[Any, list[Any]]], ids: list[tuple[str, int, bytes]] | None = None) -> tuple[int, int]:
         """Durably append records (msg id, values); returns their positions.
         With ``record_ids``, ``ids`` (id key, offset in ``records``, values
@@ -296,9 +307,9 @@ class _ReplayLog:
             assert self.ids is not None
             self.ids.record((key, a + off, digest) for key, off, digest in ids)
         body = b"".join(dumps({"id": i, "values": v}) + b"\n" for i, v in records)
-        path = self.dir / f"batch-{a:012d}-{b:012d}.jsonl"
-        self._write_atomic(path, body)
-        self.chunks.append((a, b, path))
+        name = f"batch-{a:012d}-{b:012d}.jsonl"
+        self.loc.write(body, name)
+        self.chunks.append((a, b, name))
         self.end = b
         return a, b
 
@@ -313,24 +324,22 @@ class _ReplayLog:
         for a, b, p in self.chunks:
             if b <= lo or a >= hi:
                 continue
-            lines = p.read_bytes().splitlines()
+            lines = (self.loc.read(p) or b"").splitlines()
             if len(lines) != b - a:
-                raise RuntimeError(f"replay log file {p} is damaged: {len(lines)} records, expected {b - a}")
+                raise RuntimeError(f"replay log file {self.loc.path(p)} is damaged: {len(lines)} records, "
+                                   f"expected {b - a}")
             out.extend(loads(line) for line in lines[max(lo - a, 0) : min(hi, b) - a])
         if len(out) != hi - lo:
             raise RuntimeError(f"replay log {self.dir} is missing records in {lo}..{hi}")
         return out
 
     def mark_committed(self, pos: int) -> None:
-        self._write_atomic(self.dir / "committed.json", json.dumps({"pos": pos}).encode())
+        self.loc.write(json.dumps({"pos": pos}).encode(), "committed.json")
         self.committed = pos
         keep = []
         for a, b, p in self.chunks:
             if b <= pos:
-                try:
-                    p.unlink()
-                except FileNotFoundError:
-                    pass
+                self.loc.delete(p)
             else:
                 keep.append((a, b, p))
         self.chunks = keep
@@ -347,7 +356,7 @@ class _ReplayLog:
 
 
 class _IdsMissing(RuntimeError):
-    def __init__(self, directory: Path, missing_from: int, committed: int) -> None:
+    def __init__(self, directory: Any, missing_from: int, committed: int) -> None:
         super().__init__(
             f'replay log {directory}: option "dedupe" is all (the default), but the message ids of committed '
             f"positions {missing_from}..{committed} were not recorded: they were logged with dedupe=inflight "

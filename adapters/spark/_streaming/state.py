@@ -1,39 +1,37 @@
-"""Stateful bolts' state on Spark: a store versioned by micro-batch id.
+"""Stateful bolts' state on Spark: a store versioned by micro-batch id, in
+the run's checkpoint location (any file system Spark's checkpoints may be
+on: ``storage.Location``), as Spark's own state stores keep theirs.
 
-The streaming topology engine (``_spark_topology``) runs task *t* of a
+The streaming topology engine (``_streaming/topology.py``) runs task *t* of a
 stateful bolt for micro-batch *b* as one Spark task (a fresh process, §9.7
 ``init`` from this store, checkpoints into it). A Spark task may run more
 than once for the same batch (a task retry, or the batch re-run after a
 driver restart), so what it writes must not count twice. Each task of each
-stateful component has one SQLite file, ``<dir>/<component>/task-<t>.sqlite``:
+stateful component has a folder, ``<state>/<component>/task-<t>/``, of files
+named by batch id, each written whole (``Location.write``):
 
-* ``kv``: the state as of the last batch known to be committed (``base``);
-* ``pending``: the changes of the one batch written since (``pending``),
-  ``NULL`` for a deleted key.
+* ``<b>.delta``: the changes of batch *b* (``{"put": {...}, "delete": [...]}``),
+  rewritten whole at each checkpoint of the attempt;
+* ``<b>.snapshot``: the whole state after batch *b*, every
+  :data:`SNAPSHOT_EVERY` batches; files older than the snapshot before the
+  last one are removed.
 
-Opened for batch *b*: a pending batch *p* < *b* was committed by Spark (the
-engine runs batch *b* only after batch *p*'s ``foreachBatch`` returned and
-Spark recorded it), so it is folded into ``kv``; a pending batch *p* >= *b*
-belongs to an attempt that did not finish (its batch is being re-run), so it
-is dropped. The task then reads ``kv`` and writes its checkpoints into
-``pending`` for *b*: a retried attempt starts again from the same state, and
-the state after batch *b* is the effect of exactly one attempt.
+Opened for batch *b*, the state is the latest snapshot below *b* and the
+deltas after it below *b*: every batch below *b* was committed by Spark (the
+engine runs batch *b* only after batch *b-1*'s ``foreachBatch`` returned and
+Spark recorded it), and the files of *b* and above belong to attempts that
+did not finish (their batch is being re-run): they are not read, and the
+attempt rewrites them. So a retried attempt starts again from the same
+state, and the state after batch *b* is the effect of exactly one attempt.
 
 This relies on what Structured Streaming promises ``foreachBatch``: batches
 run one at a time, in order, and a batch is re-run (with the same rows) until
 it succeeds. Speculative execution (``spark.speculation``) would run two
-attempts of one task at once; the engine's stages do not support it, and the
-file's lock refuses a second writer (the Spark task then fails and retries).
-
-The file lives in the run's ``--checkpoint`` directory, which must be on a
-file system every executor sees (a local disk for local masters), as Spark's
-own checkpoint location must be.
+attempts of one task at once; the engine's stages do not support it.
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
 from typing import Any, Mapping
 
 import orjson
@@ -41,24 +39,54 @@ import orjson
 from multilang.errors import TopologyError
 from multilang.shellbolt import Checkpoint, StateStore
 
-__all__ = ["BatchStore", "PROVIDER", "store_path", "read_state"]
+from .._engine.storage import Location
+
+__all__ = ["BatchStore", "PROVIDER", "SNAPSHOT_EVERY", "read_state"]
 
 #: ``topology.state.provider`` of the engine's stateful stages
 PROVIDER = "multilang.adapters.spark._streaming.state:BatchStore"
-
-#: ``PRAGMA application_id`` ("MLSB")
-_APPLICATION_ID = 0x4D4C5342
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pending (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
-"""
+#: a task writes its whole state every this many batches (and reads at most this many deltas)
+SNAPSHOT_EVERY = 10
 
 
-def store_path(directory: str, component: str, task: int) -> str:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in component) or "component"
-    return os.path.join(directory, safe, f"task-{task}.sqlite")
+def _component(state: Location, component: str) -> Location:
+    return state.child("".join(c if c.isalnum() or c in "-_." else "_" for c in component) or "component")
+
+
+def _folder(state: Location, component: str, task: int) -> Location:
+    return _component(state, component).child(f"task-{task}")
+
+
+def _files(folder: Location) -> tuple[list[int], list[int]]:
+    """The batch ids of the folder's snapshots and deltas, sorted."""
+    snaps, deltas = [], []
+    for name in folder.list():
+        stem, _, kind = name.partition(".")
+        if stem.isdigit() and kind in ("snapshot", "delta"):
+            (snaps if kind == "snapshot" else deltas).append(int(stem))
+    return sorted(snaps), sorted(deltas)
+
+
+def _load(folder: Location, below: int | None) -> dict[str, Any]:
+    """The state after every batch below ``below`` (None: every batch)."""
+    snaps, deltas = _files(folder)
+    if below is not None:
+        snaps, deltas = [b for b in snaps if b < below], [b for b in deltas if b < below]
+    state: dict[str, Any] = {}
+    base = -1
+    try:
+        if snaps:
+            base = snaps[-1]
+            state = orjson.loads(folder.read(f"{base:012d}.snapshot") or b"{}")
+        for b in deltas:
+            if b > base:
+                d = orjson.loads(folder.read(f"{b:012d}.delta") or b"{}")
+                for k in d.get("delete", ()):
+                    state.pop(k, None)
+                state.update(d.get("put", {}))
+    except orjson.JSONDecodeError as exc:
+        raise TopologyError(f"state store {folder}: a file is damaged ({exc})") from None
+    return state
 
 
 class BatchStore(StateStore):
@@ -74,69 +102,55 @@ class BatchStore(StateStore):
         self.task = int(config["task"])
         self.tasks = int(config["tasks"])
         self.batch = int(config["batch"])
-        self.path = store_path(str(config["dir"]), self.component, self.task)
+        state = config["dir"] if isinstance(config["dir"], Location) else Location(str(config["dir"]))
+        comp = _component(state, self.component)
+        self.folder = comp.child(f"task-{self.task}")
         self.txid = None
         try:
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=5)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                meta = dict(db.execute("SELECT key, value FROM meta"))
-                stored = int(meta.get("tasks", self.tasks))
-                if stored != self.tasks:
-                    raise TopologyError(
-                        f"state of bolt {self.component!r} in {os.path.dirname(self.path)}: written with "
-                        f"{stored} task(s), but this topology runs {self.tasks}; a key's task depends on the "
-                        "parallelism: keep it, or use another --checkpoint")
-                pending = meta.get("pending")
-                if pending is not None and int(pending) < self.batch:
-                    db.execute("INSERT OR REPLACE INTO kv SELECT key, value FROM pending WHERE value IS NOT NULL")
-                    db.execute("DELETE FROM kv WHERE key IN (SELECT key FROM pending WHERE value IS NULL)")
-                    db.execute("INSERT OR REPLACE INTO meta VALUES ('base', ?)", (pending,))
-                db.execute("DELETE FROM pending")
-                db.execute("DELETE FROM meta WHERE key = 'pending'")
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('tasks', ?)", (str(self.tasks),))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise TopologyError(f"state store {self.path}: {exc}") from None
-        except OSError as exc:
-            raise TopologyError(f"state directory {os.path.dirname(self.path)}: {exc.strerror or exc}") from None
-        self._db = db
+            raw = comp.read("meta.json")
+            stored = int(orjson.loads(raw)["tasks"]) if raw else None
+            if stored is None:
+                comp.write(orjson.dumps({"tasks": self.tasks}), "meta.json")
+            elif stored != self.tasks:
+                raise TopologyError(
+                    f"state of bolt {self.component!r} in {comp}: written with {stored} task(s), but this topology "
+                    f"runs {self.tasks}; a key's task depends on the parallelism: keep it, or use another --checkpoint")
+            self._base = _load(self.folder, self.batch)
+        except (OSError, ValueError, KeyError) as exc:
+            raise TopologyError(f"state store {self.folder}: {exc}") from None
+        self._put: dict[str, Any] = {}
+        self._delete: set[str] = set()
 
     def check(self, topology: str, parallelism: Mapping[str, int]) -> None:
         pass  # the parallelism was checked at open; the partition's own topology has one task
 
     def load(self, component: str, index: int) -> dict[str, Any]:
-        rows = self._db.execute(
-            "SELECT key, value FROM kv WHERE key NOT IN (SELECT key FROM pending) "
-            "UNION ALL SELECT key, value FROM pending WHERE value IS NOT NULL")
-        try:
-            return {k: orjson.loads(v) for k, v in rows}
-        except orjson.JSONDecodeError as exc:
-            raise TopologyError(f"state store {self.path} is damaged ({exc})") from None
+        state = {k: v for k, v in self._base.items() if k not in self._delete}
+        state.update(self._put)
+        return state
 
     def commit(self, cp: Checkpoint, parallelism: Mapping[str, int]) -> None:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for (_comp, _index), (put, delete) in cp.changes.items():
-                if put:
-                    db.executemany("INSERT OR REPLACE INTO pending VALUES (?, ?)",
-                                   [(k, orjson.dumps(v).decode()) for k, v in put.items()])
-                if delete:
-                    db.executemany("INSERT OR REPLACE INTO pending VALUES (?, NULL)", [(k,) for k in delete])
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('pending', ?)", (str(self.batch),))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        for (_comp, _index), (put, delete) in cp.changes.items():
+            for k in delete:
+                self._put.pop(k, None)
+                self._delete.add(k)
+            for k, v in put.items():
+                self._delete.discard(k)
+                self._put[k] = v
+        name = f"{self.batch:012d}"
+        self.folder.write(orjson.dumps({"put": self._put, "delete": sorted(self._delete)}), f"{name}.delta")
+        if self.batch % SNAPSHOT_EVERY == 0:
+            self.folder.write(orjson.dumps(self.load(self.component, 0)), f"{name}.snapshot")
+            snaps, deltas = _files(self.folder)
+            older = [b for b in snaps if b < self.batch]
+            if older:  # what only the snapshot before the last one needed
+                keep = older[-1]
+                for b in snaps:
+                    if b < keep:
+                        self.folder.delete(f"{b:012d}.snapshot")
+                for b in deltas:
+                    if b <= keep:
+                        self.folder.delete(f"{b:012d}.delta")
         self.txid = cp.txid
 
     def completed(self, spout: str, index: int, key: str) -> bool:
@@ -149,24 +163,11 @@ class BatchStore(StateStore):
         return {}
 
     def close(self) -> None:
-        self._db.close()
+        pass  # every checkpoint is written whole when it commits
 
 
-def read_state(directory: str, component: str, task: int, upto_batch: int | None = None) -> dict[str, Any]:
+def read_state(directory: str | Location, component: str, task: int, upto_batch: int | None = None) -> dict[str, Any]:
     """A task's state after the last committed batch (``upto_batch``: the
-    last batch Spark committed; a pending batch above it is not counted)."""
-    path = store_path(directory, component, task)
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        meta = dict(db.execute("SELECT key, value FROM meta"))
-        state = {k: orjson.loads(v) for k, v in db.execute("SELECT key, value FROM kv")}
-        pending = meta.get("pending")
-        if pending is not None and (upto_batch is None or int(pending) <= upto_batch):
-            for k, v in db.execute("SELECT key, value FROM pending"):
-                if v is None:
-                    state.pop(k, None)
-                else:
-                    state[k] = orjson.loads(v)
-        return state
-    finally:
-        db.close()
+    last batch Spark committed; the files of a batch above it are not counted)."""
+    state = directory if isinstance(directory, Location) else Location(str(directory))
+    return _load(_folder(state, component, task), None if upto_batch is None else upto_batch + 1)

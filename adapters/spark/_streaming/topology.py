@@ -3,16 +3,18 @@ Streaming query (no RDD API, so it also runs under Spark Connect).
 
 * Each spout task is a ``format("multilang")`` source (a spout with
   parallelism N is N sources, N processes, each told its task index), its
-  replay log under the run's checkpoint directory; the sources are unioned.
+  replay log in the checkpoint location; the sources are unioned.
 * Each micro-batch goes through ``foreachBatch``: a routing stage, then one
-  ``mapInArrow`` stage per bolt in topological order (``_spark_stages``),
+  ``mapInArrow`` stage per bolt in topological order (``stages.py``),
   fields / global / all groupings as a repartitioning on the task index
   computed with the embedded engine's key -> task mapping; then the rows of
   the output view, the stages' counters and the dead letters are written to
   ``<checkpoint>/batches/<batch id>`` (overwritten when Spark re-runs the
   batch: idempotent).
 * Stateful bolts (§9.7) keep their state in a store versioned by batch id
-  (``_spark_state``), so a re-run batch starts from the state before it.
+  (``state.py``), so a re-run batch starts from the state before it.
+* The checkpoint location is a path or a URI (``storage.Location``): the
+  driver reads and writes it through pyarrow's file systems only.
 * The driver follows the query's progress: one line per micro-batch, the
   stop at ``--duration`` / ``--max-tuples``, and at the end the output view
   over every batch Spark committed (an earlier, crashed run's included).
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from multilang.shellbolt import (
 )
 
 from .._engine.ship import ship
+from .._engine.storage import Location
 from .._engine.spec import _spec_key
 from .stages import DEAD, KEPT, OUT, ROW_SCHEMA, STATS, Plan, RouteFn, StageFn, stage_spec
 
@@ -227,36 +229,35 @@ def _shape(topo: Topology) -> dict[str, Any]:
     return {"topology": topo.name, "components": {n: [c.kind, c.parallelism] for n, c in sorted(topo.components.items())}}
 
 
-def _claim(directory: str, topo: Topology) -> None:
-    """A checkpoint directory serves one topology of one shape: refuse another
+def _claim(ck: Location, topo: Topology) -> None:
+    """A checkpoint location serves one topology of one shape: refuse another
     (its offsets, replay logs and state would not fit)."""
-    path = os.path.join(directory, "topology.json")
     shape = _shape(topo)
-    if os.path.exists(path):
+    try:
+        raw = ck.read("topology.json")
+    except OSError as exc:
+        raise TopologyError(f"--checkpoint {ck}: {exc}") from None
+    if raw is not None:
         try:
-            with open(path, "rb") as f:
-                stored = orjson.loads(f.read())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            raise TopologyError(f"--checkpoint {directory}: {path} is unreadable ({exc}); use another directory") from None
+            stored = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise TopologyError(f"--checkpoint {ck}: topology.json is unreadable ({exc}); use another "
+                                "location") from None
         if stored != shape:
             if not isinstance(stored, dict):
                 stored = {"topology": "?", "components": stored}
             raise TopologyError(
-                f"--checkpoint {directory} holds a run of another topology or shape ({stored.get('topology')!r}: "
+                f"--checkpoint {ck} holds a run of another topology or shape ({stored.get('topology')!r}: "
                 f"{stored.get('components')}); this one is {shape['topology']!r}: {shape['components']}. Its offsets, "
-                "replay logs and state would not fit: use another directory")
+                "replay logs and state would not fit: use another location")
         return
     try:
-        os.makedirs(directory, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps(shape))
-        os.replace(tmp, path)
+        ck.write(orjson.dumps(shape), "topology.json")
     except OSError as exc:
-        raise TopologyError(f"--checkpoint {directory}: {exc.strerror or exc}") from None
+        raise TopologyError(f"--checkpoint {ck}: {exc.strerror or exc}") from None
 
 
-def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, batch: int,
+def _source(spark: Any, topo: Topology, name: str, task: int, replay: str, batch: int,
             delay_ms: int, shipped: str) -> Any:
     from pyspark.sql import functions as F
 
@@ -278,7 +279,7 @@ def _source(spark: Any, topo: Topology, name: str, task: int, directory: str, ba
               .option("valuesFormat", "json")
               .option("maxBatchSize", str(batch))
               .option("maxBatchDurationMs", str(delay_ms))
-              .option("replayLog", os.path.join(directory, "spouts", name, f"task-{task}")))
+              .option("replayLog", f"{replay}/{name}/task-{task}"))
     if impl.env:
         reader = reader.option("env", orjson.dumps(impl.env).decode())
     return reader.load().select(
@@ -291,10 +292,10 @@ class _BatchWriter:
     """``foreachBatch``: a micro-batch through every stage, its kept rows to
     ``<checkpoint>/batches/<id>`` (overwritten on a re-run)."""
 
-    def __init__(self, plan: Plan, order: list[str], directory: str) -> None:
+    def __init__(self, plan: Plan, order: list[str], ck: Location) -> None:
         self.plan = plan
         self.order = order
-        self.directory = directory
+        self.ck = ck
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -307,7 +308,7 @@ class _BatchWriter:
                       .repartition(len(keys), "_h").drop("_h"))
             df = df.mapInArrow(StageFn(self.plan, name, batch_id), ROW_SCHEMA)
         (df.where(F.col("_for").isin(*KEPT)).repartition(1)  # a shuffle: coalesce(1) would run the last stage as one task
-         .write.mode("overwrite").parquet(batch_dir(self.directory, batch_id)))
+         .write.mode("overwrite").parquet(self.ck.spark_path(*batch_dir(batch_id))))
 
 
 def _spread(spark: Any, n: int) -> list[int]:
@@ -328,26 +329,22 @@ def _spread(spark: Any, n: int) -> list[int]:
     return [first[t] for t in range(n)]
 
 
-def batch_dir(directory: str, batch_id: int) -> str:
-    return os.path.join(directory, "batches", f"{batch_id:012d}")
+def batch_dir(batch_id: int) -> tuple[str, str]:
+    """Where a micro-batch's kept rows are, below the checkpoint location."""
+    return "batches", f"{batch_id:012d}"
 
 
-def _committed(directory: str) -> int:
+def _committed(ck: Location) -> int:
     """The last batch id in Spark's commit log of the query (-1: none)."""
-    commits = os.path.join(directory, "query", "commits")
-    try:
-        ids = [int(n) for n in os.listdir(commits) if n.isdigit()]
-    except FileNotFoundError:
-        return -1
-    return max(ids, default=-1)
+    return max((int(n) for n in ck.list("query", "commits") if n.isdigit()), default=-1)
 
 
 class _Progress:
     """The driver's view of the run: each committed micro-batch's counters,
     read back from its batch directory, one line each."""
 
-    def __init__(self, directory: str, echo: Callable[[str], None] | None) -> None:
-        self.directory = directory
+    def __init__(self, ck: Location, echo: Callable[[str], None] | None) -> None:
+        self.ck = ck
         self.echo = echo
         self.seen = -1
         self.latencies: deque[float] = deque(maxlen=20)  # ms, the last batches' (Spark's triggerExecution)
@@ -359,17 +356,16 @@ class _Progress:
         self.run_tuples = 0
 
     def poll(self, progress: list[dict[str, Any]]) -> None:
-        upto = _committed(self.directory)
+        upto = _committed(self.ck)
         by_id = {p.get("batchId"): p for p in progress}
         for b in range(self.seen + 1, upto + 1):
             self._batch(b, by_id.get(b))
         self.seen = max(self.seen, upto)
 
     def _batch(self, b: int, p: dict[str, Any] | None) -> None:
-        path = batch_dir(self.directory, b)
-        if not os.path.isdir(path):
+        if not self.ck.exists(*batch_dir(b)):
             return
-        t = _read(path, [STATS, DEAD]).to_pydict()
+        t = _read(self.ck, b, [STATS, DEAD]).to_pydict()
         stats = [(c, v) for f, c, v in zip(t["_for"], t["_c"], t["_v"]) if f == STATS]
         dead = len(t["_for"]) - len(stats)
         spouts: dict[str, int] = {}
@@ -435,15 +431,16 @@ class _Progress:
                 "eta_s": None}
 
 
-def _read(path: str, kinds: list[str]) -> Any:
-    """The rows of some kinds from a batch directory (Arrow, in the driver:
-    the batch directories are small, and the driver sees the checkpoint)."""
+def _read(ck: Location, batch_id: int, kinds: list[str]) -> Any:
+    """The rows of some kinds from a batch's folder (Arrow, in the driver:
+    the batch folders are small), through the location's file system."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(path, columns=["_for", "_p", "_c", "_s", "_v", "_o", "_key"], filters=[("_for", "in", kinds)])
+    return pq.read_table(ck.path(*batch_dir(batch_id)), filesystem=ck.fs,
+                         columns=["_for", "_p", "_c", "_s", "_v", "_o", "_key"], filters=[("_for", "in", kinds)])
 
 
-def _view(topo: Topology, directory: str, upto: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _view(topo: Topology, ck: Location, upto: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The output view over every committed batch, and the dead letters."""
     out = topo.output
     fields_of = {(c.name, s): f for c in topo.components.values() for s, f in c.outputs.items()}
@@ -463,10 +460,9 @@ def _view(topo: Topology, directory: str, upto: int) -> tuple[list[dict[str, Any
     records: list[dict[str, Any]] = []
     dead: list[dict[str, Any]] = []
     for b in range(upto + 1):
-        path = batch_dir(directory, b)
-        if not os.path.isdir(path):
+        if not ck.exists(*batch_dir(b)):
             continue
-        t = _read(path, [OUT, DEAD]).to_pydict()
+        t = _read(ck, b, [OUT, DEAD]).to_pydict()
         rows = sorted(zip(t["_o"], t["_for"], t["_c"], t["_s"], t["_v"]), key=lambda r: r[0])
         for o, f, c, s, v in rows:
             if f == DEAD:
@@ -509,9 +505,9 @@ def run_topology(
 
     order = _check(topology)
     temp = checkpoint is None
-    directory = os.path.abspath(checkpoint or tempfile.mkdtemp(prefix="multilang-spark-run-"))
-    _claim(directory, topology)
-    plan = _plan(topology, order, os.path.join(directory, "state"), max_retries)
+    ck = Location(checkpoint or tempfile.mkdtemp(prefix="multilang-spark-run-"))
+    _claim(ck, topology)
+    plan = _plan(topology, order, ck.child("state").uri, max_retries)
     batch = int(topology.conf.get(_BATCH_KEY) or 5000)
     delay_ms = int(topology.conf.get(_DELAY_KEY) or 2000)
     own = spark is None
@@ -524,23 +520,23 @@ def run_topology(
         register(spark)
         # The topology's folder goes to the executors, where every spout and bolt runs (ship.py); a
         # checkpoint directory inside it stays behind.
-        shipped = ship(spark, topology.resource_dir, exclude=[directory])
+        shipped = ship(spark, topology.resource_dir, exclude=[ck.root] if ck.local else [])
         for spec in plan.specs.values():
             spec.shipped = shipped
             spec.key = _spec_key(spec)
         plan.spread = {name: _spread(spark, n) for name, n in plan.parallelism.items()
                        if name in plan.keyed or n > 1}
-        sources = [_source(spark, topology, n, t, directory, batch, delay_ms, shipped)
+        sources = [_source(spark, topology, n, t, ck.spark_path("spouts"), batch, delay_ms, shipped)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]
         for s in sources[1:]:
             df = df.unionByName(s)
-        writer = (df.writeStream.foreachBatch(_BatchWriter(plan, order, directory))
-                  .option("checkpointLocation", os.path.join(directory, "query"))
+        writer = (df.writeStream.foreachBatch(_BatchWriter(plan, order, ck))
+                  .option("checkpointLocation", ck.spark_path("query"))
                   .queryName(f"multilang_{re.sub(r'[^A-Za-z0-9_]', '_', topology.name or 'topology')}"))
         bounded = duration is None and max_tuples is None
         writer = writer.trigger(availableNow=True) if bounded else writer.trigger(processingTime="0 seconds")
-        progress = _Progress(directory, on_progress)
+        progress = _Progress(ck, on_progress)
         progress.poll([])  # batches an earlier run committed
         progress.run_tuples = 0
         start = time.monotonic()
@@ -565,14 +561,14 @@ def run_topology(
                     break
         finally:
             if q.isActive:
-                _stop_between_batches(q, directory)
+                _stop_between_batches(q, ck)
         exc = q.exception()
         if exc is not None:
             raise exc
         progress.poll(q.recentProgress)
         if on_snapshot is not None:
             on_snapshot(progress.snapshot(topology))
-        records, dead = _view(topology, directory, _committed(directory))
+        records, dead = _view(topology, ck, _committed(ck))
         if on_record is not None:
             for rec in records:
                 on_record(rec)
@@ -582,17 +578,17 @@ def run_topology(
         if own:
             spark.stop()
         if temp:
-            shutil.rmtree(directory, ignore_errors=True)
+            ck.delete_all()
 
 
-def _stop_between_batches(q: Any, directory: str, patience: float = 60.0) -> None:
+def _stop_between_batches(q: Any, ck: Location, patience: float = 60.0) -> None:
     """Stop the query once the micro-batch running now has committed (at most
     ``patience`` seconds), so its work counts; the batch Spark starts right
     after is cut off before its commit: it is not in the output, and a run
     resumed from the checkpoint runs it again."""
     if q.status.get("isTriggerActive", False):
-        last = _committed(directory)
+        last = _committed(ck)
         deadline = time.monotonic() + patience
-        while q.isActive and time.monotonic() < deadline and _committed(directory) == last:
+        while q.isActive and time.monotonic() < deadline and _committed(ck) == last:
             q.awaitTermination(0.05)
     q.stop()
