@@ -93,8 +93,21 @@ def test_snapshots_bound_the_files_read_and_kept_and_the_state_stays_whole(tmp_p
     names = sorted(p.name for p in (tmp_path / "count" / "task-0").iterdir())
     snaps = [x for x in names if x.endswith(".snapshot")]
     deltas = [x for x in names if x.endswith(".delta")]
-    assert snaps == [f"{b:012d}.snapshot" for b in (SNAPSHOT_EVERY * 2, SNAPSHOT_EVERY * 3)]
-    assert deltas == [f"{b:012d}.delta" for b in range(SNAPSHOT_EVERY * 2 + 1, n)]
+    # a snapshot after every SNAPSHOT_EVERY batches (9, 19, 29: the 10th delta is never read), two kept
+    assert snaps == [f"{b:012d}.snapshot" for b in (SNAPSHOT_EVERY * 2 - 1, SNAPSHOT_EVERY * 3 - 1)]
+    assert deltas == [f"{b:012d}.delta" for b in range(SNAPSHOT_EVERY * 2, n)]
     # a re-run of the last batch starts from the state before it, snapshot and all
     last = BatchStore({"dir": uri, "component": "count", "task": 0, "tasks": 1, "batch": n - 1})
     assert last.load("count", 0) == read_state(uri, "count", 0, upto_batch=n - 2)
+
+
+def test_a_task_with_rows_in_few_batches_still_writes_snapshots(tmp_path):
+    uri = f"file://{tmp_path}"
+    for b in range(0, 7 * SNAPSHOT_EVERY, 7):  # never a batch id divisible by the period's
+        s = BatchStore({"dir": uri, "component": "count", "task": 0, "tasks": 1, "batch": b})
+        _write(s, 1, {"n": b})
+        s.close()
+    files = [p.name for p in (tmp_path / "count" / "task-0").iterdir()]
+    assert sum(f.endswith(".snapshot") for f in files) >= 1
+    assert sum(f.endswith(".delta") for f in files) < 2 * SNAPSHOT_EVERY
+    assert read_state(uri, "count", 0) == {"n": 7 * (SNAPSHOT_EVERY - 1)}

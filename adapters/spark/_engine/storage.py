@@ -99,7 +99,14 @@ class Location:
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         with self.fs.open_output_stream(tmp) as f:
             f.write(data)
-        self.fs.move(tmp, path)
+        try:
+            self.fs.move(tmp, path)  # a local rename replaces the file at once
+        except OSError:
+            # HDFS renames onto no existing file: the old one goes first. A crash between the
+            # two leaves the file missing, never torn (the callers' files are rewritten only by
+            # the attempt that owns them).
+            self.delete(*parts)
+            self.fs.move(tmp, path)
 
     def list(self, *parts: str) -> list[str]:
         """The names in a folder (none if it does not exist)."""

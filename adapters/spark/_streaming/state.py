@@ -12,9 +12,10 @@ named by batch id, each written whole (``Location.write``):
 
 * ``<b>.delta``: the changes of batch *b* (``{"put": {...}, "delete": [...]}``),
   rewritten whole at each checkpoint of the attempt;
-* ``<b>.snapshot``: the whole state after batch *b*, every
-  :data:`SNAPSHOT_EVERY` batches; files older than the snapshot before the
-  last one are removed.
+* ``<b>.snapshot``: the whole state after batch *b*, written when the
+  task would otherwise read :data:`SNAPSHOT_EVERY` deltas (every 10 batches
+  that have rows for it); files older than the snapshot before the last one
+  are removed.
 
 Opened for batch *b*, the state is the latest snapshot below *b* and the
 deltas after it below *b*: every batch below *b* was committed by Spark (the
@@ -45,7 +46,7 @@ __all__ = ["BatchStore", "PROVIDER", "SNAPSHOT_EVERY", "read_state"]
 
 #: ``topology.state.provider`` of the engine's stateful stages
 PROVIDER = "multilang.adapters.spark._streaming.state:BatchStore"
-#: a task writes its whole state every this many batches (and reads at most this many deltas)
+#: a task writes its whole state every this many of its batches (and so reads fewer deltas than this)
 SNAPSHOT_EVERY = 10
 
 
@@ -67,26 +68,28 @@ def _files(folder: Location) -> tuple[list[int], list[int]]:
     return sorted(snaps), sorted(deltas)
 
 
-def _load(folder: Location, below: int | None) -> dict[str, Any]:
-    """The state after every batch below ``below`` (None: every batch)."""
+def _load(folder: Location, below: int | None) -> tuple[dict[str, Any], int]:
+    """The state after every batch below ``below`` (None: every batch), and
+    how many deltas were read after the last snapshot."""
     snaps, deltas = _files(folder)
     if below is not None:
         snaps, deltas = [b for b in snaps if b < below], [b for b in deltas if b < below]
     state: dict[str, Any] = {}
-    base = -1
+    base, read = -1, 0
     try:
         if snaps:
             base = snaps[-1]
             state = orjson.loads(folder.read(f"{base:012d}.snapshot") or b"{}")
         for b in deltas:
             if b > base:
+                read += 1
                 d = orjson.loads(folder.read(f"{b:012d}.delta") or b"{}")
                 for k in d.get("delete", ()):
                     state.pop(k, None)
                 state.update(d.get("put", {}))
     except orjson.JSONDecodeError as exc:
         raise TopologyError(f"state store {folder}: a file is damaged ({exc})") from None
-    return state
+    return state, read
 
 
 class BatchStore(StateStore):
@@ -115,7 +118,9 @@ class BatchStore(StateStore):
                 raise TopologyError(
                     f"state of bolt {self.component!r} in {comp}: written with {stored} task(s), but this topology "
                     f"runs {self.tasks}; a key's task depends on the parallelism: keep it, or use another --checkpoint")
-            self._base = _load(self.folder, self.batch)
+            self._base, deltas = _load(self.folder, self.batch)
+            #: this batch writes the whole state too: the next one would read SNAPSHOT_EVERY deltas
+            self._snapshot = deltas + 1 >= SNAPSHOT_EVERY
         except (OSError, ValueError, KeyError) as exc:
             raise TopologyError(f"state store {self.folder}: {exc}") from None
         self._put: dict[str, Any] = {}
@@ -139,7 +144,7 @@ class BatchStore(StateStore):
                 self._put[k] = v
         name = f"{self.batch:012d}"
         self.folder.write(orjson.dumps({"put": self._put, "delete": sorted(self._delete)}), f"{name}.delta")
-        if self.batch % SNAPSHOT_EVERY == 0:
+        if self._snapshot:
             self.folder.write(orjson.dumps(self.load(self.component, 0)), f"{name}.snapshot")
             snaps, deltas = _files(self.folder)
             older = [b for b in snaps if b < self.batch]
@@ -170,4 +175,4 @@ def read_state(directory: str | Location, component: str, task: int, upto_batch:
     """A task's state after the last committed batch (``upto_batch``: the
     last batch Spark committed; the files of a batch above it are not counted)."""
     state = directory if isinstance(directory, Location) else Location(str(directory))
-    return _load(_folder(state, component, task), None if upto_batch is None else upto_batch + 1)
+    return _load(_folder(state, component, task), None if upto_batch is None else upto_batch + 1)[0]
