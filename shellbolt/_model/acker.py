@@ -16,6 +16,14 @@ accumulates the edge ids of the tuples later anchored to it (``ack_val``).
 Order of init and updates does not matter (XOR commutes), which is what lets
 the runtime register a root after its first edges are already on their way.
 
+**Partitioned by worker** (``topology.workers`` > 1, Storm's acker executors
+keyed by root id): each worker's acker owns the roots its spouts register,
+drawn so that ``root % workers`` is that worker. An ack or fail of a root
+another worker owns is not applied here but queued for its owner
+(:meth:`Acker.take_remote`), which applies it with :meth:`Acker.apply_remote`;
+XOR commuting is what makes the order and batching of those messages free.
+So a tree completes, fails and times out where its spout is, as with one.
+
 **One-hop tokens.** A reliable spout tuple sent to one task is most often
 the whole of what its task does with it before acking (a bolt whose emits
 are topology outputs, ``multilang pipe``). So :meth:`Acker.spout_emits` and
@@ -81,9 +89,15 @@ class Acker:
     """Tracks tuple trees. Call :meth:`completed` / :meth:`failed_roots` after
     updates to learn what to tell the spouts."""
 
-    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = random.getrandbits) -> None:
+    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = random.getrandbits,
+                 worker: int = 0, workers: int = 1) -> None:
         self.timeout = timeout
         self._rand = rand
+        #: this acker's worker, of ``workers``: it owns the roots r with r % workers == worker
+        self.worker, self.workers = worker, workers
+        #: owner -> the acks (root, xor) and fails (root, cause) of its roots, not sent yet
+        self._remote_acks: dict[int, list[tuple[int, int]]] = {}
+        self._remote_fails: dict[int, list[tuple[int, str | None]]] = {}
         self.roots: dict[int, Root] = {}
         # Acks of roots not (or no longer) registered: root -> [xor, drop-after].
         self._early: dict[int, list[Any]] = {}
@@ -105,6 +119,37 @@ class Acker:
     def new_id(self) -> int:
         return self._rand(64) or new_edge_id(self._rand)  # zero (p = 2^-64) draws again
 
+    def new_root(self) -> int:
+        """A fresh root id this acker owns."""
+        r = self.new_id()
+        n = self.workers
+        if n > 1:
+            r = r - r % n + self.worker
+            if r > _MASK:
+                r -= n
+            if r == 0:  # (worker 0, p = n * 2^-64)
+                return self.new_root()
+        return r
+
+    def owner(self, r: int) -> int:
+        """The worker whose acker owns root ``r``."""
+        return r % self.workers
+
+    def take_remote(self) -> dict[int, tuple[list[tuple[int, int]], list[tuple[int, str | None]]]]:
+        """The acks and fails queued for other workers' roots since the last
+        call, by owner: ``{owner: ([(root, xor)], [(root, cause)])}``."""
+        out = {w: (self._remote_acks.pop(w, []), self._remote_fails.pop(w, []))
+               for w in set(self._remote_acks) | set(self._remote_fails)}
+        return out
+
+    def apply_remote(self, acks: list[tuple[int, int]], fails: list[tuple[int, str | None]]) -> None:
+        """Acks and fails of this acker's roots, from the other workers."""
+        ack_root = self._ack_root
+        for r, x in acks:
+            ack_root(r, x)
+        for r, cause in fails:
+            self.fail_root(r, cause)
+
     # -- spout side ---------------------------------------------------------
 
     def init(self, root: int, value: int, spout_task: int, msg_id: Any, now: float) -> None:
@@ -122,7 +167,7 @@ class Acker:
     def spout_emit(self, spout_task: int, msg_id: Any, n_targets: int, now: float) -> tuple[int, list[TupleEdges]]:
         """A reliable spout emit to ``n_targets`` tasks: returns the root id and
         one :class:`TupleEdges` per target."""
-        root = self.new_id()
+        root = self.new_root()
         if n_targets == 1:  # the common case, without the loop
             e = self.new_id()
             self.init(root, e, spout_task, msg_id, now)
@@ -138,14 +183,15 @@ class Acker:
 
     def spout_root(self, spout_task: int, msg_id: Any, now: float) -> int:
         """A reliable spout emit to one task: its one-hop token (the root id)."""
-        root = self.new_id()
+        root = self.new_root()
         self.init(root, root, spout_task, msg_id, now)
         return root
 
     def spout_emits(self, spout_task: int, msg_ids: list[Any], now: float) -> list[int]:
         """:meth:`spout_root` for a run of reliable emits to one task each,
         in one call: one one-hop token per emit (bench/host_pipe.py)."""
-        new_id, roots, early, deadline = self.new_id, self.roots, self._early, now + self.timeout
+        new_id = self.new_id if self.workers == 1 else self.new_root
+        roots, early, deadline = self.roots, self._early, now + self.timeout
         self._now = max(self._now, now)
         out = []
         for msg_id in msg_ids:
@@ -214,6 +260,9 @@ class Acker:
     def _ack_root(self, r: int, x: int) -> None:
         root = self.roots.get(r)
         if root is None:
+            if self.workers > 1 and r % self.workers != self.worker:  # another worker's tree: its acker's
+                self._remote_acks.setdefault(r % self.workers, []).append((r, x))
+                return
             # Not registered yet (XOR commutes, §7.1), or a late ack of a
             # finished tree (§7.4): kept aside, and dropped after the
             # message timeout if no registration claims it.
@@ -267,6 +316,9 @@ class Acker:
 
     def fail_root(self, r: int, cause: str | None = None) -> None:
         root = self.roots.pop(r, None)
+        if root is None and self.workers > 1 and r % self.workers != self.worker:
+            self._remote_fails.setdefault(r % self.workers, []).append((r, cause))
+            return
         if root is not None:
             if r in self.watch and self.watch_failed is None:
                 self.watch_failed = cause or "failed"
@@ -280,9 +332,12 @@ class Acker:
         once its tree is replayed, do it twice). An unanchored tuple (no
         roots) is always live."""
         if type(t) is int:
-            return t in self.roots
+            return t in self.roots or self.workers > 1 and t % self.workers != self.worker
         ids = t.ids  # type: ignore[union-attr]
-        return not ids or not self.roots.keys().isdisjoint(ids)
+        if not ids or not self.roots.keys().isdisjoint(ids):
+            return True
+        # another worker's tree: whether it is still wanted is its acker's to say
+        return self.workers > 1 and any(r % self.workers != self.worker for r in ids)
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""
