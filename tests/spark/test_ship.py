@@ -106,3 +106,20 @@ def test_a_folder_too_large_to_ship_is_an_error_naming_its_largest_files(folder,
         ship.pack(folder)
     with pytest.raises(TopologyError, match="does not exist"):
         ship.pack(folder / "nowhere")
+
+
+def test_a_spouts_missing_script_is_one_error_naming_the_host_and_the_command(spark, tmp_path):
+    from multilang.adapters.spark import register_source
+
+    register_source(spark)
+    df = (spark.readStream.format("multilang").option("command", '["python", "no_such_spout.py"]')
+          .option("fields", "line").option("cwd", str(tmp_path)).option("replayLog", str(tmp_path / "replay")).load())
+    q = df.writeStream.format("memory").queryName("missing_spout").trigger(availableNow=True).start()
+    try:
+        with pytest.raises(Exception) as info:  # the query stops with the source's error
+            q.awaitTermination(120)
+        text = spark_error_text(info.value)
+    finally:
+        q.stop()
+    assert text.startswith(f"TopologyError: on {socket.gethostname()} (the driver, where spouts run): spout "), text
+    assert "script 'no_such_spout.py' not found (commands run in " in text

@@ -110,14 +110,15 @@ class SpoutHost:
             argv[0] = sys.executable  # a spout importing multilang runs with this installation
         self.argv = argv
         self.cwd, env = opts.cwd, opts.env
-        if opts.archive:  # shipped with the job: the spout runs in its copy on this executor (ship.py)
+        if opts.archive:  # shipped with the job: the spout runs in its unpacked copy (ship.py)
             root = unpacked(opts.archive)
             self.cwd, env = os.path.join(root, opts.cwd or ""), with_libraries(root, env)
         self.env = {**os.environ, **env}
         if spawn is spawn_child:  # a missing script or interpreter: one clear error, not a crash loop
             problem = command_problem(argv, self.cwd or os.getcwd(), self.env.get("PATH"))
             if problem is not None:
-                raise TopologyError(f"on executor {executor_name()}: spout {opts.component!r}: {problem}")
+                raise TopologyError(f"on {executor_name()} (the driver, where spouts run): spout "
+                                    f"{opts.component!r}: {problem}")
         self.conf = spout_conf(opts)
         self.pconf = ProcessConf.from_conf(self.conf)
         self.supervision = Supervision(RestartPolicy.from_conf(self.pconf), component=opts.component, log=log)
