@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import click
 import orjson
+import trio
 
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
@@ -49,6 +50,9 @@ from .summary import print_summary
 @click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Record every frame each shell task reads and writes in DIR (a new or empty directory; bounded "
                    "by multilang.record.*), for multilang replay (docs/OBSERVE.md).")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Host worker processes (Storm's topology.workers; default: the conf key, else 1): the tasks are "
+                   "dealt round-robin to N processes, so the host uses N cores (docs/WORKERS.md).")
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
                    "to resume after a crash. Default: a temporary directory, gone after the run.")
@@ -84,7 +88,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
         metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False,
-        archives: str | None = None) -> None:
+        archives: str | None = None, workers: int | None = None) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     from multilang.shellbolt import load_topology
 
@@ -152,6 +156,12 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                            duration=duration, max_tuples=max_tuples, output=stream,
                                            progress=progress, dead_letter=dead_letter, spark_conf=spark_conf))
+        n_workers = workers or int(topology.conf.get("topology.workers") or 1)
+        if n_workers > 1:
+            _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
+                         given=[f for f, v in (("--max-tuples", max_tuples), ("--metrics-file", metrics_file),
+                                               ("--metrics-port", metrics_port), ("--record", record_dir),
+                                               ("--dead-letter", dead_letter), ("--state-dir", state_dir)) if v])
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -199,6 +209,26 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     if signum is not None:
         interrupted(signum, bool(topology.output.key))
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
+
+def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
+                 given: list[str]) -> None:
+    """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
+    from multilang.shellbolt._workers.coordinator import run_workers
+
+    if given:
+        click.echo(f"error: {', '.join(given)} with --workers {workers}: not yet (issue 35 is in progress on this "
+                   "branch); run with one worker", err=True)
+        raise SystemExit(EXIT_USAGE)
+    out = Output(output)
+    start = time.monotonic()
+    result = trio.run(lambda: run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)),
+                                          duration=duration, until_done=until_done is not False))
+    for record in result.outputs:
+        out.line(orjson.dumps(record))
+    out.flush()
+    print_summary(result, time.monotonic() - start, None)
+    raise SystemExit(exit_code(result, None))
+
 
 def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:
     """The run's metrics consumers (docs/OBSERVE.md): --metrics-file,

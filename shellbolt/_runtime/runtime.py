@@ -61,13 +61,19 @@ class Runtime:
     def __init__(
         self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None,
         on_tracked_output: Callable[[str, str, list[Any], list[int]], None] | None = None,
-        checkpointing: bool = True,
+        checkpointing: bool = True, placement: Any = None,
     ) -> None:
         self.topology = topology
+        #: host workers (``topology.workers``, shellbolt/_workers): this process's ``worker`` of
+        #: ``workers``, ``where`` (task id -> worker) and ``remote(runtime, comp, task_id)``, the
+        #: stand-in of a task another worker runs; None: every task runs here
+        self.placement = placement
         self.on_tracked_output = on_tracked_output
         conf = topology.conf
         self.acking = conf.get("topology.acker.executors") != 0
-        self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
+        timeout = float(conf.get("topology.message.timeout.secs") or 30)
+        self.acker = Acker(timeout) if placement is None else \
+            Acker(timeout, worker=placement.worker, workers=placement.workers)
         self.max_spout_pending = conf.get("topology.max.spout.pending")
         self.stats = {name: ComponentStats() for name in topology.components}
         #: run-wide observations for observe.snapshot (the live view, metrics)
@@ -133,8 +139,12 @@ class Runtime:
         for comp in topo.components.values():
             if comp.is_shell:
                 topo.resolve_command(comp)  # a missing program is a TopologyError now, not a crash loop
+        placement = self.placement
         for comp in topo.components.values():
             for t in comp.tasks:
+                if placement is not None and placement.where[t] != placement.worker:
+                    self.tasks[t] = placement.remote(self, comp, t)
+                    continue
                 if comp.kind == "spout":
                     cls = ShellSpoutTask if comp.is_shell else PythonSpoutTask
                 else:
@@ -732,6 +742,8 @@ class Runtime:
         while True:
             await trio.sleep(freq)
             for task_id in comp.tasks:
+                if getattr(self.tasks[task_id], "remote", False):
+                    continue  # its own worker ticks it
                 self.tasks[task_id].deliver(Delivery([int(freq) if freq == int(freq) else freq], SYSTEM_COMPONENT,
                                                      TICK_STREAM, SYSTEM_TASK, TICK_EDGES, tick=True))
 
