@@ -213,7 +213,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
                  given: list[str]) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
-    from multilang.shellbolt._workers.coordinator import run_workers
+    from multilang.shellbolt import run_workers
 
     if given:
         click.echo(f"error: {', '.join(given)} with --workers {workers}: not yet (issue 35 is in progress on this "

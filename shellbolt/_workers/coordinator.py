@@ -35,6 +35,7 @@ class _Worker:
         self.status: dict[str, Any] | None = None
         self.result: dict[str, Any] | None = None
         self.restarts = 0
+        self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
 
 
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
@@ -61,6 +62,12 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                      str(workers)], start_new_session=True)
 
             async def serve(conn: trio.SocketStream) -> None:
+                try:
+                    await _serve(conn)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # a worker died: watch() sees it
+
+            async def _serve(conn: trio.SocketStream) -> None:
                 frames = Frames()
                 w: _Worker | None = None
                 async for data in conn:
@@ -69,6 +76,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         if kind == "hello":
                             w = ws[msg[1]]
                             w.conn = conn
+                            if w.restarts:  # back: the others may send to it again
+                                await broadcast(("peer_up", w.index), but=w)
                         elif kind == "out":
                             for component, stream, values, roots in msg[1]:
                                 view._outputs(component, stream, [values], [None])
@@ -76,20 +85,42 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             ws[msg[1]].status = msg[2]
                         elif kind == "result":
                             ws[msg[1]].result = msg[2]
+                        elif kind == "reset":
+                            ws[msg[1]].resets.add(msg[2])
 
             async def accept() -> None:
                 while True:
                     conn = await listener.accept()
                     nursery.start_soon(serve, conn)
 
+            async def broadcast(msg: Any, but: _Worker | None = None) -> list[_Worker]:
+                sent = []
+                for o in ws:
+                    if o is not but and o.conn is not None:
+                        try:
+                            await o.conn.send_all(encode(msg))
+                            sent.append(o)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            pass
+                return sent
+
             async def watch(w: _Worker) -> None:
                 while True:
                     assert w.proc is not None
-                    await w.proc.wait()
+                    code = await w.proc.wait()
                     if w.result is not None or stopping.is_set():
                         return
-                    w.restarts += 1  # killed: start it again; its trees time out and are replayed
+                    # Killed: the others stop sending to it and fail their trees (replayed, at least once),
+                    # then it starts again and they may send to it once it is back (peer_up).
+                    w.restarts += 1
                     w.conn, w.status = None, None
+                    cause = f"host worker {w.index} (pid {w.proc.pid}) died ({code}); restarted"
+                    told = await broadcast(("peer_lost", w.index, cause), but=w)
+                    with trio.move_on_after(10):
+                        while not all(w.index in o.resets or o.conn is None for o in told):
+                            await trio.sleep(0.01)
+                    for o in told:
+                        o.resets.discard(w.index)
                     await start(w)
 
             stopping = trio.Event()
@@ -112,8 +143,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     st = [w.status for w in ws]
                     if not until_done or any(s is None for s in st):
                         continue
-                    now = tuple((s["sent"], s["received"], s["emitted"]) for s in st)  # type: ignore[index]
-                    quiet = all(s["done"] for s in st) and sum(s["sent"] for s in st) == sum(s["received"] for s in st)  # type: ignore[index]
+                    now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()), s["emitted"])  # type: ignore[index]
+                                for s in st)
+                    quiet = all(s["done"] for s in st) and all(  # type: ignore[index]
+                        st[a]["sent"][b] == st[b]["received"][a]  # type: ignore[index]
+                        for a in range(workers) for b in range(workers) if a != b)
                     if quiet and now == seen:
                         break
                     seen = now if quiet else None

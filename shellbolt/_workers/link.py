@@ -96,8 +96,11 @@ class Link:
         self._wake = trio.Event()
         self._space = trio.Event()
         self._conns: dict[int, trio.SocketStream] = {}
-        self.sent = 0  # deliveries and acker messages sent to other workers
-        self.received = 0
+        #: peer -> deliveries and acker messages sent to it / received from it, since it (re)started
+        self.sent = dict.fromkeys(self._out, 0)
+        self.received = dict.fromkeys(self._out, 0)
+        #: peers that died and are not back: what goes to them waits (bounded: producers wait for space)
+        self.down: set[int] = set()
         self.outputs: list[tuple[str, str, list[Any], list[int]]] = []
         self.main: trio.SocketStream | None = None
         self._main_lock = trio.Lock()
@@ -127,6 +130,29 @@ class Link:
         async with self._main_lock:
             await self.main.send_all(encode(msg))
 
+    def peer_lost(self, peer: int, cause: str) -> None:
+        """Worker ``peer`` died (the main process says so): nothing more goes
+        to it until it is back, the counts with it start again, and every
+        tree this worker owns is failed at once, as any may have had a tuple
+        there (its spout replays it: at least once), instead of timing out."""
+        self.down.add(peer)
+        self._out[peer] = {}
+        self._count[peer] = 0
+        self.sent[peer] = self.received[peer] = 0
+        conn = self._conns.pop(peer, None)
+        if conn is not None:
+            conn.socket.close()
+        rt = self.runtime
+        for r in list(rt.acker.roots):
+            rt.acker.fail_root(r, cause)
+        rt.settle()
+        space, self._space = self._space, trio.Event()
+        space.set()
+
+    def peer_up(self, peer: int) -> None:
+        self.down.discard(peer)
+        self.wake()
+
     def output(self, component: str, stream: str, values: list[Any], roots: list[int]) -> None:
         """A topology output (the runtime's on_tracked_output): the main process keeps the view."""
         self.outputs.append((component, stream, values, roots))
@@ -151,6 +177,8 @@ class Link:
             return conn
         path = socket_path(self.directory, peer)
         while True:
+            if peer in self.down:
+                raise trio.ClosedResourceError(f"worker {peer} is down")
             try:
                 conn = await trio.open_unix_socket(path)
                 break
@@ -166,20 +194,21 @@ class Link:
                 await self._wake.wait()
             self._wake = trio.Event()
             remote = rt.acker.take_remote()
-            for peer, batch in self._out.items():
+            for peer, batch in list(self._out.items()):
                 acks, fails = remote.pop(peer, ([], []))
-                if not batch and not acks and not fails:
+                if not batch and not acks and not fails or peer in self.down:
                     continue
                 self._out[peer] = {}
                 n_rows = sum(map(len, batch.values()))
                 n = n_rows + len(acks) + len(fails)
                 try:
                     conn = await self._connect(peer)
-                    await conn.send_all(encode((batch, acks, fails)))
+                    await conn.send_all(encode((self.worker, batch, acks, fails)))
+                    if peer not in self.down:
+                        self.sent[peer] += n
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    self._conns.pop(peer, None)  # a worker that died: its trees time out and are replayed
-                self.sent += n
-                self._count[peer] -= n_rows
+                    self._conns.pop(peer, None)  # it died: the main process will say so (peer_lost)
+                self._count[peer] = max(self._count[peer] - n_rows, 0)
                 space, self._space = self._space, trio.Event()
                 space.set()
             if self.outputs and self.main is not None:
@@ -187,12 +216,20 @@ class Link:
                 await self.send_main(("out", outs))
 
     async def _reader(self, stream: trio.SocketStream) -> None:
+        try:
+            await self._read(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # a peer died: the main process says so (peer_lost)
+
+    async def _read(self, stream: trio.SocketStream) -> None:
         rt = self.runtime
         frames = Frames()
         tasks = rt.tasks
         async with stream:
             async for data in stream:
-                for batch, acks, fails in frames.feed(data):
+                for sender, batch, acks, fails in frames.feed(data):
+                    if sender in self.down:
+                        continue  # from a process of it that died: its trees were failed
                     touched: set[Task] = set()
                     n = len(acks) + len(fails)
                     for task_id, rows in batch.items():
@@ -203,7 +240,7 @@ class Link:
                     if acks or fails:
                         rt.acker.apply_remote(acks, fails)
                         rt.settle()
-                    self.received += n
+                    self.received[sender] += n
                     for t in touched:
                         t.kick()
                     for t in touched:

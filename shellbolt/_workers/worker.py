@@ -73,6 +73,14 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         await link.send_main(("hello", worker, os.getpid()))
 
         async def control() -> None:
+            try:
+                await _control()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            rt.abort()  # the main process is gone: stop now, no orphans
+            nursery.cancel_scope.cancel()
+
+        async def _control() -> None:
             frames = Frames()
             async for data in main:
                 for msg in frames.feed(data):
@@ -80,8 +88,11 @@ async def _run(directory: str, worker: int, workers: int) -> None:
                         await link.send_main(("status", worker, _status(rt, link)))
                     elif msg[0] == "stop":
                         rt.request_stop(msg[1])
-            rt.abort()  # the main process is gone: stop now, no orphans
-            nursery.cancel_scope.cancel()
+                    elif msg[0] == "peer_lost":
+                        link.peer_lost(msg[1], msg[2])
+                        await link.send_main(("reset", worker, msg[1]))
+                    elif msg[0] == "peer_up":
+                        link.peer_up(msg[1])
 
         nursery.start_soon(control)
         result = await rt.run()  # until the main process says stop
