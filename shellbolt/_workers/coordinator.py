@@ -79,8 +79,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             if w.restarts:  # back: the others may send to it again
                                 await broadcast(("peer_up", w.index), but=w)
                         elif kind == "out":
-                            for component, stream, values, roots in msg[1]:
-                                view._outputs(component, stream, [values], [None])
+                            if on_output is not None:
+                                for record in msg[1]:
+                                    on_output(record)
                         elif kind == "status":
                             ws[msg[1]].status = msg[2]
                         elif kind == "result":
@@ -168,6 +169,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             if w.proc is not None and w.proc.returncode is None:
                 w.proc.kill()
         shutil.rmtree(directory, ignore_errors=True)
+    for w in ws:
+        view.outputs_by_key.update((w.result or {}).get("view", {}))
     result = view.result()
     for w in ws:
         r = w.result or {}

@@ -101,7 +101,7 @@ class Link:
         self.received = dict.fromkeys(self._out, 0)
         #: peers that died and are not back: what goes to them waits (bounded: producers wait for space)
         self.down: set[int] = set()
-        self.outputs: list[tuple[str, str, list[Any], list[int]]] = []
+        self.outputs: list[dict[str, Any]] = []
         self.main: trio.SocketStream | None = None
         self._main_lock = trio.Lock()
         self.stopping = False
@@ -153,9 +153,9 @@ class Link:
         self.down.discard(peer)
         self.wake()
 
-    def output(self, component: str, stream: str, values: list[Any], roots: list[int]) -> None:
-        """A topology output (the runtime's on_tracked_output): the main process keeps the view."""
-        self.outputs.append((component, stream, values, roots))
+    def output(self, record: dict[str, Any]) -> None:
+        """An output record of a topology without a keyed view: the main process writes it."""
+        self.outputs.append(record)
         self.wake()
 
     # -- running -------------------------------------------------------------------------

@@ -62,7 +62,9 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         topology, run_args = pickle.load(f)
     where = placement(topology, workers)
     link = Link(directory, worker, workers, where)
-    rt = Runtime(topology, on_tracked_output=link.output, checkpointing=False,
+    # A keyed output view is kept here (the keys of a task are its own) and sent with the result;
+    # other outputs go to the main process as they come.
+    rt = Runtime(topology, on_output=link.output, checkpointing=False,
                  placement=Placement(worker, workers, where, link))
     link.runtime = rt
     main = await trio.open_unix_socket(socket_path(directory, "main"))
@@ -101,7 +103,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         await link.send_main(("result", worker, {
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
-            "dead_letters": result.dead_letters, "cpu": _cpu()}))
+            "dead_letters": result.dead_letters, "cpu": _cpu(), "view": rt.outputs_by_key}))
         nursery.cancel_scope.cancel()
 
 
