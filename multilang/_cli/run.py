@@ -161,7 +161,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
                          given=[f for f, v in (("--max-tuples", max_tuples), ("--metrics-file", metrics_file),
                                                ("--metrics-port", metrics_port), ("--record", record_dir),
-                                               ("--dead-letter", dead_letter), ("--state-dir", state_dir)) if v])
+                                               ("--dead-letter", dead_letter)) if v])
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)

@@ -45,6 +45,8 @@ from typing import Any, Callable
 __all__ = ["Acker", "Root", "TupleEdges", "new_edge_id", "edges_of", "roots_of"]
 
 _MASK = (1 << 64) - 1
+#: rollback epochs a root id tells apart (workers > 1): a tuple 256 rollbacks old would pass for live
+_EPOCHS = 256
 
 
 def new_edge_id(rand: Callable[[int], int] = random.getrandbits) -> int:
@@ -98,6 +100,12 @@ class Acker:
         #: owner -> the acks (root, xor) and fails (root, cause) of its roots, not sent yet
         self._remote_acks: dict[int, list[tuple[int, int]]] = {}
         self._remote_fails: dict[int, list[tuple[int, str | None]]] = {}
+        #: the run's rollback epoch (workers > 1): a root carries it (bits above the worker's), and a tuple
+        #: of another worker's tree of an earlier epoch is not live: every tree then in flight was failed
+        self.epoch = 0
+        #: roots of this acker's that failed since the last take (workers > 1): the other workers hear
+        #: of them, as a worker that touched one with a stateful task must roll back (§9.7)
+        self.failed_out: list[int] = []
         self.roots: dict[int, Root] = {}
         # Acks of roots not (or no longer) registered: root -> [xor, drop-after].
         self._early: dict[int, list[Any]] = {}
@@ -124,10 +132,11 @@ class Acker:
         r = self.new_id()
         n = self.workers
         if n > 1:
-            r = r - r % n + self.worker
+            m = n * _EPOCHS
+            r = r - r % m + (self.epoch % _EPOCHS) * n + self.worker
             if r > _MASK:
-                r -= n
-            if r == 0:  # (worker 0, p = n * 2^-64)
+                r -= m
+            if r == 0:  # (worker 0, epoch 0: p = m * 2^-64)
                 return self.new_root()
         return r
 
@@ -320,11 +329,20 @@ class Acker:
             self._remote_fails.setdefault(r % self.workers, []).append((r, cause))
             return
         if root is not None:
+            if self.workers > 1:
+                self.failed_out.append(r)
             if r in self.watch and self.watch_failed is None:
                 self.watch_failed = cause or "failed"
             self.stats["failed"] += 1
             self._failed.append((root.spout_task, root.msg_id))
             self._causes.append(cause)
+
+    def complete_root(self, r: int) -> None:
+        """Take tree ``r`` as complete whatever acks are still to come: a
+        checkpoint committed it, and the worker holding its last acks died
+        (shellbolt/_workers). Its later acks are ignored, as a finished tree's."""
+        if r in self.roots:
+            self._complete(r)
 
     def is_live(self, t: "int | TupleEdges") -> bool:
         """False if ``t`` belongs to trees that have all completed, failed or
@@ -332,12 +350,16 @@ class Acker:
         once its tree is replayed, do it twice). An unanchored tuple (no
         roots) is always live."""
         if type(t) is int:
-            return t in self.roots or self.workers > 1 and t % self.workers != self.worker
+            return t in self.roots or self.workers > 1 and self._remote_live(t)
         ids = t.ids  # type: ignore[union-attr]
         if not ids or not self.roots.keys().isdisjoint(ids):
             return True
-        # another worker's tree: whether it is still wanted is its acker's to say
-        return self.workers > 1 and any(r % self.workers != self.worker for r in ids)
+        # another worker's tree: live if it began in this epoch (a rollback failed every earlier one)
+        return self.workers > 1 and any(map(self._remote_live, ids))
+
+    def _remote_live(self, r: int) -> bool:
+        n = self.workers
+        return r % n != self.worker and (r // n) % _EPOCHS == self.epoch % _EPOCHS
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""

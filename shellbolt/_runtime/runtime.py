@@ -118,7 +118,8 @@ class Runtime:
         self._build()
         #: stateful bolts' checkpoints (§9.7); opens a named state store now
         try:
-            self.checkpoints = Checkpointer(self) if checkpointing else None
+            self.checkpoints = (None if not checkpointing else Checkpointer(self) if placement is None
+                                else placement.checkpointer(self))
         except TopologyError as exc:  # named with the file it came from, as every topology error is
             source = topology.source
             raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None

@@ -18,13 +18,15 @@ from typing import Any, Callable
 import trio
 
 from .._model.results import RunResult
+from multilang.errors import TopologyError
+
 from .._model.topology import Topology
 from .link import socket_path
 from .wire import Frames, encode
 
 __all__ = ["run_workers"]
 
-_POLL = 0.05
+_POLL = 0.01
 
 
 class _Worker:
@@ -36,6 +38,19 @@ class _Worker:
         self.result: dict[str, Any] | None = None
         self.restarts = 0
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
+        self.lock = trio.Lock()  # one sender at a time on its connection
+
+    async def send(self, msg: Any) -> bool:
+        """Send a message; False if its connection is gone (it died: watch() sees it)."""
+        conn = self.conn
+        if conn is None:
+            return False
+        async with self.lock:
+            try:
+                await conn.send_all(encode(msg))
+                return True
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
 
 
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
@@ -44,6 +59,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     from .._runtime.runtime import Runtime
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
+    ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     directory = tempfile.mkdtemp(prefix="multilang-workers-")  # 0700: only this user's processes connect
     with open(os.path.join(directory, "topology.pickle"), "wb") as f:
         pickle.dump((topology, {}), f)
@@ -76,6 +92,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         if kind == "hello":
                             w = ws[msg[1]]
                             w.conn = conn
+                            await w.send(("epoch", ck.epoch))
                             if w.restarts:  # back: the others may send to it again
                                 await broadcast(("peer_up", w.index), but=w)
                         elif kind == "out":
@@ -88,6 +105,16 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             ws[msg[1]].result = msg[2]
                         elif kind == "reset":
                             ws[msg[1]].resets.add(msg[2])
+                        elif kind == "prepared":
+                            ck.prepared[msg[1]] = (msg[2], msg[3])
+                            await ck.step(None, broadcast, workers)
+                        elif kind == "cut":
+                            if msg[2] == ck.epoch:
+                                ck.cuts.add(msg[1])
+                                await ck.step(None, broadcast, workers)
+                        elif kind == "rollback":
+                            if msg[1] == ck.epoch:  # (asked for once per epoch, by whoever saw it first)
+                                await rollback(msg[2])
 
             async def accept() -> None:
                 while True:
@@ -95,15 +122,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     nursery.start_soon(serve, conn)
 
             async def broadcast(msg: Any, but: _Worker | None = None) -> list[_Worker]:
-                sent = []
-                for o in ws:
-                    if o is not but and o.conn is not None:
-                        try:
-                            await o.conn.send_all(encode(msg))
-                            sent.append(o)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            pass
-                return sent
+                return [o for o in ws if o is not but and await o.send(msg)]
+
+            async def rollback(cause: str) -> None:
+                async with ck.lock:  # not between a checkpoint's write and its commit going out
+                    ck.epoch += 1
+                    ck.rollbacks += 1
+                    ck.state = "idle"
+                    await broadcast(("rollback", cause, ck.epoch))
 
             async def watch(w: _Worker) -> None:
                 while True:
@@ -116,12 +142,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     w.restarts += 1
                     w.conn, w.status = None, None
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({code}); restarted"
-                    told = await broadcast(("peer_lost", w.index, cause), but=w)
+                    async with ck.lock:  # (a commit that went out reaches the others first)
+                        told = await broadcast(("peer_lost", w.index, cause), but=w)
                     with trio.move_on_after(10):
                         while not all(w.index in o.resets or o.conn is None for o in told):
                             await trio.sleep(0.01)
                     for o in told:
                         o.resets.discard(w.index)
+                    await rollback(cause)  # its stateful tasks' changes since the last checkpoint are gone
                     await start(w)
 
             stopping = trio.Event()
@@ -135,14 +163,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     await trio.sleep(_POLL)
                     for w in ws:
                         w.status = None
-                        if w.conn is not None:
-                            try:
-                                await w.conn.send_all(encode(("status",)))
-                            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                                pass
+                        await w.send(("status",))
                     await trio.sleep(_POLL)
                     st = [w.status for w in ws]
-                    if not until_done or any(s is None for s in st):
+                    if any(s is None for s in st):
+                        continue
+                    await ck.step(st, broadcast, workers)
+                    if not until_done or ck.state != "idle":
                         continue
                     now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()), s["emitted"])  # type: ignore[index]
                                 for s in st)
@@ -150,14 +177,17 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         st[a]["sent"][b] == st[b]["received"][a]  # type: ignore[index]
                         for a in range(workers) for b in range(workers) if a != b)
                     if quiet and now == seen:
+                        if any(s.get("activity") for s in st):  # what no tree waits for: the last checkpoint
+                            ck.last = -math.inf
+                            seen = None
+                            continue
                         break
                     seen = now if quiet else None
             if timer.cancelled_caught:
                 stopped_by = "duration"
             stopping.set()
             for w in ws:
-                if w.conn is not None:
-                    await w.conn.send_all(encode(("stop", stopped_by)))
+                await w.send(("stop", stopped_by))
             while any(w.result is None for w in ws):
                 await trio.sleep(_POLL)
             for w in ws:
@@ -168,8 +198,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         for w in ws:
             if w.proc is not None and w.proc.returncode is None:
                 w.proc.kill()
+        ck.committed_outputs = list(ck.store.outputs().values())
+        ck.close()
         shutil.rmtree(directory, ignore_errors=True)
-    for w in ws:
+    if view._key_index is not None:  # the committed view (a resumed run's earlier part, a dead worker's keys) ...
+        for record in ck.committed_outputs:
+            view.outputs_by_key[view._view_key(record)] = record
+    for w in ws:  # ... and what each worker emitted since, committed or not
         view.outputs_by_key.update((w.result or {}).get("view", {}))
     result = view.result()
     for w in ws:
@@ -182,6 +217,100 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         result.pending += r.get("pending", 0)
         result.dead_letters += r.get("dead_letters", 0)
     result.stopped_by = stopped_by
+    result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
+    result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
+    result.state_path = None if ck.temporary else ck.store.path
     #: the workers' own CPU seconds (bench/workers.py)
     result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
     return result
+
+
+class _Checkpoints:
+    """The main process's side of checkpoints across workers (docs/WORKERS.md):
+    the state store's one writer, and the phases, advanced as the workers'
+    statuses come in: pause, cut, prepare, write, commit."""
+
+    def __init__(self, topology: Topology, view: Any) -> None:
+        from .._runtime.state_store import SqliteStore, provider_config
+
+        conf = topology.conf
+        provider = str(conf.get("topology.state.provider") or "sqlite")
+        if provider != "sqlite":
+            raise TopologyError(f"topology.state.provider {provider!r} with host workers: only sqlite, for now")
+        pconf = provider_config(conf)
+        self.temporary = not pconf.get("dir")
+        if self.temporary:
+            pconf["dir"] = tempfile.mkdtemp(prefix="multilang-state-")
+        conf["topology.state.provider.config"] = pconf  # (pickled for the workers after this)
+        name = topology.name or "topology"
+        self.store = SqliteStore(pconf["dir"], name, shared=True)
+        self.store.check(name, {c.name: len(c.tasks) for c in topology.components.values()})
+        self.dir = pconf["dir"]
+        self.interval = float(conf.get("topology.state.checkpoint.interval.ms") or 1000) / 1000
+        self.epoch = 0
+        self.state = "idle"
+        self.last = trio.current_time()
+        self.txid = self.store.txid or 0
+        self.prepared: dict[int, tuple[int, Any]] = {}
+        self.cuts: set[int] = set()  # the workers that reached the cut of the checkpoint being taken
+        self.committed_outputs: list[dict[str, Any]] = []
+        self.lock = trio.Lock()
+        self.committed = self.rollbacks = 0
+        self._epoch_at = 0
+
+    async def step(self, st: list[dict[str, Any]] | None, broadcast: Any, workers: int) -> None:
+        """Advance the phases: on the workers' statuses (``st``), or on a
+        message of theirs (a cut reached, a prepare answered: None)."""
+        now = trio.current_time()
+        if self.state != "idle" and self.epoch != self._epoch_at:  # a rollback abandoned it
+            self.state = "idle"
+        if self.state == "idle":
+            if st is None:
+                return
+            due = now - self.last >= self.interval or all(s.get("blocked") for s in st)
+            if due and any(s.get("activity") for s in st):
+                self._epoch_at = self.epoch
+                self.state = "pausing"
+                self.cuts = set()
+                await broadcast(("cp_pause",))
+            return
+        if self.state == "pausing":
+            if len(self.cuts) == workers:
+                self.txid += 1
+                self.prepared = {}
+                self.state = "preparing"
+                await broadcast(("cp_prepare", self.txid))
+            return
+        if self.state == "preparing" and len(self.prepared) == workers:
+            answers = [data for txid, data in self.prepared.values() if txid == self.txid]
+            if len(answers) != workers or any(a is None for a in answers):
+                self.state = "idle"
+                await broadcast(("cp_resume",))
+                return
+            async with self.lock:
+                if self.epoch != self._epoch_at:
+                    self.state = "idle"
+                    return
+                self._write(answers)
+                self.committed += 1
+                self.state = "idle"
+                self.last = now
+                await broadcast(("cp_commit", self.txid))
+
+    def _write(self, answers: list[dict[str, Any]]) -> None:
+        from .._runtime.state_store import Checkpoint
+
+        cp = Checkpoint(self.txid)
+        parallelism: dict[str, int] = {}
+        for a in answers:
+            cp.changes.update(a["changes"])
+            cp.completed.extend(a["completed"])
+            cp.values.update(a["values"])
+            cp.outputs.update(a["outputs"])
+            parallelism.update(a["parallelism"])
+        self.store.commit(cp, parallelism)
+
+    def close(self) -> None:
+        self.store.close()
+        if self.temporary:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -102,6 +102,9 @@ class Link:
         #: peers that died and are not back: what goes to them waits (bounded: producers wait for space)
         self.down: set[int] = set()
         self.outputs: list[dict[str, Any]] = []
+        #: peer -> [(root, xor)] of its roots whose acks a stateful task here holds (WorkerCheckpointer)
+        self._held: dict[int, list[tuple[int, int]]] = {}
+        self._to_main: list[Any] = []
         self.main: trio.SocketStream | None = None
         self._main_lock = trio.Lock()
         self.stopping = False
@@ -143,14 +146,27 @@ class Link:
         if conn is not None:
             conn.socket.close()
         rt = self.runtime
+        cp = rt.checkpoints
+        committed = cp.committed_pending if cp is not None else set()
         for r in list(rt.acker.roots):
-            rt.acker.fail_root(r, cause)
+            if r in committed:
+                rt.acker.complete_root(r)
+            else:
+                rt.acker.fail_root(r, cause)
         rt.settle()
         space, self._space = self._space, trio.Event()
         space.set()
 
     def peer_up(self, peer: int) -> None:
         self.down.discard(peer)
+        self.wake()
+
+    def held(self, owner: int, root: int, xor: int) -> None:
+        self._held.setdefault(owner, []).append((root, xor))
+
+    def to_main(self, msg: Any) -> None:
+        """A message to the main process, sent by the next flush (from code that cannot wait)."""
+        self._to_main.append(msg)
         self.wake()
 
     def output(self, record: dict[str, Any]) -> None:
@@ -194,16 +210,18 @@ class Link:
                 await self._wake.wait()
             self._wake = trio.Event()
             remote = rt.acker.take_remote()
+            failed_roots, rt.acker.failed_out = rt.acker.failed_out, []
             for peer, batch in list(self._out.items()):
                 acks, fails = remote.pop(peer, ([], []))
-                if not batch and not acks and not fails or peer in self.down:
+                held = self._held.pop(peer, [])
+                if not batch and not acks and not fails and not held and not failed_roots or peer in self.down:
                     continue
                 self._out[peer] = {}
                 n_rows = sum(map(len, batch.values()))
-                n = n_rows + len(acks) + len(fails)
+                n = n_rows + len(acks) + len(fails) + len(held) + len(failed_roots)
                 try:
                     conn = await self._connect(peer)
-                    await conn.send_all(encode((self.worker, batch, acks, fails)))
+                    await conn.send_all(encode((self.worker, batch, acks, fails, held, failed_roots)))
                     if peer not in self.down:
                         self.sent[peer] += n
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -214,6 +232,8 @@ class Link:
             if self.outputs and self.main is not None:
                 outs, self.outputs = self.outputs, []
                 await self.send_main(("out", outs))
+            while self._to_main and self.main is not None:
+                await self.send_main(self._to_main.pop(0))
 
     async def _reader(self, stream: trio.SocketStream) -> None:
         try:
@@ -227,11 +247,17 @@ class Link:
         tasks = rt.tasks
         async with stream:
             async for data in stream:
-                for sender, batch, acks, fails in frames.feed(data):
+                for sender, batch, acks, fails, held, failed_roots in frames.feed(data):
                     if sender in self.down:
                         continue  # from a process of it that died: its trees were failed
                     touched: set[Task] = set()
-                    n = len(acks) + len(fails)
+                    n = len(acks) + len(fails) + len(held) + len(failed_roots)
+                    cp = rt.checkpoints
+                    if held and cp is not None:
+                        rh = cp.remote_held
+                        for r, x in held:
+                            rh[r] = rh.get(r, 0) ^ x
+                        rt.nudge()
                     for task_id, rows in batch.items():
                         t = tasks[task_id]
                         t.deliver_many([_new_tuple(Delivery, from_wire(r)) for r in rows])
@@ -240,6 +266,8 @@ class Link:
                     if acks or fails:
                         rt.acker.apply_remote(acks, fails)
                         rt.settle()
+                    if failed_roots and cp is not None:
+                        cp.failed_elsewhere(failed_roots, sender)
                     self.received[sender] += n
                     for t in touched:
                         t.kick()

@@ -41,6 +41,11 @@ class Placement:
     def remote(self, runtime: Any, comp: Any, task_id: int) -> RemoteTask:
         return RemoteTask(runtime, comp, task_id, self.link)
 
+    def checkpointer(self, runtime: Any) -> Any:
+        from .checkpoints import WorkerCheckpointer
+
+        return WorkerCheckpointer(runtime, self.link)
+
 
 def _cpu() -> float:
     """This worker's own CPU seconds (its components' not counted)."""
@@ -51,8 +56,9 @@ def _cpu() -> float:
 
 
 def _status(rt: Any, link: Link) -> dict[str, Any]:
+    cp = rt.checkpoints
     return {"done": rt.done(), "sent": link.sent, "received": link.received, "pending": rt.acker.pending,
-            "emitted": rt.emitted_by_spouts}
+            "emitted": rt.emitted_by_spouts, **(cp.status() if cp is not None else {})}
 
 
 async def _run(directory: str, worker: int, workers: int) -> None:
@@ -64,8 +70,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
     link = Link(directory, worker, workers, where)
     # A keyed output view is kept here (the keys of a task are its own) and sent with the result;
     # other outputs go to the main process as they come.
-    rt = Runtime(topology, on_output=link.output, checkpointing=False,
-                 placement=Placement(worker, workers, where, link))
+    rt = Runtime(topology, on_output=link.output, placement=Placement(worker, workers, where, link))
     link.runtime = rt
     main = await trio.open_unix_socket(socket_path(directory, "main"))
     link.main = main
@@ -95,6 +100,35 @@ async def _run(directory: str, worker: int, workers: int) -> None:
                         await link.send_main(("reset", worker, msg[1]))
                     elif msg[0] == "peer_up":
                         link.peer_up(msg[1])
+                    elif rt.checkpoints is not None:
+                        await _checkpoint(msg)
+
+        async def _checkpoint(msg: Any) -> None:
+            cp = rt.checkpoints
+            kind = msg[0]
+            if kind == "cp_pause":
+                cp.pause()
+
+                async def cut(epoch: int) -> None:  # said as soon as it holds (the main process waits for all)
+                    while cp.epoch == epoch and cp.paused:
+                        if cp.status()["cut"]:
+                            await link.send_main(("cut", worker, epoch))
+                            return
+                        with trio.move_on_after(0.005):
+                            await rt.wait_for_change()
+                nursery.start_soon(cut, cp.epoch)
+            elif kind == "cp_prepare":
+                async def prepare(txid: int) -> None:
+                    await link.send_main(("prepared", worker, txid, await cp.prepare(txid)))
+                nursery.start_soon(prepare, msg[1])
+            elif kind == "cp_commit":
+                cp.commit(msg[1])
+            elif kind == "cp_resume":
+                cp.resume()
+            elif kind == "rollback":
+                cp.rollback_now(msg[1], msg[2])
+            elif kind == "epoch":
+                cp.epoch = rt.acker.epoch = msg[1]
 
         nursery.start_soon(control)
         result = await rt.run()  # until the main process says stop
@@ -103,7 +137,8 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         await link.send_main(("result", worker, {
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
-            "dead_letters": result.dead_letters, "cpu": _cpu(), "view": rt.outputs_by_key}))
+            "dead_letters": result.dead_letters, "cpu": _cpu(), "view": rt.outputs_by_key,
+            "stateful": result.stateful}))
         nursery.cancel_scope.cancel()
 
 
