@@ -33,6 +33,7 @@ class WorkerCheckpointer(Checkpointer):
         #: as acks): if such a worker dies they are complete, not failed (their replay would count twice)
         self.committed_pending: set[int] = set()
         self._answered_by: dict[int, Any] = {}  # task id -> the process that answered the prepare
+        self._n_held = 0  # the acks held when the prepare went out: what its commit releases
         super().__init__(runtime)
 
     def _open(self) -> Any:
@@ -137,6 +138,10 @@ class WorkerCheckpointer(Checkpointer):
         self._txid_asked = txid
         self._answers = {}
         self.activity = False
+        # As the single-process checkpointer: the prepares go out now, ahead of any tuple not yet written,
+        # and what is held from now on (the acks of a tree a spout began after this worker's cut) waits
+        # for the next checkpoint.
+        self._n_held = len(self.held)
         self._waiting = set(self.ready)
         self._owed |= self._waiting
         for task_id in self._waiting:
@@ -188,7 +193,9 @@ class WorkerCheckpointer(Checkpointer):
             self.store.txid = txid
         rt.commit_view({k: r for k, (r, _) in self.view.items()})
         self.view = {}
-        released, self.held, self._held_xor = self.held, [], {}
+        held = self.held
+        released, self.held, self._held_xor = held[:self._n_held], [], {}
+        super().hold(held[self._n_held:])  # (their XOR went to their owners when they were held)
         for r in list(self.hashes):
             if r in rt.acker.roots:
                 del self.hashes[r]

@@ -106,12 +106,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif kind == "reset":
                             ws[msg[1]].resets.add(msg[2])
                         elif kind == "prepared":
-                            ck.prepared[msg[1]] = (msg[2], msg[3])
-                            await ck.step(None, broadcast, workers)
+                            if ck.state == "preparing" and msg[2] == ck.txid:  # (not a late answer of another)
+                                ck.prepared[msg[1]] = msg[3]
+                                await ck.step(None, broadcast, workers, rollback)
                         elif kind == "cut":
                             if msg[2] == ck.epoch:
                                 ck.cuts.add(msg[1])
-                                await ck.step(None, broadcast, workers)
+                                await ck.step(None, broadcast, workers, rollback)
                         elif kind == "rollback":
                             if msg[1] == ck.epoch:  # (asked for once per epoch, by whoever saw it first)
                                 await rollback(msg[2])
@@ -168,7 +169,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     st = [w.status for w in ws]
                     if any(s is None for s in st):
                         continue
-                    await ck.step(st, broadcast, workers)
+                    await ck.step(st, broadcast, workers, rollback)
                     if not until_done or ck.state != "idle":
                         continue
                     now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()), s["emitted"])  # type: ignore[index]
@@ -251,14 +252,14 @@ class _Checkpoints:
         self.state = "idle"
         self.last = trio.current_time()
         self.txid = self.store.txid or 0
-        self.prepared: dict[int, tuple[int, Any]] = {}
+        self.prepared: dict[int, Any] = {}  # worker -> its answer to the prepare of txid (None: it could not)
         self.cuts: set[int] = set()  # the workers that reached the cut of the checkpoint being taken
         self.committed_outputs: list[dict[str, Any]] = []
         self.lock = trio.Lock()
         self.committed = self.rollbacks = 0
         self._epoch_at = 0
 
-    async def step(self, st: list[dict[str, Any]] | None, broadcast: Any, workers: int) -> None:
+    async def step(self, st: list[dict[str, Any]] | None, broadcast: Any, workers: int, rollback: Any) -> None:
         """Advance the phases: on the workers' statuses (``st``), or on a
         message of theirs (a cut reached, a prepare answered: None)."""
         now = trio.current_time()
@@ -282,10 +283,12 @@ class _Checkpoints:
                 await broadcast(("cp_prepare", self.txid))
             return
         if self.state == "preparing" and len(self.prepared) == workers:
-            answers = [data for txid, data in self.prepared.values() if txid == self.txid]
-            if len(answers) != workers or any(a is None for a in answers):
-                self.state = "idle"
-                await broadcast(("cp_resume",))
+            answers = list(self.prepared.values())
+            if any(a is None for a in answers):
+                # A worker lost a stateful process (or rolled back): the others' processes answered a
+                # prepare that will not be committed, and a component's next prepare holds only what
+                # changed since this one (§9.7): every worker goes back to the last commit.
+                await rollback("a checkpoint was abandoned: a stateful process was lost while it was taken")
                 return
             async with self.lock:
                 if self.epoch != self._epoch_at:

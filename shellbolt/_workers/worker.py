@@ -123,8 +123,6 @@ async def _run(directory: str, worker: int, workers: int) -> None:
                 nursery.start_soon(prepare, msg[1])
             elif kind == "cp_commit":
                 cp.commit(msg[1])
-            elif kind == "cp_resume":
-                cp.resume()
             elif kind == "rollback":
                 cp.rollback_now(msg[1], msg[2])
             elif kind == "epoch":
