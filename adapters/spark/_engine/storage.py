@@ -31,14 +31,16 @@ class Location:
 
     def __init__(self, where: str, _fs: Any = None, _root: str | None = None) -> None:
         self.where = where
+        scheme = urlparse(where).scheme
+        #: given as a URI (``file://`` too), not a path
+        self.is_uri = len(scheme) > 1  # (one letter: a Windows drive)
         if _fs is not None:
             self.fs, self.root = _fs, _root or ""
             return
         from pyarrow import fs as pafs
 
-        scheme = urlparse(where).scheme
         try:
-            if len(scheme) <= 1:  # a path (or a Windows drive letter)
+            if not self.is_uri:
                 self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(where)
             elif scheme == "file":  # as Hadoop reads it: the path is taken literally (no %-escapes)
                 self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(urlparse(where).path or "/")
@@ -64,8 +66,7 @@ class Location:
         return self.where.rstrip("/")
 
     def child(self, *parts: str) -> "Location":
-        sub = Location(self.where.rstrip("/") + "/" + "/".join(parts), self.fs, self.path(*parts))
-        return sub
+        return Location(self.where.rstrip("/") + "/" + "/".join(parts), self.fs, self.path(*parts))
 
     def path(self, *parts: str) -> str:
         """A path below the location, as its file system names it."""
