@@ -48,7 +48,10 @@ class Location:
                 uri = _PYARROW_SCHEME.get(scheme, scheme) + where[len(scheme):]
                 self.fs, self.root = pafs.FileSystem.from_uri(uri)
         except (ValueError, OSError, ImportError) as exc:  # an unknown scheme, a file system not built in
-            raise TopologyError(f"checkpoint location {where!r}: {exc}") from None
+            hint = ("; pyarrow reaches HDFS through libhdfs: set JAVA_HOME, ARROW_LIBHDFS_DIR and "
+                    "CLASSPATH=$(hadoop classpath --glob) (docs/DEPLOY.md, the checkpoint location)"
+                    if scheme in ("hdfs", "viewfs") else "")
+            raise TopologyError(f"checkpoint location {where!r}: {exc}{hint}") from None
         self.root = self.root.rstrip("/") or "/"
 
     def __reduce__(self) -> tuple[Any, ...]:
