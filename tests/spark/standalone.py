@@ -96,23 +96,23 @@ class Standalone:
 
     def kill_worker(self, worker: int) -> None:
         """kill -9 a worker and every executor it started (its process group)."""
-        proc = self.workers[worker]
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        _kill(self.workers[worker])
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            _kill(proc)
 
     def log_text(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.logs if p.exists())
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """kill -9 a process and its process group (a worker's executors), and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _wait_for(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) -> re.Match[str]:

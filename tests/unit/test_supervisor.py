@@ -462,8 +462,8 @@ def spout_host(nursery, spawn, events, **conf):
 
     from multilang.adapters.spark._source.spout_host import SpoutHost
 
-    opts = SimpleNamespace(argv=["fake"], env={}, cwd=None, archive=None, component="s", stream="default", max_pending=None,
-                           task_id=1, task_ids=[1], consumer_task=2,
+    opts = SimpleNamespace(argv=["fake"], env={}, cwd=None, archive=None, component="s", stream="default",
+                           max_pending=None, task_id=1, task_ids=[1], consumer_task=2,
                            conf={"topology.subprocess.timeout.secs": T, "multilang.kill.grace.secs": GRACE, **conf})
     return SpoutHost(opts, ["word"], events.extend, nursery, spawn=spawn)
 

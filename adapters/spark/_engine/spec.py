@@ -97,7 +97,12 @@ class _Spec:
 
     def ship(self, spark: Any, exclude: Sequence[str] = ()) -> None:
         """Hand ``resource_dir`` to ``spark``'s executors (ship.py): commands run in the shipped copy."""
-        self.shipped = ship(spark, self.resource_dir, exclude)
+        self.use_archive(ship(spark, self.resource_dir, exclude))
+
+    def use_archive(self, name: str) -> None:
+        """Commands run in the unpacked copy of the shipped archive ``name`` (a warm process of
+        another copy is not reused: the key changes)."""
+        self.shipped = name
         self.key = _spec_key(self)
 
     def topology(self, *, on_worker: bool = False) -> Topology:

@@ -31,14 +31,16 @@ class Location:
 
     def __init__(self, where: str, _fs: Any = None, _root: str | None = None) -> None:
         self.where = where
+        scheme = urlparse(where).scheme
+        #: given as a URI (``file://`` too), not a path
+        self.is_uri = len(scheme) > 1  # (one letter: a Windows drive)
         if _fs is not None:
             self.fs, self.root = _fs, _root or ""
             return
         from pyarrow import fs as pafs
 
-        scheme = urlparse(where).scheme
         try:
-            if len(scheme) <= 1:  # a path (or a Windows drive letter)
+            if not self.is_uri:
                 self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(where)
             elif scheme == "file":  # as Hadoop reads it: the path is taken literally (no %-escapes)
                 self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(urlparse(where).path or "/")
@@ -46,7 +48,10 @@ class Location:
                 uri = _PYARROW_SCHEME.get(scheme, scheme) + where[len(scheme):]
                 self.fs, self.root = pafs.FileSystem.from_uri(uri)
         except (ValueError, OSError, ImportError) as exc:  # an unknown scheme, a file system not built in
-            raise TopologyError(f"checkpoint location {where!r}: {exc}") from None
+            hint = ("; pyarrow reaches HDFS through libhdfs: set JAVA_HOME, ARROW_LIBHDFS_DIR and "
+                    "CLASSPATH=$(hadoop classpath --glob) (docs/DEPLOY.md, the checkpoint location)"
+                    if scheme in ("hdfs", "viewfs") else "")
+            raise TopologyError(f"checkpoint location {where!r}: {exc}{hint}") from None
         self.root = self.root.rstrip("/") or "/"
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -64,8 +69,7 @@ class Location:
         return self.where.rstrip("/")
 
     def child(self, *parts: str) -> "Location":
-        sub = Location(self.where.rstrip("/") + "/" + "/".join(parts), self.fs, self.path(*parts))
-        return sub
+        return Location(self.where.rstrip("/") + "/" + "/".join(parts), self.fs, self.path(*parts))
 
     def path(self, *parts: str) -> str:
         """A path below the location, as its file system names it."""

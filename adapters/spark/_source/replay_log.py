@@ -22,7 +22,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterable
-from urllib.parse import urlparse
 
 from multilang.codec import dumps, loads
 
@@ -167,16 +166,16 @@ class _ReplayLog:
             )
         self.dir = str(directory)
         self.loc = Location(self.dir)
-        self.is_path = len(urlparse(self.dir).scheme) <= 1  # a path, not a URI
-        if self.is_path:
+        if not self.loc.is_uri:
             self.local = Path(self.loc.root)
         else:
             cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            self.local = Path(cache, "multilang", "replay-ids", hashlib.sha256(self.loc.uri.encode()).hexdigest()[:16])
+            digest = hashlib.sha256(self.loc.uri.encode()).hexdigest()[:16]
+            self.local = Path(cache, "multilang", "replay-ids", digest)
         self.local.mkdir(parents=True, exist_ok=True)
         self.record_ids = record_ids
         self.ids: _MsgIdIndex | None = None
-        self._lock_fd: int | None = self._lock() if self.is_path else None
+        self._lock_fd: int | None = None if self.loc.is_uri else self._lock()
         try:
             self._load(cache_mb)
         except BaseException:

@@ -45,7 +45,6 @@ from multilang.shellbolt import (
 
 from .._engine.ship import ship
 from .._engine.storage import Location
-from .._engine.spec import _spec_key
 from .stages import DEAD, KEPT, OUT, ROW_SCHEMA, STATS, Plan, RouteFn, StageFn, stage_spec
 
 __all__ = ["SparkRunResult", "run_topology"]
@@ -257,7 +256,7 @@ def _claim(ck: Location, topo: Topology) -> None:
         raise TopologyError(f"--checkpoint {ck}: {exc.strerror or exc}") from None
 
 
-def _source(spark: Any, topo: Topology, name: str, task: int, replay: str, batch: int,
+def _source(spark: Any, topo: Topology, name: str, task: int, ck: Location, batch: int,
             delay_ms: int, shipped: str) -> Any:
     from pyspark.sql import functions as F
 
@@ -279,7 +278,7 @@ def _source(spark: Any, topo: Topology, name: str, task: int, replay: str, batch
               .option("valuesFormat", "json")
               .option("maxBatchSize", str(batch))
               .option("maxBatchDurationMs", str(delay_ms))
-              .option("replayLog", f"{replay}/{name}/task-{task}"))
+              .option("replayLog", ck.spark_path("spouts", name, f"task-{task}")))
     if impl.env:
         reader = reader.option("env", orjson.dumps(impl.env).decode())
     return reader.load().select(
@@ -363,9 +362,9 @@ class _Progress:
         self.seen = max(self.seen, upto)
 
     def _batch(self, b: int, p: dict[str, Any] | None) -> None:
-        if not self.ck.exists(*batch_dir(b)):
+        t = _read(self.ck, b, [STATS, DEAD])
+        if t is None:
             return
-        t = _read(self.ck, b, [STATS, DEAD]).to_pydict()
         stats = [(c, v) for f, c, v in zip(t["_for"], t["_c"], t["_v"]) if f == STATS]
         dead = len(t["_for"]) - len(stats)
         spouts: dict[str, int] = {}
@@ -431,13 +430,17 @@ class _Progress:
                 "eta_s": None}
 
 
-def _read(ck: Location, batch_id: int, kinds: list[str]) -> Any:
-    """The rows of some kinds from a batch's folder (Arrow, in the driver:
-    the batch folders are small), through the location's file system."""
+def _read(ck: Location, batch_id: int, kinds: list[str]) -> dict[str, list[Any]] | None:
+    """The rows of some kinds from a batch's folder, as columns (Arrow, in
+    the driver: the batch folders are small), through the location's file
+    system; None if the batch has no folder."""
     import pyarrow.parquet as pq
 
+    if not ck.exists(*batch_dir(batch_id)):
+        return None
     return pq.read_table(ck.path(*batch_dir(batch_id)), filesystem=ck.fs,
-                         columns=["_for", "_p", "_c", "_s", "_v", "_o", "_key"], filters=[("_for", "in", kinds)])
+                         columns=["_for", "_p", "_c", "_s", "_v", "_o", "_key"],
+                         filters=[("_for", "in", kinds)]).to_pydict()
 
 
 def _view(topo: Topology, ck: Location, upto: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -460,9 +463,9 @@ def _view(topo: Topology, ck: Location, upto: int) -> tuple[list[dict[str, Any]]
     records: list[dict[str, Any]] = []
     dead: list[dict[str, Any]] = []
     for b in range(upto + 1):
-        if not ck.exists(*batch_dir(b)):
+        t = _read(ck, b, [OUT, DEAD])
+        if t is None:
             continue
-        t = _read(ck, b, [OUT, DEAD]).to_pydict()
         rows = sorted(zip(t["_o"], t["_for"], t["_c"], t["_s"], t["_v"]), key=lambda r: r[0])
         for o, f, c, s, v in rows:
             if f == DEAD:
@@ -482,7 +485,8 @@ def _view(topo: Topology, ck: Location, upto: int) -> tuple[list[dict[str, Any]]
 
 def run_topology(
     topology: Topology, *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
-    spark_conf: dict[str, str] | None = None, checkpoint: str | None = None, duration: float | None = None, max_tuples: int | None = None,
+    spark_conf: dict[str, str] | None = None, checkpoint: str | None = None, duration: float | None = None,
+    max_tuples: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
     should_stop: Callable[[], bool] | None = None, on_snapshot: Callable[[dict[str, Any]], None] | None = None,
@@ -498,8 +502,9 @@ def run_topology(
     batch); default a temporary one, removed at the end. ``master`` /
     ``remote`` (Spark Connect) and ``spark_conf`` (Spark conf keys) are
     used when ``spark`` is not given; local masters get task retries. The
-    topology's folder is shipped to the executors (docs/DEPLOY.md). ``on_progress`` gets one line per micro-batch;
-    ``on_snapshot`` the run so far (:meth:`_Progress.snapshot`) twice a second.
+    topology's folder is shipped to the executors (docs/DEPLOY.md).
+    ``on_progress`` gets one line per micro-batch; ``on_snapshot`` the run
+    so far (:meth:`_Progress.snapshot`) twice a second.
     """
     from pyspark.sql import SparkSession
 
@@ -522,11 +527,10 @@ def run_topology(
         # checkpoint directory inside it stays behind.
         shipped = ship(spark, topology.resource_dir, exclude=[ck.root] if ck.local else [])
         for spec in plan.specs.values():
-            spec.shipped = shipped
-            spec.key = _spec_key(spec)
+            spec.use_archive(shipped)
         plan.spread = {name: _spread(spark, n) for name, n in plan.parallelism.items()
                        if name in plan.keyed or n > 1}
-        sources = [_source(spark, topology, n, t, ck.spark_path("spouts"), batch, delay_ms, shipped)
+        sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]
         for s in sources[1:]:
