@@ -87,6 +87,10 @@ class Root:
     deadline: float
 
 
+def _nothing() -> None:
+    return None
+
+
 class Acker:
     """Tracks tuple trees. Call :meth:`completed` / :meth:`failed_roots` after
     updates to learn what to tell the spouts."""
@@ -100,6 +104,8 @@ class Acker:
         #: owner -> the acks (root, xor) and fails (root, cause) of its roots, not sent yet
         self._remote_acks: dict[int, list[tuple[int, int]]] = {}
         self._remote_fails: dict[int, list[tuple[int, str | None]]] = {}
+        #: called when a message for another worker is queued and none was (its link sends them)
+        self.on_remote: Callable[[], None] = _nothing
         #: the run's rollback epoch (workers > 1): a root carries it (bits above the worker's), and a tuple
         #: of another worker's tree of an earlier epoch is not live: every tree then in flight was failed
         self.epoch = 0
@@ -270,7 +276,11 @@ class Acker:
         root = self.roots.get(r)
         if root is None:
             if self.workers > 1 and r % self.workers != self.worker:  # another worker's tree: its acker's
-                self._remote_acks.setdefault(r % self.workers, []).append((r, x))
+                out = self._remote_acks.get(r % self.workers)
+                if out is None:
+                    out = self._remote_acks[r % self.workers] = []
+                    self.on_remote()
+                out.append((r, x))
                 return
             # Not registered yet (XOR commutes, §7.1), or a late ack of a
             # finished tree (§7.4): kept aside, and dropped after the
@@ -284,6 +294,13 @@ class Acker:
         root.value ^= x
         if root.value == 0:
             self._complete(r)
+
+    def ack_xors(self, xors: dict[int, int]) -> None:
+        """Acks given as root -> the XOR of its acked edges (held acks released at once)."""
+        ack_root = self._ack_root
+        for r, x in xors.items():
+            if x:
+                ack_root(r, x)
 
     def ack_many(self, ts: "list[int | TupleEdges]") -> None:
         """:meth:`ack` for a run of tuples, in one call."""
@@ -327,10 +344,12 @@ class Acker:
         root = self.roots.pop(r, None)
         if root is None and self.workers > 1 and r % self.workers != self.worker:
             self._remote_fails.setdefault(r % self.workers, []).append((r, cause))
+            self.on_remote()
             return
         if root is not None:
             if self.workers > 1:
                 self.failed_out.append(r)
+                self.on_remote()
             if r in self.watch and self.watch_failed is None:
                 self.watch_failed = cause or "failed"
             self.stats["failed"] += 1

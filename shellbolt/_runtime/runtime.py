@@ -707,13 +707,28 @@ class Runtime:
         return (f" The topology has a cycle ({' -> '.join(cycle)}): a tuple that goes round it for ever keeps its "
                 "tree from completing; emit the last round unanchored, or stop re-emitting.")
 
+    def stop_spouts(self) -> None:
+        """§5.4 step 1: every spout is deactivated (it emits nothing more)."""
+        self.spouts_stopped = True
+        for t in self.tasks.values():
+            t.kick()
+
+    def drained(self) -> bool:
+        """The spouts are stopped and deactivated, and nothing is queued or in
+        flight anywhere: what :meth:`done` is once spouts were stopped."""
+        for t in self.tasks.values():
+            if isinstance(t, SpoutTask):
+                if not self.spouts_stopped or not t.deactivated() or t.notices:
+                    return False
+            elif t.busy:
+                return False
+        return self.acker.pending == 0
+
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts
         the acks and fails owed to them, within the shutdown grace (§5.4).
         A component that gave up cuts this short; nothing else does."""
-        self.spouts_stopped = True
-        for t in self.tasks.values():
-            t.kick()
+        self.stop_spouts()
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(grace):

@@ -8,11 +8,9 @@ writes (a restarted process's init, the skip of committed ids)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import orjson
-import trio
 
 from multilang.messages import StateCommit, StatePrepare
 
@@ -27,6 +25,7 @@ class WorkerCheckpointer(Checkpointer):
     def __init__(self, runtime: Any, link: Any) -> None:
         self.link = link
         self.remote_held: dict[int, int] = {}  # root (this worker's) -> XOR of the acks other workers hold of it
+        self._told: dict[int, int] = {}  # root (another worker's) -> the XOR of its held acks told to its owner
         self._asked: int | None = None  # the epoch a rollback was asked for in
         self._covered: set[int] = set()  # the trees of this worker at the cut of the checkpoint being taken
         #: trees the last checkpoint committed whose last acks other workers still hold (they release them
@@ -34,6 +33,7 @@ class WorkerCheckpointer(Checkpointer):
         self.committed_pending: set[int] = set()
         self._answered_by: dict[int, Any] = {}  # task id -> the process that answered the prepare
         self._n_held = 0  # the acks held when the prepare went out: what its commit releases
+        self._committed_txid = 0
         super().__init__(runtime)
 
     def _open(self) -> Any:
@@ -50,16 +50,44 @@ class WorkerCheckpointer(Checkpointer):
 
     def hold(self, edges: list[Any]) -> None:
         super().hold(edges)
-        acker = self.rt.acker
+        if self.paused:  # a cut is awaited: the owners hear of each (unpaused, of all at the pause)
+            self._tell(edges)
+
+    def _tell(self, edges: list[Any]) -> None:
+        """Tell the owners of other workers' roots the XOR of these held
+        acks. Said again when they are released, in the batch that carries
+        the acks: the owner's count (an XOR) goes back to what it was, in
+        the order its link delivers, with no reset to race with."""
+        acker, told, held = self.rt.acker, self._told, self.link.held
         me, n = acker.worker, acker.workers
         for e in edges:
             if type(e) is int:
-                if e % n != me:
-                    self.link.held(e % n, e, e)
-                continue
-            for r, tid in e.ids.items():
+                pairs: Any = ((e, e),)
+            else:
+                av = e.ack_val
+                pairs = ((r, tid ^ av) for r, tid in e.ids.items())
+            for r, x in pairs:
                 if r % n != me:
-                    self.link.held(r % n, r, tid ^ e.ack_val)
+                    held(r % n, r, x)
+                    x ^= told.pop(r, 0)
+                    if x:
+                        told[r] = x
+        self.link.wake()
+
+    def _tell_all(self) -> None:
+        """At a pause: what the owners were not told yet of the acks held here."""
+        acker, told, held = self.rt.acker, self._told, self.link.held
+        me, n = acker.worker, acker.workers
+        for r, x in self._held_xor.items():
+            if r % n != me:
+                d = x ^ told.get(r, 0)
+                if d:
+                    held(r % n, r, d)
+                    if x:
+                        told[r] = x
+                    else:
+                        told.pop(r, None)
+        self.link.wake()
 
     def quiescent(self) -> bool:
         hx, rh = self._held_xor, self.remote_held
@@ -69,10 +97,36 @@ class WorkerCheckpointer(Checkpointer):
         return True
 
     async def run(self) -> None:
-        await trio.sleep_forever()  # the main process says when
+        """The main process says when a checkpoint is taken: at the interval,
+        or at once when every worker's spouts are held back (max spout
+        pending, the end of their input), as a tree's acks wait for it. This
+        tells it, as it changes, whether they are and whether anything waits
+        for a checkpoint here; the committed txid and the epoch say which
+        round the word is of (a word of an earlier one is not taken)."""
+        rt, sent = self.rt, None
+        spouts = [t for t in rt.tasks.values() if isinstance(t, SpoutTask)]
+        while True:
+            flags = (self._held_back(spouts), bool(self.activity or self.held or self.view), self._committed_txid,
+                     self.epoch)
+            if flags != sent:
+                self.link.to_main(("cp_flags", self.link.worker, flags))
+                sent = flags
+            await rt.wait_for_change()
 
     async def final(self) -> None:
-        return None  # the main process takes the last one
+        return None  # the main process took the last one before it said finish (or could not: at least once)
+
+    def _held_back(self, spouts: list[Any]) -> bool:
+        """Every spout here may emit no more now, and no tree the last
+        checkpoint committed still waits for its acks from another worker
+        (each frees room: a checkpoint taken before would cover half as many)."""
+        rt = self.rt
+        if not all(t.idle or rt.emit_room(t) == 0 for t in spouts):
+            return False
+        if self.committed_pending:
+            roots = rt.acker.roots
+            self.committed_pending = {r for r in self.committed_pending if r in roots}
+        return not self.committed_pending
 
     def rollback(self, cause: str) -> None:
         """Asked for here (a stateful process lost, a watched tree failed):
@@ -97,7 +151,7 @@ class WorkerCheckpointer(Checkpointer):
             if r not in self.committed_pending:
                 acker.fail_root(r, why)
         self.rt.settle()
-        self.remote_held = {}
+        self.remote_held, self._told = {}, {}  # (every root of the owners' is failed: a new epoch's are new)
         self._asked = None
         self.paused = False
         self._kick_spouts()
@@ -114,19 +168,17 @@ class WorkerCheckpointer(Checkpointer):
         # (a rollback asked for and not yet here: the acks held of a lost process must not be released)
         cut = (self.paused and self._asked is None and not any(getattr(t, "asking", False) for t in spouts)
                and not (self._owed & self.ready) and self.quiescent())
-        # nothing frees room but a checkpoint: every spout held back (max spout pending) or dry
-        blocked = self.paused or all(t.idle or self.rt.emit_room(t) == 0 for t in spouts)
-        out = {"activity": bool(self.activity or self.held or self.view), "cut": cut, "epoch": self.epoch,
-               "blocked": blocked}
-        if os.environ.get("ML_DEBUG_CP"):
-            hx, rh = self._held_xor, self.remote_held
-            bad = [r for r, root in self.rt.acker.roots.items() if root.value != hx.get(r, 0) ^ rh.get(r, 0)]
-            out["why"] = (self.paused, [getattr(t, "asking", False) for t in spouts], sorted(self._owed & self.ready),
-                          len(bad), len(self.held), len(rh), sorted(self.ready), len(self.touched))
-        return out
+        return {"activity": bool(self.activity or self.held or self.view), "cut": cut, "epoch": self.epoch}
+
+    def started_at(self, txid: int) -> None:
+        """The store's last commit when this worker (re)started."""
+        self._committed_txid = txid
+        self.rt.nudge()
 
     def pause(self) -> None:
         self.paused = True
+        self._tell_all()
+        self.rt.nudge()
 
     def resume(self) -> None:
         self.paused = False
@@ -176,6 +228,9 @@ class WorkerCheckpointer(Checkpointer):
 
     def commit(self, txid: int) -> None:
         rt = self.rt
+        if txid != self._txid_asked or txid == self._committed_txid:
+            return  # (the main process commits a checkpoint once; a repeat would release the next one's acks)
+        self._committed_txid = txid
         for task_id in self._answers:
             t = self.tasks[task_id]
             proc = getattr(t, "proc", None)
@@ -193,22 +248,31 @@ class WorkerCheckpointer(Checkpointer):
             self.store.txid = txid
         rt.commit_view({k: r for k, (r, _) in self.view.items()})
         self.view = {}
-        held = self.held
-        released, self.held, self._held_xor = held[:self._n_held], [], {}
-        super().hold(held[self._n_held:])  # (their XOR went to their owners when they were held)
+        held, xors, n_held = self.held, self._held_xor, self._n_held
+        self.held, self._held_xor = [], {}
+        if n_held == len(held):  # the usual case, all released: per tree, the XOR of its held acks
+            told, self._told, tell = self._told, {}, self.link.held
+            n = rt.acker.workers
+            for r, x in told.items():  # undone at the owners, in the batch that carries the acks
+                tell(r % n, r, x)
+            rt.acker.ack_xors(xors)
+        else:
+            super().hold(held[n_held:])  # (their XOR went to their owners when they were held: paused)
+            self._tell(held[:n_held])
+            rt.acker.ack_many(held[:n_held])
         for r in list(self.hashes):
             if r in rt.acker.roots:
                 del self.hashes[r]
-        self.remote_held = {}  # every tree was at the cut: the holders' releases come as acks
+        roots = rt.acker.roots
+        self.remote_held = {r: x for r, x in self.remote_held.items() if r in roots}
         self.touched.clear()
         self.activity = False
-        rt.acker.ack_many(released)
-        roots = rt.acker.roots
         self.committed_pending = {r for r in self._covered if r in roots}
         rt.settle()
         self.paused = False
         self._waiting = set()
         self._kick_spouts()
+        rt.nudge()
 
     def _kick_spouts(self) -> None:
         for t in self.rt.tasks.values():

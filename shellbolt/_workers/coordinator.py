@@ -11,6 +11,7 @@ import math
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
 from typing import Any, Callable
@@ -18,15 +19,34 @@ from typing import Any, Callable
 import trio
 
 from .._model.results import RunResult
-from multilang.errors import TopologyError
+from multilang.errors import ComponentError, TopologyError
 
 from .._model.topology import Topology
 from .link import socket_path
 from .wire import Frames, encode
 
-__all__ = ["run_workers"]
+__all__ = ["run_workers", "WorkersControl"]
 
-_POLL = 0.01
+#: a worker that dies this many times in a row, no checkpoint committed between, ends the run
+_DEATHS = 3
+_POLL = 0.025  # (half the period of the status poll: the end of a run, and the interval)
+
+
+class WorkersControl:
+    """What the owner of the signals holds of a run on workers, as of a
+    :class:`Runtime`: :meth:`request_stop` (the workers drain their trees
+    and the last checkpoint is taken, within the shutdown grace) and
+    :meth:`abort` (the caller cancels the run: every worker is killed)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def request_stop(self, reason: str = "request") -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def abort(self) -> None:
+        self.request_stop("signal")
 
 
 class _Worker:
@@ -37,6 +57,8 @@ class _Worker:
         self.status: dict[str, Any] | None = None
         self.result: dict[str, Any] | None = None
         self.restarts = 0
+        self.deaths = 0  # deaths in a row with no checkpoint committed between
+        self.committed_at_death = -1
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
 
@@ -54,8 +76,10 @@ class _Worker:
 
 
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
-                      duration: float | None = None, until_done: bool = True) -> RunResult:
+                      duration: float | None = None, until_done: bool = True,
+                      control: WorkersControl | None = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md)."""
+    control = control or WorkersControl()
     from .._runtime.runtime import Runtime
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
@@ -64,6 +88,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     with open(os.path.join(directory, "topology.pickle"), "wb") as f:
         pickle.dump((topology, {}), f)
     ws = [_Worker(i) for i in range(workers)]
+    failures: list[str] = []  # why the run gave up, of the workers themselves
     stopped_by = "done"
     try:
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
@@ -92,7 +117,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         if kind == "hello":
                             w = ws[msg[1]]
                             w.conn = conn
-                            await w.send(("epoch", ck.epoch))
+                            await w.send(("epoch", ck.epoch, ck.store.txid or 0))
                             if w.restarts:  # back: the others may send to it again
                                 await broadcast(("peer_up", w.index), but=w)
                         elif kind == "out":
@@ -101,6 +126,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                     on_output(record)
                         elif kind == "status":
                             ws[msg[1]].status = msg[2]
+                        elif kind == "cp_flags":
+                            ck.flags[msg[1]] = msg[2]
+                            await ck.step(broadcast, workers, rollback)
                         elif kind == "result":
                             ws[msg[1]].result = msg[2]
                         elif kind == "reset":
@@ -108,11 +136,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif kind == "prepared":
                             if ck.state == "preparing" and msg[2] == ck.txid:  # (not a late answer of another)
                                 ck.prepared[msg[1]] = msg[3]
-                                await ck.step(None, broadcast, workers, rollback)
+                                await ck.step(broadcast, workers, rollback)
                         elif kind == "cut":
                             if msg[2] == ck.epoch:
                                 ck.cuts.add(msg[1])
-                                await ck.step(None, broadcast, workers, rollback)
+                                await ck.step(broadcast, workers, rollback)
                         elif kind == "rollback":
                             if msg[1] == ck.epoch:  # (asked for once per epoch, by whoever saw it first)
                                 await rollback(msg[2])
@@ -142,7 +170,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     # then it starts again and they may send to it once it is back (peer_up).
                     w.restarts += 1
                     w.conn, w.status = None, None
-                    cause = f"host worker {w.index} (pid {w.proc.pid}) died ({code}); restarted"
+                    if ck.committed != w.committed_at_death:
+                        w.committed_at_death, w.deaths = ck.committed, 0
+                    w.deaths += 1
+                    if w.deaths >= _DEATHS:  # (a bug of ours, or of the machine: say so, rather than loop)
+                        failures.append(f"host worker {w.index} died {w.deaths} times in a row with no checkpoint "
+                                        f"committed between (the last time: pid {w.proc.pid}, {_how(code)}); its "
+                                        "error, if it printed one, is above")
+                        return
+                    cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
                     async with ck.lock:  # (a commit that went out reaches the others first)
                         told = await broadcast(("peer_lost", w.index, cause), but=w)
                     with trio.move_on_after(10):
@@ -158,7 +194,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for w in ws:
                 await start(w)
                 nursery.start_soon(watch, w)
-            with trio.move_on_after(math.inf if duration is None else duration) as timer:
+            async def until_quiet(stopping_run: bool) -> str:
+                """Poll the workers; step the checkpoints. Return why the run
+                stops: "done" once every worker is drained and idle and every
+                batch sent between them was received, twice in a row, with the
+                last checkpoint taken; or earlier, a stop asked for, or a worker
+                whose run ended on its own. ``stopping_run``: the spouts are
+                stopped and the trees drain; each checkpoint is taken at once."""
                 seen: tuple[Any, ...] | None = None
                 while True:
                     await trio.sleep(_POLL)
@@ -166,11 +208,21 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         w.status = None
                         await w.send(("status",))
                     await trio.sleep(_POLL)
+                    ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
+                             and w.proc.returncode is not None]
+                    if ended:  # a component gave up (or, stopping, a worker died): nothing more can commit
+                        return (ended[0].result or {}).get("stopped_by", "gave_up")
+                    if control.reason is not None and not stopping_run:
+                        return control.reason
+                    if failures:
+                        return "gave_up"
                     st = [w.status for w in ws]
                     if any(s is None for s in st):
                         continue
-                    await ck.step(st, broadcast, workers, rollback)
-                    if not until_done or ck.state != "idle":
+                    if stopping_run:
+                        ck.last = -math.inf
+                    await ck.step(broadcast, workers, rollback)
+                    if not (until_done or stopping_run) or ck.state != "idle":
                         continue
                     now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()), s["emitted"])  # type: ignore[index]
                                 for s in st)
@@ -180,17 +232,29 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     if quiet and now == seen:
                         if any(s.get("activity") for s in st):  # what no tree waits for: the last checkpoint
                             ck.last = -math.inf
+                            await ck.step(broadcast, workers, rollback)
                             seen = None
                             continue
-                        break
+                        return "done"
                     seen = now if quiet else None
-            if timer.cancelled_caught:
+
+            with trio.move_on_after(math.inf if duration is None else duration):
                 stopped_by = "duration"
-            stopping.set()
+                stopped_by = await until_quiet(False)
+            # Stop: the spouts stop and the trees in flight drain, with the checkpoints they wait for, within
+            # the shutdown grace; only then does a worker end (one that ended first would drop what the others
+            # still send it, and a checkpoint is taken of every worker or of none).
+            stopping.set()  # (a worker that dies from now on is not started again)
             for w in ws:
                 await w.send(("stop", stopped_by))
-            while any(w.result is None for w in ws):
-                await trio.sleep(_POLL)
+            if stopped_by != "done":
+                grace = float(topology.conf.get("multilang.shutdown.grace.secs") or 0)
+                with trio.move_on_after(grace):
+                    await until_quiet(True)
+            for w in ws:
+                await w.send(("finish",))
+            while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
+                await trio.sleep(_POLL / 5)
             for w in ws:
                 if w.proc is not None:
                     await w.proc.wait()
@@ -217,6 +281,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         result.timed_out += r.get("timed_out", 0)
         result.pending += r.get("pending", 0)
         result.dead_letters += r.get("dead_letters", 0)
+        result.gave_up.extend(_GaveUp(text) for text in r.get("gave_up", []))
+    result.gave_up.extend(_GaveUp(text) for text in failures)
     result.stopped_by = stopped_by
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
@@ -224,6 +290,26 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     #: the workers' own CPU seconds (bench/workers.py)
     result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
     return result
+
+
+def _how(code: int) -> str:
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+class _GaveUp(ComponentError):
+    """A worker's component gave up (its message as the worker wrote it)."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.args = (msg,)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class _Checkpoints:
@@ -254,22 +340,24 @@ class _Checkpoints:
         self.txid = self.store.txid or 0
         self.prepared: dict[int, Any] = {}  # worker -> its answer to the prepare of txid (None: it could not)
         self.cuts: set[int] = set()  # the workers that reached the cut of the checkpoint being taken
+        #: worker -> (its spouts held back, something waits for a checkpoint, its committed txid, its epoch)
+        self.flags: dict[int, tuple[bool, bool, int, int]] = {}
         self.committed_outputs: list[dict[str, Any]] = []
         self.lock = trio.Lock()
         self.committed = self.rollbacks = 0
         self._epoch_at = 0
 
-    async def step(self, st: list[dict[str, Any]] | None, broadcast: Any, workers: int, rollback: Any) -> None:
-        """Advance the phases: on the workers' statuses (``st``), or on a
-        message of theirs (a cut reached, a prepare answered: None)."""
+    async def step(self, broadcast: Any, workers: int, rollback: Any) -> None:
+        """Advance the phases, on a message of the workers' (their flags, a
+        cut reached, a prepare answered) or on the clock."""
         now = trio.current_time()
         if self.state != "idle" and self.epoch != self._epoch_at:  # a rollback abandoned it
             self.state = "idle"
         if self.state == "idle":
-            if st is None:
-                return
-            due = now - self.last >= self.interval or all(s.get("blocked") for s in st)
-            if due and any(s.get("activity") for s in st):
+            txid = self.store.txid or 0
+            flags = [f for f in self.flags.values() if f[2] == txid and f[3] == self.epoch]  # (this round's)
+            blocked = len(flags) == workers and all(f[0] for f in flags)
+            if (now - self.last >= self.interval or blocked) and any(f[1] for f in flags):
                 self._epoch_at = self.epoch
                 self.state = "pausing"
                 self.cuts = set()
@@ -288,8 +376,12 @@ class _Checkpoints:
                 # A worker lost a stateful process (or rolled back): the others' processes answered a
                 # prepare that will not be committed, and a component's next prepare holds only what
                 # changed since this one (§9.7): every worker goes back to the last commit.
+                self.state = "idle"
                 await rollback("a checkpoint was abandoned: a stateful process was lost while it was taken")
                 return
+            # Written and committed once: a status and an answer that arrive together both get here, and
+            # a second commit would release acks held since the cut (trees no checkpoint covers yet).
+            self.state = "committing"
             async with self.lock:
                 if self.epoch != self._epoch_at:
                     self.state = "idle"

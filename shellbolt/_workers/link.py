@@ -2,8 +2,8 @@
 the acks and fails of their trees) and to the main process (outputs,
 status, stop). Tuples for another worker's task are kept by its
 :class:`RemoteTask` and sent as one batch per peer per flush; a flush runs
-when a producer is done routing (a kick) and every ``_TICK`` seconds for
-the acker's messages. Backpressure: a peer that reads slowly leaves its
+when a producer is done routing (a kick) or the acker queues a message for
+another worker, and every ``_TICK`` seconds (a backstop). Backpressure: a peer that reads slowly leaves its
 batches unsent, and the producers that route to it wait for space, as they
 wait for a full inbox (Task.full / wait_for_space)."""
 
@@ -20,7 +20,7 @@ from .wire import Frames, encode, from_wire, to_wire
 
 __all__ = ["Link", "RemoteTask", "socket_path"]
 
-_TICK = 0.002
+_TICK = 0.05
 #: deliveries kept for one peer before its producers wait
 _CAPACITY = 4096
 _new_tuple = tuple.__new__
@@ -256,7 +256,9 @@ class Link:
                     if held and cp is not None:
                         rh = cp.remote_held
                         for r, x in held:
-                            rh[r] = rh.get(r, 0) ^ x
+                            x ^= rh.pop(r, 0)
+                            if x:
+                                rh[r] = x
                         rt.nudge()
                     for task_id, rows in batch.items():
                         t = tasks[task_id]

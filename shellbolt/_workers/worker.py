@@ -57,7 +57,7 @@ def _cpu() -> float:
 
 def _status(rt: Any, link: Link) -> dict[str, Any]:
     cp = rt.checkpoints
-    return {"done": rt.done(), "sent": link.sent, "received": link.received, "pending": rt.acker.pending,
+    return {"done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent, "received": link.received, "pending": rt.acker.pending,
             "emitted": rt.emitted_by_spouts, **(cp.status() if cp is not None else {})}
 
 
@@ -72,6 +72,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
     # other outputs go to the main process as they come.
     rt = Runtime(topology, on_output=link.output, placement=Placement(worker, workers, where, link))
     link.runtime = rt
+    rt.acker.on_remote = link.wake
     main = await trio.open_unix_socket(socket_path(directory, "main"))
     link.main = main
     result: Any = None
@@ -89,12 +90,16 @@ async def _run(directory: str, worker: int, workers: int) -> None:
 
         async def _control() -> None:
             frames = Frames()
+            reason = "request"
             async for data in main:
                 for msg in frames.feed(data):
                     if msg[0] == "status":
                         await link.send_main(("status", worker, _status(rt, link)))
-                    elif msg[0] == "stop":
-                        rt.request_stop(msg[1])
+                    elif msg[0] == "stop":  # the spouts stop; the trees drain; the main process says when to end
+                        rt.stop_spouts()
+                        reason = msg[1]
+                    elif msg[0] == "finish":
+                        rt.request_stop(reason)
                     elif msg[0] == "peer_lost":
                         link.peer_lost(msg[1], msg[2])
                         await link.send_main(("reset", worker, msg[1]))
@@ -127,6 +132,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
                 cp.rollback_now(msg[1], msg[2])
             elif kind == "epoch":
                 cp.epoch = rt.acker.epoch = msg[1]
+                cp.started_at(msg[2])
 
         nursery.start_soon(control)
         result = await rt.run()  # until the main process says stop
@@ -135,7 +141,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         await link.send_main(("result", worker, {
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
-            "dead_letters": result.dead_letters, "cpu": _cpu(), "view": rt.outputs_by_key,
+            "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(), "view": rt.outputs_by_key,
             "stateful": result.stateful}))
         nursery.cancel_scope.cancel()
 
