@@ -213,21 +213,38 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
                  given: list[str]) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
-    from multilang.shellbolt import run_workers
+    from multilang.shellbolt import WorkersControl, run_workers
 
     if given:
-        click.echo(f"error: {', '.join(given)} with --workers {workers}: not yet (issue 35 is in progress on this "
-                   "branch); run with one worker", err=True)
+        click.echo(f"error: {', '.join(given)} with --workers {workers}: not supported with host workers yet "
+                   "(docs/WORKERS.md); run with --workers 1", err=True)
         raise SystemExit(EXIT_USAGE)
     out = Output(output)
+    control = WorkersControl()
     start = time.monotonic()
-    result = trio.run(lambda: run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)),
-                                          duration=duration, until_done=until_done is not False))
+
+    async def go(nursery: Any) -> Any:
+        nursery.start_soon(flush_every, out)
+        return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
+                                 until_done=until_done is not False, control=control)
+
+    try:
+        result, signum = run_trio(go, control)
+    except (TopologyError, MultilangError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+    signum = signum or _signals.first
+    if result is None:  # stopped at once by a second signal: the workers were killed
+        out.flush()
+        interrupted(signum or signal.SIGINT, bool(topology.output.key))
+        raise SystemExit(exit_code(None, signum or signal.SIGINT))
     for record in result.outputs:
         out.line(orjson.dumps(record))
     out.flush()
     print_summary(result, time.monotonic() - start, None)
-    raise SystemExit(exit_code(result, None))
+    if signum is not None:
+        interrupted(signum, bool(topology.output.key))
+    raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
 
 def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:
