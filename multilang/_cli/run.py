@@ -130,6 +130,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             if remote is not None and remote.startswith("sc://") and spark_conf:
                 raise TopologyError(f"{', '.join(sorted(spark_conf))}: with --remote {remote} the Connect server's "
                                     "Spark conf applies; set it where the server starts (docs/DEPLOY.md)")
+            if workers is not None:
+                raise TopologyError(f"--workers {workers} applies to the embedded engine; on --engine spark the "
+                                    "executors run the tasks (--master local[N], or the cluster's)")
             if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
                 raise TopologyError("--master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR to the directory of the "
                                     "cluster's configuration files (Spark finds the ResourceManager there)")

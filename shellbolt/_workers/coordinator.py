@@ -224,8 +224,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     await ck.step(broadcast, workers, rollback)
                     if not (until_done or stopping_run) or ck.state != "idle":
                         continue
-                    now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()), s["emitted"])  # type: ignore[index]
-                                for s in st)
+                    now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()),  # type: ignore[index]
+                                 s["emitted"]) for s in st)  # type: ignore[index]
                     quiet = all(s["done"] for s in st) and all(  # type: ignore[index]
                         st[a]["sent"][b] == st[b]["received"][a]  # type: ignore[index]
                         for a in range(workers) for b in range(workers) if a != b)

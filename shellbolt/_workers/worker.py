@@ -57,7 +57,8 @@ def _cpu() -> float:
 
 def _status(rt: Any, link: Link) -> dict[str, Any]:
     cp = rt.checkpoints
-    return {"done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent, "received": link.received, "pending": rt.acker.pending,
+    return {"done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent, "received": link.received,
+            "pending": rt.acker.pending,
             "emitted": rt.emitted_by_spouts, **(cp.status() if cp is not None else {})}
 
 
@@ -141,7 +142,8 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         await link.send_main(("result", worker, {
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
-            "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(), "view": rt.outputs_by_key,
+            "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
+            "view": rt.outputs_by_key,
             "stateful": result.stateful}))
         nursery.cancel_scope.cancel()
 

@@ -36,7 +36,7 @@ def test_tasks_are_dealt_round_robin_in_id_order_as_storms_even_scheduler_does()
         assert {where[t] for t in topo.components[comp].tasks} == {0, 1}
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [2, 3])  # (2: also the README block, which checks only its exit)
 def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(workers):
     r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", str(workers), "--no-progress"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -46,7 +46,14 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
     assert "trees completed 1080, failed 0" in r.stderr
 
 
-def test_what_workers_cannot_do_yet_is_refused_naming_the_option():
+def test_what_host_workers_do_not_support_is_refused_naming_the_option():
     r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--max-tuples", "10"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--max-tuples with --workers 2: not yet" in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert "--max-tuples with --workers 2: not supported with host workers yet" in r.stderr, r.stderr
+    for args, said in ((["-c", "topology.workers=two"],
+                        "conf key 'topology.workers' must be a positive integer, got 'two'"),
+                       (["--engine", "spark", "--workers", "2"], "--workers 2 applies to the embedded engine")):
+        r = subprocess.run([*ML, "run", "examples/wordcount.toml", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
