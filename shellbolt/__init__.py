@@ -12,6 +12,8 @@ private subpackages, one layer each (DESIGN.md "Layout"):
   drivers, sinks, checkpoints and the state store.
 * ``_observe``: the live view, metrics, rate-limited logs.
 * ``_replay``: recording a run's frames and replaying them.
+* ``_workers``: host workers (``topology.workers``): the tasks of a run
+  dealt to several processes, their links, the main process's side.
 
 Names load on first use (PEP 562), so the pure names (``Topology``,
 ``Acker``, the conf schema) import without trio: the Spark source's
@@ -47,6 +49,7 @@ _HOME: dict[str, tuple[str, str]] = {
     **{n: ("_model.results", n) for n in ("RunResult", "ComponentStats", "hashable", "sort_key", "short_repr")},
     **{n: ("_model.conf", n) for n in ("SCHEMA", "ProcessConf", "check_value")},
     "Runtime": ("_runtime.runtime", "Runtime"),
+    **{n: ("_workers.coordinator", n) for n in ("run_workers", "WorkersControl")},
     # the seam for engines: what a task, a sink and a process host offer
     **{n: ("_runtime.tasks", n) for n in ("Task", "SpoutTask", "Delivery", "plain_emit", "component_error")},
     "ShellBoltTask": ("_runtime.bolts", "ShellBoltTask"),

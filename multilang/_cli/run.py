@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import click
 import orjson
+import trio
 
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
@@ -49,6 +50,9 @@ from .summary import print_summary
 @click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Record every frame each shell task reads and writes in DIR (a new or empty directory; bounded "
                    "by multilang.record.*), for multilang replay (docs/OBSERVE.md).")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Host worker processes (Storm's topology.workers; default: the conf key, else 1): the tasks are "
+                   "dealt round-robin to N processes, so the host uses N cores (docs/WORKERS.md).")
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Keep stateful bolts' state in DIR (one SQLite file per topology); run again with the same DIR "
                    "to resume after a crash. Default: a temporary directory, gone after the run.")
@@ -84,7 +88,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         state_dir: str | None, master: str | None, remote: str | None, checkpoint: str | None, filter_file: str | None,
         env_filter: bool, metrics_file: str | None = None, metrics_port: int | None = None,
         metrics_host: str | None = None, record_dir: str | None = None, progress_tasks: bool = False,
-        archives: str | None = None) -> None:
+        archives: str | None = None, workers: int | None = None) -> None:
     """Run the topology in TOPOLOGY_FILE (TOML, or Storm Flux YAML: .yaml/.yml)."""
     from multilang.shellbolt import load_topology
 
@@ -126,6 +130,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             if remote is not None and remote.startswith("sc://") and spark_conf:
                 raise TopologyError(f"{', '.join(sorted(spark_conf))}: with --remote {remote} the Connect server's "
                                     "Spark conf applies; set it where the server starts (docs/DEPLOY.md)")
+            if workers is not None:
+                raise TopologyError(f"--workers {workers} applies to the embedded engine; on --engine spark the "
+                                    "executors run the tasks (--master local[N], or the cluster's)")
             if master == "yarn" and not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
                 raise TopologyError("--master yarn: set HADOOP_CONF_DIR or YARN_CONF_DIR to the directory of the "
                                     "cluster's configuration files (Spark finds the ResourceManager there)")
@@ -152,6 +159,12 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                            duration=duration, max_tuples=max_tuples, output=stream,
                                            progress=progress, dead_letter=dead_letter, spark_conf=spark_conf))
+        n_workers = workers or int(topology.conf.get("topology.workers") or 1)
+        if n_workers > 1:
+            _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
+                         given=[f for f, v in (("--max-tuples", max_tuples), ("--metrics-file", metrics_file),
+                                               ("--metrics-port", metrics_port), ("--record", record_dir),
+                                               ("--dead-letter", dead_letter)) if v])
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -199,6 +212,43 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     if signum is not None:
         interrupted(signum, bool(topology.output.key))
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
+
+def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
+                 given: list[str]) -> None:
+    """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
+    from multilang.shellbolt import WorkersControl, run_workers
+
+    if given:
+        click.echo(f"error: {', '.join(given)} with --workers {workers}: not supported with host workers yet "
+                   "(docs/WORKERS.md); run with --workers 1", err=True)
+        raise SystemExit(EXIT_USAGE)
+    out = Output(output)
+    control = WorkersControl()
+    start = time.monotonic()
+
+    async def go(nursery: Any) -> Any:
+        nursery.start_soon(flush_every, out)
+        return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
+                                 until_done=until_done is not False, control=control)
+
+    try:
+        result, signum = run_trio(go, control)
+    except (TopologyError, MultilangError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+    signum = signum or _signals.first
+    if result is None:  # stopped at once by a second signal: the workers were killed
+        out.flush()
+        interrupted(signum or signal.SIGINT, bool(topology.output.key))
+        raise SystemExit(exit_code(None, signum or signal.SIGINT))
+    for record in result.outputs:
+        out.line(orjson.dumps(record))
+    out.flush()
+    print_summary(result, time.monotonic() - start, None)
+    if signum is not None:
+        interrupted(signum, bool(topology.output.key))
+    raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
+
 
 def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:
     """The run's metrics consumers (docs/OBSERVE.md): --metrics-file,

@@ -16,6 +16,14 @@ accumulates the edge ids of the tuples later anchored to it (``ack_val``).
 Order of init and updates does not matter (XOR commutes), which is what lets
 the runtime register a root after its first edges are already on their way.
 
+**Partitioned by worker** (``topology.workers`` > 1, Storm's acker executors
+keyed by root id): each worker's acker owns the roots its spouts register,
+drawn so that ``root % workers`` is that worker. An ack or fail of a root
+another worker owns is not applied here but queued for its owner
+(:meth:`Acker.take_remote`), which applies it with :meth:`Acker.apply_remote`;
+XOR commuting is what makes the order and batching of those messages free.
+So a tree completes, fails and times out where its spout is, as with one.
+
 **One-hop tokens.** A reliable spout tuple sent to one task is most often
 the whole of what its task does with it before acking (a bolt whose emits
 are topology outputs, ``multilang pipe``). So :meth:`Acker.spout_emits` and
@@ -37,6 +45,8 @@ from typing import Any, Callable
 __all__ = ["Acker", "Root", "TupleEdges", "new_edge_id", "edges_of", "roots_of"]
 
 _MASK = (1 << 64) - 1
+#: rollback epochs a root id tells apart (workers > 1): a tuple 256 rollbacks old would pass for live
+_EPOCHS = 256
 
 
 def new_edge_id(rand: Callable[[int], int] = random.getrandbits) -> int:
@@ -77,13 +87,31 @@ class Root:
     deadline: float
 
 
+def _nothing() -> None:
+    return None
+
+
 class Acker:
     """Tracks tuple trees. Call :meth:`completed` / :meth:`failed_roots` after
     updates to learn what to tell the spouts."""
 
-    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = random.getrandbits) -> None:
+    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = random.getrandbits,
+                 worker: int = 0, workers: int = 1) -> None:
         self.timeout = timeout
         self._rand = rand
+        #: this acker's worker, of ``workers``: it owns the roots r with r % workers == worker
+        self.worker, self.workers = worker, workers
+        #: owner -> the acks (root, xor) and fails (root, cause) of its roots, not sent yet
+        self._remote_acks: dict[int, list[tuple[int, int]]] = {}
+        self._remote_fails: dict[int, list[tuple[int, str | None]]] = {}
+        #: called when a message for another worker is queued and none was (its link sends them)
+        self.on_remote: Callable[[], None] = _nothing
+        #: the run's rollback epoch (workers > 1): a root carries it (bits above the worker's), and a tuple
+        #: of another worker's tree of an earlier epoch is not live: every tree then in flight was failed
+        self.epoch = 0
+        #: roots of this acker's that failed since the last take (workers > 1): the other workers hear
+        #: of them, as a worker that touched one with a stateful task must roll back (§9.7)
+        self.failed_out: list[int] = []
         self.roots: dict[int, Root] = {}
         # Acks of roots not (or no longer) registered: root -> [xor, drop-after].
         self._early: dict[int, list[Any]] = {}
@@ -105,6 +133,38 @@ class Acker:
     def new_id(self) -> int:
         return self._rand(64) or new_edge_id(self._rand)  # zero (p = 2^-64) draws again
 
+    def new_root(self) -> int:
+        """A fresh root id this acker owns."""
+        r = self.new_id()
+        n = self.workers
+        if n > 1:
+            m = n * _EPOCHS
+            r = r - r % m + (self.epoch % _EPOCHS) * n + self.worker
+            if r > _MASK:
+                r -= m
+            if r == 0:  # (worker 0, epoch 0: p = m * 2^-64)
+                return self.new_root()
+        return r
+
+    def owner(self, r: int) -> int:
+        """The worker whose acker owns root ``r``."""
+        return r % self.workers
+
+    def take_remote(self) -> dict[int, tuple[list[tuple[int, int]], list[tuple[int, str | None]]]]:
+        """The acks and fails queued for other workers' roots since the last
+        call, by owner: ``{owner: ([(root, xor)], [(root, cause)])}``."""
+        out = {w: (self._remote_acks.pop(w, []), self._remote_fails.pop(w, []))
+               for w in set(self._remote_acks) | set(self._remote_fails)}
+        return out
+
+    def apply_remote(self, acks: list[tuple[int, int]], fails: list[tuple[int, str | None]]) -> None:
+        """Acks and fails of this acker's roots, from the other workers."""
+        ack_root = self._ack_root
+        for r, x in acks:
+            ack_root(r, x)
+        for r, cause in fails:
+            self.fail_root(r, cause)
+
     # -- spout side ---------------------------------------------------------
 
     def init(self, root: int, value: int, spout_task: int, msg_id: Any, now: float) -> None:
@@ -122,7 +182,7 @@ class Acker:
     def spout_emit(self, spout_task: int, msg_id: Any, n_targets: int, now: float) -> tuple[int, list[TupleEdges]]:
         """A reliable spout emit to ``n_targets`` tasks: returns the root id and
         one :class:`TupleEdges` per target."""
-        root = self.new_id()
+        root = self.new_root()
         if n_targets == 1:  # the common case, without the loop
             e = self.new_id()
             self.init(root, e, spout_task, msg_id, now)
@@ -138,14 +198,15 @@ class Acker:
 
     def spout_root(self, spout_task: int, msg_id: Any, now: float) -> int:
         """A reliable spout emit to one task: its one-hop token (the root id)."""
-        root = self.new_id()
+        root = self.new_root()
         self.init(root, root, spout_task, msg_id, now)
         return root
 
     def spout_emits(self, spout_task: int, msg_ids: list[Any], now: float) -> list[int]:
         """:meth:`spout_root` for a run of reliable emits to one task each,
         in one call: one one-hop token per emit (bench/host_pipe.py)."""
-        new_id, roots, early, deadline = self.new_id, self.roots, self._early, now + self.timeout
+        new_id = self.new_id if self.workers == 1 else self.new_root
+        roots, early, deadline = self.roots, self._early, now + self.timeout
         self._now = max(self._now, now)
         out = []
         for msg_id in msg_ids:
@@ -214,6 +275,13 @@ class Acker:
     def _ack_root(self, r: int, x: int) -> None:
         root = self.roots.get(r)
         if root is None:
+            if self.workers > 1 and r % self.workers != self.worker:  # another worker's tree: its acker's
+                out = self._remote_acks.get(r % self.workers)
+                if out is None:
+                    out = self._remote_acks[r % self.workers] = []
+                    self.on_remote()
+                out.append((r, x))
+                return
             # Not registered yet (XOR commutes, §7.1), or a late ack of a
             # finished tree (§7.4): kept aside, and dropped after the
             # message timeout if no registration claims it.
@@ -226,6 +294,13 @@ class Acker:
         root.value ^= x
         if root.value == 0:
             self._complete(r)
+
+    def ack_xors(self, xors: dict[int, int]) -> None:
+        """Acks given as root -> the XOR of its acked edges (held acks released at once)."""
+        ack_root = self._ack_root
+        for r, x in xors.items():
+            if x:
+                ack_root(r, x)
 
     def ack_many(self, ts: "list[int | TupleEdges]") -> None:
         """:meth:`ack` for a run of tuples, in one call."""
@@ -267,12 +342,26 @@ class Acker:
 
     def fail_root(self, r: int, cause: str | None = None) -> None:
         root = self.roots.pop(r, None)
+        if root is None and self.workers > 1 and r % self.workers != self.worker:
+            self._remote_fails.setdefault(r % self.workers, []).append((r, cause))
+            self.on_remote()
+            return
         if root is not None:
+            if self.workers > 1:
+                self.failed_out.append(r)
+                self.on_remote()
             if r in self.watch and self.watch_failed is None:
                 self.watch_failed = cause or "failed"
             self.stats["failed"] += 1
             self._failed.append((root.spout_task, root.msg_id))
             self._causes.append(cause)
+
+    def complete_root(self, r: int) -> None:
+        """Take tree ``r`` as complete whatever acks are still to come: a
+        checkpoint committed it, and the worker holding its last acks died
+        (shellbolt/_workers). Its later acks are ignored, as a finished tree's."""
+        if r in self.roots:
+            self._complete(r)
 
     def is_live(self, t: "int | TupleEdges") -> bool:
         """False if ``t`` belongs to trees that have all completed, failed or
@@ -280,9 +369,16 @@ class Acker:
         once its tree is replayed, do it twice). An unanchored tuple (no
         roots) is always live."""
         if type(t) is int:
-            return t in self.roots
+            return t in self.roots or self.workers > 1 and self._remote_live(t)
         ids = t.ids  # type: ignore[union-attr]
-        return not ids or not self.roots.keys().isdisjoint(ids)
+        if not ids or not self.roots.keys().isdisjoint(ids):
+            return True
+        # another worker's tree: live if it began in this epoch (a rollback failed every earlier one)
+        return self.workers > 1 and any(map(self._remote_live, ids))
+
+    def _remote_live(self, r: int) -> bool:
+        n = self.workers
+        return r % n != self.worker and (r // n) % _EPOCHS == self.epoch % _EPOCHS
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""

@@ -175,6 +175,9 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
             "A tuple tree not completed in this time fails (and its spout replays it).", scope="component"),
     ConfKey("topology.max.spout.pending", _POS_INT_NULL, _int(1, null=True), None,
             "Tuple trees in flight per spout task; null: unbounded (as in Storm).", scope="topology"),
+    ConfKey("topology.workers", "a positive integer", _int(1), 1,
+            "Host worker processes the tasks are dealt to (multilang run --workers; docs/WORKERS.md).",
+            scope="topology"),
     ConfKey("topology.acker.executors", "an integer >= 0 or null", _int(0, null=True), None,
             "0 turns reliability off (every emit is acked at once); null or more: acking on.", scope="topology"),
     ConfKey("topology.shellbolt.max.pending", "a positive integer", _int(1), 100,
@@ -263,7 +266,7 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
 #: Storm keys that components or Storm itself read, which we pass on without a
 #: near-miss warning even when they are one edit from one of ours.
 _STORM_PASSTHROUGH = frozenset({
-    "topology.workers", "topology.debug", "topology.max.task.parallelism", "topology.tasks",
+    "topology.debug", "topology.max.task.parallelism", "topology.tasks",
     "topology.worker.childopts", "topology.environment", "topology.enable.message.timeouts",
     "topology.eventlogger.executors", "topology.multilang.serializer", "topology.stats.sample.rate",
     "topology.fall.back.on.java.serialization", "topology.skip.missing.kryo.registrations",

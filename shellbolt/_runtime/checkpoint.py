@@ -469,18 +469,18 @@ class Checkpointer:
         each kept until the commit that covers it. One whose every tree has
         failed already (a tuple written before a rollback, emitted after
         it) is dropped: the replay outputs it again."""
-        live, view = self.rt.acker.roots.keys(), self.view
+        is_live, view = self.rt.acker.is_live, self.view
         for key, record, r in zip(keys, records, roots):
             if r is None:
                 r = _NO_ROOTS
             elif type(r) is int:
-                if r not in live:
+                if not is_live(r):
                     continue
                 r = frozenset((r,))
             elif not r:  # a tuple of no tree (acking off, an unanchored emit upstream)
                 r = _NO_ROOTS
             else:
-                if live.isdisjoint(r):
+                if not any(map(is_live, r)):
                     continue
                 r = frozenset(r)
             view[key] = (record, r)
@@ -523,12 +523,12 @@ class StatefulSink(AckerSink):
     def __init__(self, runtime: RuntimeSeam, checkpointer: Checkpointer, hold: bool = False) -> None:
         super().__init__(runtime, hold=hold)
         self.cp = checkpointer
-        roots, touched = runtime.acker.roots, checkpointer.touched
+        is_live, touched = runtime.acker.is_live, checkpointer.touched
 
         def live(token: Any) -> bool:  # the writer asks per tuple, just before writing it
             ids = roots_of(token)
             if ids:
-                if roots.keys().isdisjoint(ids):
+                if not is_live(token):  # (another worker's tree: live, its acker decides)
                     return False
                 touched.update(ids)
             checkpointer.activity = True

@@ -61,13 +61,19 @@ class Runtime:
     def __init__(
         self, topology: Topology, *, on_output: Callable[[dict[str, Any]], None] | None = None,
         on_tracked_output: Callable[[str, str, list[Any], list[int]], None] | None = None,
-        checkpointing: bool = True,
+        checkpointing: bool = True, placement: Any = None,
     ) -> None:
         self.topology = topology
+        #: host workers (``topology.workers``, shellbolt/_workers): this process's ``worker`` of
+        #: ``workers``, ``where`` (task id -> worker) and ``remote(runtime, comp, task_id)``, the
+        #: stand-in of a task another worker runs; None: every task runs here
+        self.placement = placement
         self.on_tracked_output = on_tracked_output
         conf = topology.conf
         self.acking = conf.get("topology.acker.executors") != 0
-        self.acker = Acker(float(conf.get("topology.message.timeout.secs") or 30))
+        timeout = float(conf.get("topology.message.timeout.secs") or 30)
+        self.acker = Acker(timeout) if placement is None else \
+            Acker(timeout, worker=placement.worker, workers=placement.workers)
         self.max_spout_pending = conf.get("topology.max.spout.pending")
         self.stats = {name: ComponentStats() for name in topology.components}
         #: run-wide observations for observe.snapshot (the live view, metrics)
@@ -112,7 +118,8 @@ class Runtime:
         self._build()
         #: stateful bolts' checkpoints (§9.7); opens a named state store now
         try:
-            self.checkpoints = Checkpointer(self) if checkpointing else None
+            self.checkpoints = (None if not checkpointing else Checkpointer(self) if placement is None
+                                else placement.checkpointer(self))
         except TopologyError as exc:  # named with the file it came from, as every topology error is
             source = topology.source
             raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None
@@ -133,8 +140,12 @@ class Runtime:
         for comp in topo.components.values():
             if comp.is_shell:
                 topo.resolve_command(comp)  # a missing program is a TopologyError now, not a crash loop
+        placement = self.placement
         for comp in topo.components.values():
             for t in comp.tasks:
+                if placement is not None and placement.where[t] != placement.worker:
+                    self.tasks[t] = placement.remote(self, comp, t)
+                    continue
                 if comp.kind == "spout":
                     cls = ShellSpoutTask if comp.is_shell else PythonSpoutTask
                 else:
@@ -696,13 +707,28 @@ class Runtime:
         return (f" The topology has a cycle ({' -> '.join(cycle)}): a tuple that goes round it for ever keeps its "
                 "tree from completing; emit the last round unanchored, or stop re-emitting.")
 
+    def stop_spouts(self) -> None:
+        """§5.4 step 1: every spout is deactivated (it emits nothing more)."""
+        self.spouts_stopped = True
+        for t in self.tasks.values():
+            t.kick()
+
+    def drained(self) -> bool:
+        """The spouts are stopped and deactivated, and nothing is queued or in
+        flight anywhere: what :meth:`done` is once spouts were stopped."""
+        for t in self.tasks.values():
+            if isinstance(t, SpoutTask):
+                if not self.spouts_stopped or not t.deactivated() or t.notices:
+                    return False
+            elif t.busy:
+                return False
+        return self.acker.pending == 0
+
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts
         the acks and fails owed to them, within the shutdown grace (§5.4).
         A component that gave up cuts this short; nothing else does."""
-        self.spouts_stopped = True
-        for t in self.tasks.values():
-            t.kick()
+        self.stop_spouts()
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(grace):
@@ -732,6 +758,8 @@ class Runtime:
         while True:
             await trio.sleep(freq)
             for task_id in comp.tasks:
+                if getattr(self.tasks[task_id], "remote", False):
+                    continue  # its own worker ticks it
                 self.tasks[task_id].deliver(Delivery([int(freq) if freq == int(freq) else freq], SYSTEM_COMPONENT,
                                                      TICK_STREAM, SYSTEM_TASK, TICK_EDGES, tick=True))
 

@@ -209,7 +209,11 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 stats = self.stats
                 emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
                 n = min(burst, room)
-                await self._command(driver, *[Next()] * n)
+                self.asking = True  # a `next` out: its emits may start trees (a checkpoint's cut waits, workers)
+                try:
+                    await self._command(driver, *[Next()] * n)
+                finally:
+                    self.asking = False
                 brought = stats.emitted - emitted
                 if pipelined and stats.errors == errors and brought <= n and brought + stats.skipped > skipped:
                     burst = min(burst * 2, most)

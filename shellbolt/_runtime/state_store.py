@@ -195,14 +195,34 @@ class SqliteStore(StateStore):
     ours (``PRAGMA application_id``) so that another program's file is
     refused, not altered."""
 
-    def __init__(self, directory: str, topology: str) -> None:
+    def __init__(self, directory: str, topology: str, *, shared: bool = False, readonly: bool = False) -> None:
+        """``shared``: the one writer of a run whose host workers read the
+        store (shellbolt/_workers): held by a lock file instead of SQLite's
+        exclusive locking, which would shut the readers out. ``readonly``: such
+        a reader (a worker: a restarted process's init, the skip of committed
+        ids)."""
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology) or "topology"
         self.path = os.path.join(directory, f"{safe}.sqlite")
         self.topology = topology
+        self._lock_fd: int | None = None
+        self.reader = readonly
+        if readonly:
+            self._open_reader()
+            return
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
-            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            if shared:
+                import fcntl
+
+                self._lock_fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(self._lock_fd)
+                    raise sqlite3.OperationalError("database is locked") from None
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0 if not shared else 5)
+            if not shared:
+                db.execute("PRAGMA locking_mode=EXCLUSIVE")
             app = db.execute("PRAGMA application_id").fetchone()[0]
             if app != _APPLICATION_ID and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 db.close()
@@ -241,6 +261,19 @@ class SqliteStore(StateStore):
             db.close()
             raise TopologyError(f"state store {self.path} is damaged ({damage}); it is not resumed from: use "
                                 "another --state-dir") from None
+
+    def _open_reader(self) -> None:
+        try:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
+                                 timeout=5)
+            meta = dict(db.execute("SELECT key, value FROM meta"))
+        except sqlite3.Error as exc:
+            raise TopologyError(f"state store {self.path}: {exc}") from None
+        self._db = db
+        self.txid = int(meta["txid"]) if "txid" in meta else None
+        self._stored_topology = meta.get("topology")
+        self._parallelism = {}
+        self._with_completed = {r[0] for r in db.execute("SELECT DISTINCT spout FROM completed")}
 
     def _damage(self) -> str | None:
         """What is wrong with the stored rows (a checksum that does not
@@ -331,6 +364,10 @@ class SqliteStore(StateStore):
         return (False, None) if row is None else (True, row[0])
 
     def has_completed(self, spout: str) -> bool:
+        if spout not in self._with_completed and self.reader:
+            # a reader: the writer may have committed ids of it since
+            if self._db.execute("SELECT 1 FROM completed WHERE spout = ? LIMIT 1", (spout,)).fetchone():
+                self._with_completed.add(spout)
         return spout in self._with_completed
 
     def outputs(self) -> dict[str, Any]:
@@ -338,6 +375,9 @@ class SqliteStore(StateStore):
 
     def close(self) -> None:
         self._db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 #: ``topology.state.provider`` values built in

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from faults_support import EXAMPLES, ML, needs_node, needs_ruby
-from multilang.testing import current_pid, run_topology
+from multilang.testing import cmdline, current_pid, descendant_pids, run_topology, running
 from multilang.shellbolt._model.topology import load_topology
 from multilang.testing import wait_until
 
@@ -158,35 +159,127 @@ def _committed_txid(db: Path) -> int:
     return int(row[0]) if row else 0
 
 
-@pytest.mark.parametrize("count_cmd", list(COUNT_BOLTS.values()))
-def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, corpus, count_cmd):
-    path, expected = corpus
-    toml = wordcount_toml(tmp_path, path, count_cmd)
-    # The spout holds at half its input until the gate exists: the first run is
-    # killed mid-run whatever the machine's pace (a fast run used to end first).
+def _gated(tmp_path: Path, corpus: Path, count_cmd: list[str]) -> tuple[Path, Path]:
+    """The word count with a spout held at half its input until the gate
+    exists: the run cannot end before a test has killed what it kills,
+    however fast or slow the machine. Returns the topology and the gate."""
+    toml = wordcount_toml(tmp_path, corpus, count_cmd)
     gate = tmp_path / "gate"
-    spout = [str(Path(__file__).parent / "components" / "gated_sentence_spout.py"), str(path), str(gate)]
-    text = toml.read_text().replace(f'"{EXAMPLES / "python" / "sentence_spout.py"}", "{path}"',
+    spout = [str(Path(__file__).parent / "components" / "gated_sentence_spout.py"), str(corpus), str(gate)]
+    text = toml.read_text().replace(f'"{EXAMPLES / "python" / "sentence_spout.py"}", "{corpus}"',
                                     ", ".join(json.dumps(a) for a in spout))
     assert "gated_sentence_spout" in text
     toml.write_text(text)
+    return toml, gate
+
+
+def _wait(what: str, proc: subprocess.Popen, pred, timeout: float = 60):
+    """Poll ``pred`` until it returns something true, while the run lives."""
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        assert proc.poll() is None, (what, proc.communicate())
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.02)
+    return got
+
+
+#: the processes a kill test kills, by their command lines (only this run's: its descendants)
+VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "worker-0": r"_workers\.worker \S+ 0 2$",
+           "worker-1": r"_workers\.worker \S+ 1 2$"}
+
+
+def _processes(run: subprocess.Popen, victim: str) -> list[int]:
+    return [pid for pid in descendant_pids(run.pid) if running(pid) and re.search(VICTIMS[victim], cmdline(pid))]
+
+
+@pytest.mark.parametrize("workers, victims", [
+    (1, ["count"]), (2, ["count"]), (1, ["split", "count"]), (2, ["split", "count"]), (2, ["worker-1", "worker-0"]),
+], ids=["1-worker-count", "2-workers-count", "1-worker-split-count", "2-workers-split-count", "2-workers-each-worker"])
+def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path, corpus, workers, victims):
+    """Issue 35: the kill tests with 1 worker (the embedded engine) and 2.
+    A count process, a split process then a count process, or each host
+    worker in turn (the spout's, worker 0, last) is SIGKILLed after the first
+    checkpoint, each once the one before was replaced, while the run goes on
+    (_wait checks that it does: the kills take a second or two of its
+    several): every process comes
+    back, the state rolls back to the last checkpoint, the trees since are
+    replayed, and each word is counted once."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", str(workers))
+    try:
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        for victim in victims:
+            pids = _wait(f"{victim} running", run, lambda: _processes(run, victim))
+            os.kill(pids[0], signal.SIGKILL)
+            # replaced: as many running again, none of them the one killed
+            _wait(f"{victim} {pids[0]} replaced", run,
+                  lambda: len([p for p in _processes(run, victim) if p != pids[0]]) == len(pids))
+        out, err = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == 0, err[-3000:]
+    assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
+    assert "state rolled back to checkpoint" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("workers, stop", [(1, "duration"), (2, "duration"), (2, "SIGTERM")])
+def test_a_run_stopped_midway_and_run_again_counts_each_word_once(tmp_path, corpus, workers, stop):
+    """A run stopped by --duration or by SIGTERM drains its trees and takes
+    its last checkpoint within the shutdown grace (on workers: every worker
+    drains before any ends, and a checkpoint is of every worker or of none);
+    the same command run again resumes and ends with each word counted once."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    first = _run_cli(toml, state, "--workers", str(workers), *(["--duration", "1"] if stop == "duration" else []))
+    if stop == "SIGTERM":
+        _wait("the first checkpoint", first, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        started = descendant_pids(first.pid)
+        first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=120)
+    if stop == "SIGTERM":
+        assert first.returncode == 143 and "interrupted by SIGTERM" in err, err[-2000:]
+        assert not [p for p in started if running(p)], "a process outlived the stop"
+    else:
+        assert first.returncode == 0, err[-2000:]
+    assert "abandoned at stop" not in err, err[-2000:]  # the trees in flight drained, their checkpoint taken
+    again = _run_cli(toml, state, "--workers", str(workers))
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err[-2000:]
+    assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
+
+
+@pytest.mark.parametrize("count_cmd, workers", [
+    *[pytest.param(p.values[0], 1, id=f"{k}-1-worker", marks=p.marks) for k, p in COUNT_BOLTS.items()],
+    pytest.param(COUNT_BOLTS["node"].values[0], 2, id="node-2-workers", marks=COUNT_BOLTS["node"].marks)])
+def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, corpus, count_cmd, workers):
+    path, expected = corpus
+    # The spout holds at half its input until the gate exists: the first run is
+    # killed mid-run whatever the machine's pace (a fast run used to end first).
+    toml, gate = _gated(tmp_path, path, count_cmd)
     state = tmp_path / "state"
     # --duration: a run to the end would end once the spout, held at the gate,
     # and every tree are idle, which on a busy machine can come before the
     # first checkpoint; this run must still be running when it is killed.
-    first = _run_cli(toml, state, "--duration", "600")
+    first = _run_cli(toml, state, "--duration", "600", "--workers", str(workers))
     db = state / "wordcount.sqlite"
-    deadline = time.monotonic() + 60
-    while _committed_txid(db) < 1:  # the first checkpoint in (200 ms apart)
-        assert first.poll() is None, first.communicate()
-        assert time.monotonic() < deadline, "no checkpoint committed within 60 s"
-        time.sleep(0.05)
-    os.killpg(first.pid, signal.SIGKILL)  # the host and every component process
+    _wait("the first checkpoint (200 ms apart)", first, lambda: _committed_txid(db) >= 1)
+    started = descendant_pids(first.pid)
+    os.killpg(first.pid, signal.SIGKILL)  # the host and every process of its group
     first.communicate()
     assert first.returncode == -signal.SIGKILL
+    # Host workers run in sessions of their own: they see the main process go and stop, with their components.
+    deadline = time.monotonic() + 20
+    while [p for p in started if running(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [(p, cmdline(p)) for p in started if running(p)], "left running after the host was killed"
     gate.touch()
 
-    second = _run_cli(toml, state)
+    second = _run_cli(toml, state, "--workers", str(workers))
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected

@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""Host workers (issue 35, docs/WORKERS.md): what they cost and what they buy.
+
+    python bench/workers.py [--copies N] [--repeat R] [--workers 1,2,4] [--json]
+
+The README's word count (examples/wordcount.toml: Python sentence spout ->
+Ruby split x2 -> Node count x2, the count bolt stateful, checkpoints every
+second) over N copies of its corpus (30: 32,400 sentences, 763,200 words),
+run from this process with each number of workers, round-robin (1, 2, 1,
+2, ...), R rounds:
+
+* 1 worker: the embedded engine in this process (``Runtime``), what
+  ``multilang run`` does by default;
+* N > 1: ``run_workers``: N host worker processes and this process as the
+  main one (it drives the checkpoints and writes the state store).
+
+Reported per number of workers, as the median of the rounds: wall seconds,
+sentences per second, and the host's CPU per word: this process's CPU plus
+the workers' own (their startup included; the components' processes are not
+counted, they are the same in every variant). Every run must print the same
+counts as a plain count of the corpus.
+
+Targets (issue 35): on 2 cores, host CPU per word with 2 workers at most
+1.25x that of 1 worker, and 2 workers at least as fast as 1; on 8 cores or
+more, 4 workers at least 3.5x the sentences per second of 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(EXAMPLES / "python"))
+from split_bolt import words  # noqa: E402
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def topology_file(corpus: Path) -> Path:
+    text = (EXAMPLES / "wordcount.toml").read_text().replace('"data/alice.txt"', f'"{corpus}"')
+    path = EXAMPLES / f".bench-workers-{os.getpid()}.toml"  # commands resolve against the file's directory
+    path.write_text(text)
+    return path
+
+
+def run_once(path: Path, workers: int) -> dict:
+    from multilang.shellbolt import Runtime, load_topology, run_workers
+
+    topo = load_topology(path)
+    outputs: dict[str, int] = {}
+
+    def keep(record: dict) -> None:
+        outputs[record["word"]] = record["count"]
+
+    c0, t0 = _cpu(), time.perf_counter()
+    if workers == 1:
+        result = trio.run(lambda: Runtime(topo, on_output=keep).run(until_done=True))
+        host = _cpu() - c0
+    else:
+        result = trio.run(lambda: run_workers(topo, workers, on_output=keep))
+        host = _cpu() - c0 + result.workers_cpu  # type: ignore[attr-defined]
+    wall = time.perf_counter() - t0
+    for record in result.outputs:
+        keep(record)
+    return {"wall": wall, "host_cpu": host, "words": result.stats["split"].emitted,
+            "sentences": result.completed, "checkpoints": result.checkpoints, "ok": result.ok, "counts": outputs}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--copies", type=int, default=30)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--workers", default="1,2", help="comma-separated numbers of workers (1: the embedded engine)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON line on stdout")
+    args = p.parse_args()
+    counts = sorted({int(n) for n in args.workers.split(",")})
+    text = (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8") * args.copies
+    expected = dict(Counter(w for line in text.splitlines() for w in words(line.strip())))
+    errors: list[str] = []
+    runs: dict[int, list[dict]] = {n: [] for n in counts}
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        corpus.write_text(text, encoding="utf-8")
+        path = topology_file(corpus)
+        try:
+            for _ in range(args.repeat):
+                for n in counts:
+                    r = run_once(path, n)
+                    if not r["ok"] or r.pop("counts") != expected:
+                        errors.append(f"{n} worker(s): the counts differ from a plain count of the corpus")
+                    runs[n].append(r)
+                    if not args.json:
+                        print(f"  {n} worker(s): {r['wall']:.2f} s, host CPU {r['host_cpu']:.2f} s", file=sys.stderr)
+        finally:
+            path.unlink()
+    report: dict = {"copies": args.copies, "repeat": args.repeat, "cores": os.cpu_count(), "errors": errors, "by": {}}
+    for n in counts:
+        wall = statistics.median(r["wall"] for r in runs[n])
+        per_word = statistics.median(r["host_cpu"] / r["words"] for r in runs[n])
+        report["by"][n] = {"wall_s": round(wall, 2), "sentences_per_s": round(runs[n][0]["sentences"] / wall),
+                           "host_cpu_us_per_word": round(per_word * 1e6, 2),
+                           "checkpoints": runs[n][0]["checkpoints"]}
+    base = report["by"][counts[0]]
+    for n in counts[1:]:
+        row = report["by"][n]
+        row["cpu_per_word_ratio"] = round(row["host_cpu_us_per_word"] / base["host_cpu_us_per_word"], 3)
+        row["speedup"] = round(base["wall_s"] / row["wall_s"], 3)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"README word count, {args.copies}x corpus, median of {args.repeat}, {os.cpu_count()} cores")
+        print(f"{'workers':>8} {'wall s':>8} {'sent/s':>8} {'host CPU us/word':>17} {'CPU ratio':>10} {'speedup':>8}")
+        for n in counts:
+            r = report["by"][n]
+            print(f"{n:>8} {r['wall_s']:>8.2f} {r['sentences_per_s']:>8} {r['host_cpu_us_per_word']:>17.2f} "
+                  f"{r.get('cpu_per_word_ratio', 1.0):>10.3f} {r.get('speedup', 1.0):>8.3f}")
+        for e in errors:
+            print("error:", e)
+    raise SystemExit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Host workers (Storm's ``topology.workers``): a topology's tasks spread over processes."""

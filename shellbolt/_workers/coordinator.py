@@ -1,0 +1,411 @@
+"""The main process of a run with host workers (``topology.workers`` > 1):
+starts the workers, keeps the topology's output view from what they send,
+decides when the run is done (every worker idle and every batch sent
+between them received, twice in a row), says stop, and merges their
+results into one :class:`RunResult`. A worker that dies is started again;
+the trees it held time out and are replayed (at least once)."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+from typing import Any, Callable
+
+import trio
+
+from .._model.results import RunResult
+from multilang.errors import ComponentError, TopologyError
+
+from .._model.topology import Topology
+from .link import socket_path
+from .wire import Frames, encode
+
+__all__ = ["run_workers", "WorkersControl"]
+
+#: a worker that dies this many times in a row, no checkpoint committed between, ends the run
+_DEATHS = 3
+_POLL = 0.025  # (half the period of the status poll: the end of a run, and the interval)
+
+
+class WorkersControl:
+    """What the owner of the signals holds of a run on workers, as of a
+    :class:`Runtime`: :meth:`request_stop` (the workers drain their trees
+    and the last checkpoint is taken, within the shutdown grace) and
+    :meth:`abort` (the caller cancels the run: every worker is killed)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def request_stop(self, reason: str = "request") -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def abort(self) -> None:
+        self.request_stop("signal")
+
+
+class _Worker:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc: trio.Process | None = None
+        self.conn: trio.SocketStream | None = None
+        self.status: dict[str, Any] | None = None
+        self.result: dict[str, Any] | None = None
+        self.restarts = 0
+        self.deaths = 0  # deaths in a row with no checkpoint committed between
+        self.committed_at_death = -1
+        self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
+        self.lock = trio.Lock()  # one sender at a time on its connection
+
+    async def send(self, msg: Any) -> bool:
+        """Send a message; False if its connection is gone (it died: watch() sees it)."""
+        conn = self.conn
+        if conn is None:
+            return False
+        async with self.lock:
+            try:
+                await conn.send_all(encode(msg))
+                return True
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+
+
+async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
+                      duration: float | None = None, until_done: bool = True,
+                      control: WorkersControl | None = None) -> RunResult:
+    """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md)."""
+    control = control or WorkersControl()
+    from .._runtime.runtime import Runtime
+
+    view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
+    ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
+    directory = tempfile.mkdtemp(prefix="multilang-workers-")  # 0700: only this user's processes connect
+    with open(os.path.join(directory, "topology.pickle"), "wb") as f:
+        pickle.dump((topology, {}), f)
+    ws = [_Worker(i) for i in range(workers)]
+    failures: list[str] = []  # why the run gave up, of the workers themselves
+    stopped_by = "done"
+    try:
+        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        await sock.bind(socket_path(directory, "main"))
+        sock.listen(workers * 2)
+        listener = trio.SocketListener(sock)
+        async with trio.open_nursery() as nursery:
+
+            async def start(w: _Worker) -> None:
+                w.proc = await trio.lowlevel.open_process(
+                    [sys.executable, "-m", "multilang.shellbolt._workers.worker", directory, str(w.index),
+                     str(workers)], start_new_session=True)
+
+            async def serve(conn: trio.SocketStream) -> None:
+                try:
+                    await _serve(conn)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # a worker died: watch() sees it
+
+            async def _serve(conn: trio.SocketStream) -> None:
+                frames = Frames()
+                w: _Worker | None = None
+                async for data in conn:
+                    for msg in frames.feed(data):
+                        kind = msg[0]
+                        if kind == "hello":
+                            w = ws[msg[1]]
+                            w.conn = conn
+                            await w.send(("epoch", ck.epoch, ck.store.txid or 0))
+                            if w.restarts:  # back: the others may send to it again
+                                await broadcast(("peer_up", w.index), but=w)
+                        elif kind == "out":
+                            if on_output is not None:
+                                for record in msg[1]:
+                                    on_output(record)
+                        elif kind == "status":
+                            ws[msg[1]].status = msg[2]
+                        elif kind == "cp_flags":
+                            ck.flags[msg[1]] = msg[2]
+                            await ck.step(broadcast, workers, rollback)
+                        elif kind == "result":
+                            ws[msg[1]].result = msg[2]
+                        elif kind == "reset":
+                            ws[msg[1]].resets.add(msg[2])
+                        elif kind == "prepared":
+                            if ck.state == "preparing" and msg[2] == ck.txid:  # (not a late answer of another)
+                                ck.prepared[msg[1]] = msg[3]
+                                await ck.step(broadcast, workers, rollback)
+                        elif kind == "cut":
+                            if msg[2] == ck.epoch:
+                                ck.cuts.add(msg[1])
+                                await ck.step(broadcast, workers, rollback)
+                        elif kind == "rollback":
+                            if msg[1] == ck.epoch:  # (asked for once per epoch, by whoever saw it first)
+                                await rollback(msg[2])
+
+            async def accept() -> None:
+                while True:
+                    conn = await listener.accept()
+                    nursery.start_soon(serve, conn)
+
+            async def broadcast(msg: Any, but: _Worker | None = None) -> list[_Worker]:
+                return [o for o in ws if o is not but and await o.send(msg)]
+
+            async def rollback(cause: str) -> None:
+                async with ck.lock:  # not between a checkpoint's write and its commit going out
+                    ck.epoch += 1
+                    ck.rollbacks += 1
+                    ck.state = "idle"
+                    await broadcast(("rollback", cause, ck.epoch))
+
+            async def watch(w: _Worker) -> None:
+                while True:
+                    assert w.proc is not None
+                    code = await w.proc.wait()
+                    if w.result is not None or stopping.is_set():
+                        return
+                    # Killed: the others stop sending to it and fail their trees (replayed, at least once),
+                    # then it starts again and they may send to it once it is back (peer_up).
+                    w.restarts += 1
+                    w.conn, w.status = None, None
+                    if ck.committed != w.committed_at_death:
+                        w.committed_at_death, w.deaths = ck.committed, 0
+                    w.deaths += 1
+                    if w.deaths >= _DEATHS:  # (a bug of ours, or of the machine: say so, rather than loop)
+                        failures.append(f"host worker {w.index} died {w.deaths} times in a row with no checkpoint "
+                                        f"committed between (the last time: pid {w.proc.pid}, {_how(code)}); its "
+                                        "error, if it printed one, is above")
+                        return
+                    cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
+                    async with ck.lock:  # (a commit that went out reaches the others first)
+                        told = await broadcast(("peer_lost", w.index, cause), but=w)
+                    with trio.move_on_after(10):
+                        while not all(w.index in o.resets or o.conn is None for o in told):
+                            await trio.sleep(0.01)
+                    for o in told:
+                        o.resets.discard(w.index)
+                    await rollback(cause)  # its stateful tasks' changes since the last checkpoint are gone
+                    await start(w)
+
+            stopping = trio.Event()
+            nursery.start_soon(accept)
+            for w in ws:
+                await start(w)
+                nursery.start_soon(watch, w)
+            async def until_quiet(stopping_run: bool) -> str:
+                """Poll the workers; step the checkpoints. Return why the run
+                stops: "done" once every worker is drained and idle and every
+                batch sent between them was received, twice in a row, with the
+                last checkpoint taken; or earlier, a stop asked for, or a worker
+                whose run ended on its own. ``stopping_run``: the spouts are
+                stopped and the trees drain; each checkpoint is taken at once."""
+                seen: tuple[Any, ...] | None = None
+                while True:
+                    await trio.sleep(_POLL)
+                    for w in ws:
+                        w.status = None
+                        await w.send(("status",))
+                    await trio.sleep(_POLL)
+                    ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
+                             and w.proc.returncode is not None]
+                    if ended:  # a component gave up (or, stopping, a worker died): nothing more can commit
+                        return (ended[0].result or {}).get("stopped_by", "gave_up")
+                    if control.reason is not None and not stopping_run:
+                        return control.reason
+                    if failures:
+                        return "gave_up"
+                    st = [w.status for w in ws]
+                    if any(s is None for s in st):
+                        continue
+                    if stopping_run:
+                        ck.last = -math.inf
+                    await ck.step(broadcast, workers, rollback)
+                    if not (until_done or stopping_run) or ck.state != "idle":
+                        continue
+                    now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()),  # type: ignore[index]
+                                 s["emitted"]) for s in st)  # type: ignore[index]
+                    quiet = all(s["done"] for s in st) and all(  # type: ignore[index]
+                        st[a]["sent"][b] == st[b]["received"][a]  # type: ignore[index]
+                        for a in range(workers) for b in range(workers) if a != b)
+                    if quiet and now == seen:
+                        if any(s.get("activity") for s in st):  # what no tree waits for: the last checkpoint
+                            ck.last = -math.inf
+                            await ck.step(broadcast, workers, rollback)
+                            seen = None
+                            continue
+                        return "done"
+                    seen = now if quiet else None
+
+            with trio.move_on_after(math.inf if duration is None else duration):
+                stopped_by = "duration"
+                stopped_by = await until_quiet(False)
+            # Stop: the spouts stop and the trees in flight drain, with the checkpoints they wait for, within
+            # the shutdown grace; only then does a worker end (one that ended first would drop what the others
+            # still send it, and a checkpoint is taken of every worker or of none).
+            stopping.set()  # (a worker that dies from now on is not started again)
+            for w in ws:
+                await w.send(("stop", stopped_by))
+            if stopped_by != "done":
+                grace = float(topology.conf.get("multilang.shutdown.grace.secs") or 0)
+                with trio.move_on_after(grace):
+                    await until_quiet(True)
+            for w in ws:
+                await w.send(("finish",))
+            while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
+                await trio.sleep(_POLL / 5)
+            for w in ws:
+                if w.proc is not None:
+                    await w.proc.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        for w in ws:
+            if w.proc is not None and w.proc.returncode is None:
+                w.proc.kill()
+        ck.committed_outputs = list(ck.store.outputs().values())
+        ck.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    if view._key_index is not None:  # the committed view (a resumed run's earlier part, a dead worker's keys) ...
+        for record in ck.committed_outputs:
+            view.outputs_by_key[view._view_key(record)] = record
+    for w in ws:  # ... and what each worker emitted since, committed or not
+        view.outputs_by_key.update((w.result or {}).get("view", {}))
+    result = view.result()
+    for w in ws:
+        r = w.result or {}
+        for name, tasks in r.get("stats", {}).items():
+            result.stats[name].tasks.update(tasks)
+        result.completed += r.get("completed", 0)
+        result.failed += r.get("failed", 0)
+        result.timed_out += r.get("timed_out", 0)
+        result.pending += r.get("pending", 0)
+        result.dead_letters += r.get("dead_letters", 0)
+        result.gave_up.extend(_GaveUp(text) for text in r.get("gave_up", []))
+    result.gave_up.extend(_GaveUp(text) for text in failures)
+    result.stopped_by = stopped_by
+    result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
+    result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
+    result.state_path = None if ck.temporary else ck.store.path
+    #: the workers' own CPU seconds (bench/workers.py)
+    result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
+    return result
+
+
+def _how(code: int) -> str:
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+class _GaveUp(ComponentError):
+    """A worker's component gave up (its message as the worker wrote it)."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.args = (msg,)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class _Checkpoints:
+    """The main process's side of checkpoints across workers (docs/WORKERS.md):
+    the state store's one writer, and the phases, advanced as the workers'
+    statuses come in: pause, cut, prepare, write, commit."""
+
+    def __init__(self, topology: Topology, view: Any) -> None:
+        from .._runtime.state_store import SqliteStore, provider_config
+
+        conf = topology.conf
+        provider = str(conf.get("topology.state.provider") or "sqlite")
+        if provider != "sqlite":
+            raise TopologyError(f"topology.state.provider {provider!r} with host workers: only sqlite, for now")
+        pconf = provider_config(conf)
+        self.temporary = not pconf.get("dir")
+        if self.temporary:
+            pconf["dir"] = tempfile.mkdtemp(prefix="multilang-state-")
+        conf["topology.state.provider.config"] = pconf  # (pickled for the workers after this)
+        name = topology.name or "topology"
+        self.store = SqliteStore(pconf["dir"], name, shared=True)
+        self.store.check(name, {c.name: len(c.tasks) for c in topology.components.values()})
+        self.dir = pconf["dir"]
+        self.interval = float(conf.get("topology.state.checkpoint.interval.ms") or 1000) / 1000
+        self.epoch = 0
+        self.state = "idle"
+        self.last = trio.current_time()
+        self.txid = self.store.txid or 0
+        self.prepared: dict[int, Any] = {}  # worker -> its answer to the prepare of txid (None: it could not)
+        self.cuts: set[int] = set()  # the workers that reached the cut of the checkpoint being taken
+        #: worker -> (its spouts held back, something waits for a checkpoint, its committed txid, its epoch)
+        self.flags: dict[int, tuple[bool, bool, int, int]] = {}
+        self.committed_outputs: list[dict[str, Any]] = []
+        self.lock = trio.Lock()
+        self.committed = self.rollbacks = 0
+        self._epoch_at = 0
+
+    async def step(self, broadcast: Any, workers: int, rollback: Any) -> None:
+        """Advance the phases, on a message of the workers' (their flags, a
+        cut reached, a prepare answered) or on the clock."""
+        now = trio.current_time()
+        if self.state != "idle" and self.epoch != self._epoch_at:  # a rollback abandoned it
+            self.state = "idle"
+        if self.state == "idle":
+            txid = self.store.txid or 0
+            flags = [f for f in self.flags.values() if f[2] == txid and f[3] == self.epoch]  # (this round's)
+            blocked = len(flags) == workers and all(f[0] for f in flags)
+            if (now - self.last >= self.interval or blocked) and any(f[1] for f in flags):
+                self._epoch_at = self.epoch
+                self.state = "pausing"
+                self.cuts = set()
+                await broadcast(("cp_pause",))
+            return
+        if self.state == "pausing":
+            if len(self.cuts) == workers:
+                self.txid += 1
+                self.prepared = {}
+                self.state = "preparing"
+                await broadcast(("cp_prepare", self.txid))
+            return
+        if self.state == "preparing" and len(self.prepared) == workers:
+            answers = list(self.prepared.values())
+            if any(a is None for a in answers):
+                # A worker lost a stateful process (or rolled back): the others' processes answered a
+                # prepare that will not be committed, and a component's next prepare holds only what
+                # changed since this one (§9.7): every worker goes back to the last commit.
+                self.state = "idle"
+                await rollback("a checkpoint was abandoned: a stateful process was lost while it was taken")
+                return
+            # Written and committed once: a status and an answer that arrive together both get here, and
+            # a second commit would release acks held since the cut (trees no checkpoint covers yet).
+            self.state = "committing"
+            async with self.lock:
+                if self.epoch != self._epoch_at:
+                    self.state = "idle"
+                    return
+                self._write(answers)
+                self.committed += 1
+                self.state = "idle"
+                self.last = now
+                await broadcast(("cp_commit", self.txid))
+
+    def _write(self, answers: list[dict[str, Any]]) -> None:
+        from .._runtime.state_store import Checkpoint
+
+        cp = Checkpoint(self.txid)
+        parallelism: dict[str, int] = {}
+        for a in answers:
+            cp.changes.update(a["changes"])
+            cp.completed.extend(a["completed"])
+            cp.values.update(a["values"])
+            cp.outputs.update(a["outputs"])
+            parallelism.update(a["parallelism"])
+        self.store.commit(cp, parallelism)
+
+    def close(self) -> None:
+        self.store.close()
+        if self.temporary:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,158 @@
+"""A host worker process: ``python -m multilang.shellbolt._workers.worker DIR WORKER WORKERS``.
+
+It reads the topology the main process pickled in DIR, runs its share of
+the tasks (Storm's even scheduler: :func:`placement`) with a runtime whose
+other tasks are :class:`RemoteTask` stand-ins, and talks to the main
+process over DIR/main: outputs and status out; ``stop`` in. It ends when
+the main process says so, or when its connection to it closes (the main
+process died: no orphan keeps running)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .._model.topology import Topology
+from .link import Link, RemoteTask, socket_path
+from .wire import Frames
+
+__all__ = ["Placement", "placement", "main"]
+
+
+def placement(topology: Topology, workers: int) -> dict[int, int]:
+    """Task id -> worker: the tasks in id order, dealt round-robin (Storm's even scheduler)."""
+    ids = sorted(t for c in topology.components.values() for t in c.tasks)
+    return {t: i % workers for i, t in enumerate(ids)}
+
+
+@dataclass
+class Placement:
+    worker: int
+    workers: int
+    where: dict[int, int]
+    link: Link
+
+    def remote(self, runtime: Any, comp: Any, task_id: int) -> RemoteTask:
+        return RemoteTask(runtime, comp, task_id, self.link)
+
+    def checkpointer(self, runtime: Any) -> Any:
+        from .checkpoints import WorkerCheckpointer
+
+        return WorkerCheckpointer(runtime, self.link)
+
+
+def _cpu() -> float:
+    """This worker's own CPU seconds (its components' not counted)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _status(rt: Any, link: Link) -> dict[str, Any]:
+    cp = rt.checkpoints
+    return {"done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent, "received": link.received,
+            "pending": rt.acker.pending,
+            "emitted": rt.emitted_by_spouts, **(cp.status() if cp is not None else {})}
+
+
+async def _run(directory: str, worker: int, workers: int) -> None:
+    from .._runtime.runtime import Runtime
+
+    with open(os.path.join(directory, "topology.pickle"), "rb") as f:
+        topology, run_args = pickle.load(f)
+    where = placement(topology, workers)
+    link = Link(directory, worker, workers, where)
+    # A keyed output view is kept here (the keys of a task are its own) and sent with the result;
+    # other outputs go to the main process as they come.
+    rt = Runtime(topology, on_output=link.output, placement=Placement(worker, workers, where, link))
+    link.runtime = rt
+    rt.acker.on_remote = link.wake
+    main = await trio.open_unix_socket(socket_path(directory, "main"))
+    link.main = main
+    result: Any = None
+    async with trio.open_nursery() as nursery:
+        await link.serve(nursery)
+        await link.send_main(("hello", worker, os.getpid()))
+
+        async def control() -> None:
+            try:
+                await _control()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            rt.abort()  # the main process is gone: stop now, no orphans
+            nursery.cancel_scope.cancel()
+
+        async def _control() -> None:
+            frames = Frames()
+            reason = "request"
+            async for data in main:
+                for msg in frames.feed(data):
+                    if msg[0] == "status":
+                        await link.send_main(("status", worker, _status(rt, link)))
+                    elif msg[0] == "stop":  # the spouts stop; the trees drain; the main process says when to end
+                        rt.stop_spouts()
+                        reason = msg[1]
+                    elif msg[0] == "finish":
+                        rt.request_stop(reason)
+                    elif msg[0] == "peer_lost":
+                        link.peer_lost(msg[1], msg[2])
+                        await link.send_main(("reset", worker, msg[1]))
+                    elif msg[0] == "peer_up":
+                        link.peer_up(msg[1])
+                    elif rt.checkpoints is not None:
+                        await _checkpoint(msg)
+
+        async def _checkpoint(msg: Any) -> None:
+            cp = rt.checkpoints
+            kind = msg[0]
+            if kind == "cp_pause":
+                cp.pause()
+
+                async def cut(epoch: int) -> None:  # said as soon as it holds (the main process waits for all)
+                    while cp.epoch == epoch and cp.paused:
+                        if cp.status()["cut"]:
+                            await link.send_main(("cut", worker, epoch))
+                            return
+                        with trio.move_on_after(0.005):
+                            await rt.wait_for_change()
+                nursery.start_soon(cut, cp.epoch)
+            elif kind == "cp_prepare":
+                async def prepare(txid: int) -> None:
+                    await link.send_main(("prepared", worker, txid, await cp.prepare(txid)))
+                nursery.start_soon(prepare, msg[1])
+            elif kind == "cp_commit":
+                cp.commit(msg[1])
+            elif kind == "rollback":
+                cp.rollback_now(msg[1], msg[2])
+            elif kind == "epoch":
+                cp.epoch = rt.acker.epoch = msg[1]
+                cp.started_at(msg[2])
+
+        nursery.start_soon(control)
+        result = await rt.run()  # until the main process says stop
+        link.stopping = True
+        mine = {name: {t: s for t, s in stats.tasks.items() if where[t] == worker} for name, stats in rt.stats.items()}
+        await link.send_main(("result", worker, {
+            "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
+            "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
+            "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
+            "view": rt.outputs_by_key,
+            "stateful": result.stateful}))
+        nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    directory, worker, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns the signals and says stop
+    trio.run(_run, directory, worker, workers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Host workers (issue 35): ``multilang run --workers N`` deals the tasks to
+N processes, as Storm's even scheduler does, and the README word count
+prints the embedded engine's counts on 2 and 3 of them. The kill tests,
+with 1 worker and 2, are in tests/faults/test_stateful.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from multilang.shellbolt import load_topology
+from multilang.shellbolt._workers.worker import placement
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+ML = [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
+sys.path.insert(0, str(EXAMPLES / "python"))
+from split_bolt import words  # noqa: E402
+
+
+def _expected(text: str) -> Counter:
+    return Counter(w for line in text.splitlines() for w in words(line.strip()))
+
+
+def test_tasks_are_dealt_round_robin_in_id_order_as_storms_even_scheduler_does():
+    topo = load_topology(str(EXAMPLES / "wordcount.toml"))
+    where = placement(topo, 2)
+    assert sorted(where) == sorted(t for c in topo.components.values() for t in c.tasks)
+    assert [where[t] for t in sorted(where)] == [i % 2 for i in range(len(where))]
+    for comp in ("split", "count"):  # each parallel component is spread over both workers
+        assert {where[t] for t in topo.components[comp].tasks} == {0, 1}
+
+
+@pytest.mark.parametrize("workers", [2, 3])  # (2: also the README block, which checks only its exit)
+def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(workers):
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", str(workers), "--no-progress"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = {rec["word"]: rec["count"] for rec in map(orjson.loads, r.stdout.splitlines())}
+    assert got == _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
+    assert "trees completed 1080, failed 0" in r.stderr
+
+
+def test_what_host_workers_do_not_support_is_refused_naming_the_option():
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--max-tuples", "10"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "--max-tuples with --workers 2: not supported with host workers yet" in r.stderr, r.stderr
+    for args, said in ((["-c", "topology.workers=two"],
+                        "conf key 'topology.workers' must be a positive integer, got 'two'"),
+                       (["--engine", "spark", "--workers", "2"], "--workers 2 applies to the embedded engine")):
+        r = subprocess.run([*ML, "run", "examples/wordcount.toml", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
