@@ -11,7 +11,6 @@ from typing import IO, Any
 
 import click
 import orjson
-import trio
 
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
@@ -162,8 +161,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         n_workers = workers or int(topology.conf.get("topology.workers") or 1)
         if n_workers > 1:
             _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
-                         given=[f for f, v in (("--max-tuples", max_tuples), ("--metrics-file", metrics_file),
-                                               ("--metrics-port", metrics_port), ("--record", record_dir),
+                         progress=live_view(progress_tasks) if progress else None, metrics=metrics,
+                         given=[f for f, v in (("--max-tuples", max_tuples), ("--record", record_dir),
                                                ("--dead-letter", dead_letter)) if v])
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
@@ -214,7 +213,7 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
-                 given: list[str]) -> None:
+                 progress: Any, metrics: Any, given: list[str]) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
@@ -225,17 +224,35 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     out = Output(output)
     control = WorkersControl()
     start = time.monotonic()
+    latest: list[dict[str, Any]] = []  # the run's last snapshot, merged from the workers' (the view, the metrics)
+
+    def on_snapshot(snap: dict[str, Any]) -> None:
+        if progress is not None and latest:  # (the first, before the workers start, seeds the metrics only)
+            progress.show(snap)
+        latest[:] = [snap]
+
+    if metrics is not None:
+        metrics.snapshot = lambda _runtime: latest[0]
 
     async def go(nursery: Any) -> Any:
         nursery.start_soon(flush_every, out)
+        if metrics is not None:
+            nursery.start_soon(metrics.run, control)
         return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
-                                 until_done=until_done is not False, control=control)
+                                 until_done=until_done is not False, control=control,
+                                 on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
+                                 snapshot_every=progress.interval if progress is not None else 2.0)
 
     try:
         result, signum = run_trio(go, control)
     except (TopologyError, MultilangError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+    finally:
+        if progress is not None:
+            progress.close()
+        if metrics is not None:
+            metrics.close(control if latest else None)  # the last line: the run's final counts
     signum = signum or _signals.first
     if result is None:  # stopped at once by a second signal: the workers were killed
         out.flush()

@@ -23,6 +23,7 @@ from multilang.errors import ComponentError, TopologyError
 
 from .._model.topology import Topology
 from .link import socket_path
+from .view import merge
 from .wire import Frames, encode
 
 __all__ = ["run_workers", "WorkersControl"]
@@ -57,6 +58,7 @@ class _Worker:
         self.status: dict[str, Any] | None = None
         self.result: dict[str, Any] | None = None
         self.restarts = 0
+        self.start_cpu = 0.0  # the CPU its process had used when it said hello (its interpreter and imports)
         self.deaths = 0  # deaths in a row with no checkpoint committed between
         self.committed_at_death = -1
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
@@ -77,9 +79,16 @@ class _Worker:
 
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
                       duration: float | None = None, until_done: bool = True,
-                      control: WorkersControl | None = None) -> RunResult:
-    """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md)."""
+                      control: WorkersControl | None = None,
+                      on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+                      snapshot_every: float = 2.0) -> RunResult:
+    """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
+    ``on_snapshot``: called every ``snapshot_every`` seconds, and once at the
+    end, with the run's snapshot (the live view's, the metrics'; view.py)."""
     control = control or WorkersControl()
+    began = trio.current_time()
+    if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
+        on_snapshot(merge(topology, [], 0.0))
     from .._runtime.runtime import Runtime
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
@@ -116,7 +125,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         kind = msg[0]
                         if kind == "hello":
                             w = ws[msg[1]]
-                            w.conn = conn
+                            w.conn, w.start_cpu = conn, msg[3]
                             await w.send(("epoch", ck.epoch, ck.store.txid or 0))
                             if w.restarts:  # back: the others may send to it again
                                 await broadcast(("peer_up", w.index), but=w)
@@ -194,6 +203,26 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for w in ws:
                 await start(w)
                 nursery.start_soon(watch, w)
+            next_snapshot = trio.current_time()
+
+            async def poll(final: bool = False) -> list[dict[str, Any] | None]:
+                """Every worker's status (None: no answer in time); with the
+                parts of the run's snapshot when one is due (on_snapshot)."""
+                nonlocal next_snapshot
+                await trio.sleep(_POLL)
+                want = on_snapshot is not None and (final or trio.current_time() >= next_snapshot)
+                for w in ws:
+                    w.status = None
+                    await w.send(("status", want))
+                await trio.sleep(_POLL)
+                st = [w.status for w in ws]
+                if want and all(s is not None and "part" in s for s in st):
+                    assert on_snapshot is not None
+                    parts = [s["part"] for s in st]  # type: ignore[index]
+                    on_snapshot(merge(topology, parts, trio.current_time() - began))
+                    next_snapshot = trio.current_time() + snapshot_every
+                return st
+
             async def until_quiet(stopping_run: bool) -> str:
                 """Poll the workers; step the checkpoints. Return why the run
                 stops: "done" once every worker is drained and idle and every
@@ -203,11 +232,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 stopped and the trees drain; each checkpoint is taken at once."""
                 seen: tuple[Any, ...] | None = None
                 while True:
-                    await trio.sleep(_POLL)
-                    for w in ws:
-                        w.status = None
-                        await w.send(("status",))
-                    await trio.sleep(_POLL)
+                    st = await poll()
                     ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
                              and w.proc.returncode is not None]
                     if ended:  # a component gave up (or, stopping, a worker died): nothing more can commit
@@ -216,7 +241,6 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return control.reason
                     if failures:
                         return "gave_up"
-                    st = [w.status for w in ws]
                     if any(s is None for s in st):
                         continue
                     if stopping_run:
@@ -251,6 +275,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 grace = float(topology.conf.get("multilang.shutdown.grace.secs") or 0)
                 with trio.move_on_after(grace):
                     await until_quiet(True)
+            if on_snapshot is not None:
+                await poll(final=True)  # the last frame: the run's final counters
             for w in ws:
                 await w.send(("finish",))
             while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
@@ -289,6 +315,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.state_path = None if ck.temporary else ck.store.path
     #: the workers' own CPU seconds (bench/workers.py)
     result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
+    result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
     return result
 
 

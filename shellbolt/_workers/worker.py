@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from .._model.topology import Topology
+from . import view
 from .link import Link, RemoteTask, socket_path
 from .wire import Frames
 
@@ -55,11 +56,12 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _status(rt: Any, link: Link) -> dict[str, Any]:
+def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
     cp = rt.checkpoints
-    return {"done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent, "received": link.received,
-            "pending": rt.acker.pending,
-            "emitted": rt.emitted_by_spouts, **(cp.status() if cp is not None else {})}
+    part = {"part": view.part(rt, link.worker, link.placement)} if snapshot else {}
+    return {**part, "done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent,
+            "received": link.received, "pending": rt.acker.pending, "emitted": rt.emitted_by_spouts,
+            **(cp.status() if cp is not None else {})}
 
 
 async def _run(directory: str, worker: int, workers: int) -> None:
@@ -79,7 +81,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
     result: Any = None
     async with trio.open_nursery() as nursery:
         await link.serve(nursery)
-        await link.send_main(("hello", worker, os.getpid()))
+        await link.send_main(("hello", worker, os.getpid(), _cpu()))  # (its start-up CPU: bench/workers.py)
 
         async def control() -> None:
             try:
@@ -95,7 +97,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
             async for data in main:
                 for msg in frames.feed(data):
                     if msg[0] == "status":
-                        await link.send_main(("status", worker, _status(rt, link)))
+                        await link.send_main(("status", worker, _status(rt, link, msg[1])))
                     elif msg[0] == "stop":  # the spouts stop; the trees drain; the main process says when to end
                         rt.stop_spouts()
                         reason = msg[1]

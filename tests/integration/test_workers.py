@@ -37,13 +37,24 @@ def test_tasks_are_dealt_round_robin_in_id_order_as_storms_even_scheduler_does()
 
 
 @pytest.mark.parametrize("workers", [2, 3])  # (2: also the README block, which checks only its exit)
-def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(workers):
-    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", str(workers), "--no-progress"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(workers, tmp_path):
+    """The counts, the summary, the live view (plain lines: stderr is not a
+    terminal) and the metrics file's last line, merged from the workers."""
+    metrics = tmp_path / "metrics.jsonl"
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", str(workers), "--metrics-file",
+                        str(metrics)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+    expected = _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
     got = {rec["word"]: rec["count"] for rec in map(orjson.loads, r.stdout.splitlines())}
-    assert got == _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
+    assert got == expected
     assert "trees completed 1080, failed 0" in r.stderr
+    frames = [ln for ln in r.stderr.splitlines() if ln.startswith("[progress]") and " count: emitted " in ln]
+    assert frames, r.stderr[-2000:]
+    last = orjson.loads(metrics.read_text().splitlines()[-1])  # the run's final counts
+    assert last["trees"]["completed"] == 1080 and last["trees"]["in_flight"] == 0
+    assert last["components"]["count"]["acked"] == sum(expected.values())
+    assert {t["task"] for t in last["tasks"].values()} == {t for c in load_topology(
+        str(EXAMPLES / "wordcount.toml")).components.values() for t in c.tasks}  # every task, from its own worker
 
 
 def test_what_host_workers_do_not_support_is_refused_naming_the_option():

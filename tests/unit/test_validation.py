@@ -151,6 +151,7 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "topology.message.timeout.secs": ([0, -1, "30", None, True, math.nan, math.inf, 10**400], [30, 0.5]),
     "topology.max.spout.pending": ([0, -1, "abc", 1.5, True, [200]], [None, 1, 200]),
     "topology.acker.executors": ([-1, "0", 1.0, False], [None, 0, 1, 4]),
+    "topology.workers": ([0, -1, "2", 1.5, True, None], [1, 2, 16]),
     "topology.shellbolt.max.pending": ([0, -5, None, "100", True], [1, 100]),
     "topology.producer.batch.size": ([0, -3, None, "100", 2.5, True], [1, 100, 1000]),
     "topology.subprocess.timeout.secs": ([0, -2, "2", False, math.nan], [None, 2, 0.1]),

@@ -1,0 +1,82 @@
+"""The run's snapshot on host workers (the live view, --metrics-port,
+--metrics-file): each worker sends the rows of its own tasks and its trees
+(``part``); the main process merges them into the shape of
+:func:`multilang.shellbolt._observe.observe.snapshot`.
+
+Counters are exact sums. Latencies are merged from the workers' summaries:
+the count and p99 exactly as the largest of theirs would show, p50 as the
+count-weighted mean of their p50s (a task's latencies are all in one
+worker, so a task row is exact; a component's p50 spanning workers is an
+approximation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._model.topology import Topology
+from .._observe.observe import blank_row, snapshot
+
+__all__ = ["part", "merge"]
+
+_SUMMED = ("emitted", "executed", "acked", "failed", "restarts", "errors", "in_flight", "queued")
+
+
+def part(runtime: Any, worker: int, where: dict[int, int]) -> dict[str, Any]:
+    """What this worker knows: its tasks' rows, its trees (the roots it owns)."""
+    snap = snapshot(runtime)
+    return {"tasks": {k: r for k, r in snap["tasks"].items() if where.get(r["task"]) == worker},
+            "trees": snap["trees"], "stalled": snap["stalled"], "stall_secs": snap["stall_secs"]}
+
+
+def _latency(summaries: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    known = [s for s in summaries if s is not None]
+    if not known:
+        return None
+    count = sum(s["count"] for s in known)
+    p50s = [(s["p50"], s["count"]) for s in known if s["p50"] is not None and s["count"]]
+    p99s = [s["p99"] for s in known if s["p99"] is not None]
+    p50 = round(sum(p * c for p, c in p50s) / sum(c for _, c in p50s), 3) if p50s else None
+    return {"p50": p50, "p99": max(p99s) if p99s else None, "count": count}
+
+
+def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
+    tasks: dict[str, dict[str, Any]] = {}
+    for p in parts:
+        tasks.update(p["tasks"])
+    components: dict[str, dict[str, Any]] = {}
+    for name, comp in topology.components.items():
+        rows = [r for r in tasks.values() if r["component"] == name]
+        row = blank_row(comp.kind, list(comp.tasks))
+        for k in _SUMMED:
+            row[k] = sum(r[k] or 0 for r in rows)
+        row["execute_latency_ms"] = _latency([r["execute_latency_ms"] for r in rows]) or row["execute_latency_ms"]
+        if comp.kind == "spout":
+            row["complete_latency_ms"] = _latency([r["complete_latency_ms"] for r in rows]) or row["complete_latency_ms"]
+        caps = [r["capacity"] for r in rows if r["capacity"] is not None]
+        row["capacity"] = max(caps) if caps else None
+        row["last_error"] = next((r["last_error"] for r in rows if r["last_error"]), None)
+        for r in rows:
+            row["extensions"].extend(e for e in r["extensions"] if e not in row["extensions"])
+            row["metrics"].update(r["metrics"])
+        components[name] = row
+    trees = [p["trees"] for p in parts]
+    spouts = [c for c in components.values() if c["kind"] == "spout"]
+    return {
+        "topology": topology.name,
+        "elapsed_s": round(elapsed, 3),
+        "stalled": any(p["stalled"] for p in parts),
+        "stall_secs": parts[0]["stall_secs"] if parts else None,
+        "remaining": None,
+        "eta_s": None,
+        "trees": {
+            "in_flight": sum(t["in_flight"] for t in trees),
+            "completed": sum(t["completed"] for t in trees),
+            "failed": sum(t["failed"] for t in trees),
+            "timed_out": sum(t["timed_out"] for t in trees),
+            "complete_latency_ms": _latency([c["complete_latency_ms"] for c in spouts]) or blank_row("spout", [])[
+                "complete_latency_ms"],
+            "stalled_s": max((t["stalled_s"] for t in trees), default=0.0),
+        },
+        "components": components,
+        "tasks": tasks,
+    }
