@@ -26,6 +26,7 @@ class WorkerCheckpointer(Checkpointer):
         self.link = link
         self.remote_held: dict[int, int] = {}  # root (this worker's) -> XOR of the acks other workers hold of it
         self._told: dict[int, int] = {}  # root (another worker's) -> the XOR of its held acks told to its owner
+        self._dirty: set[int] = set()  # roots whose held acks changed since the owners were told (paused)
         self._asked: int | None = None  # the epoch a rollback was asked for in
         self._covered: set[int] = set()  # the trees of this worker at the cut of the checkpoint being taken
         #: trees the last checkpoint committed whose last acks other workers still hold (they release them
@@ -50,14 +51,41 @@ class WorkerCheckpointer(Checkpointer):
 
     def hold(self, edges: list[Any]) -> None:
         super().hold(edges)
-        if self.paused:  # a cut is awaited: the owners hear of each (unpaused, of all at the pause)
-            self._tell(edges)
+        if self.paused:  # a cut is awaited: the owners hear of these roots (at the link's next flush)
+            dirty = self._dirty
+            for e in edges:
+                if type(e) is int:
+                    dirty.add(e)
+                else:
+                    dirty.update(e.ids)
+            self.link.wake()
 
-    def _tell(self, edges: list[Any]) -> None:
-        """Tell the owners of other workers' roots the XOR of these held
-        acks. Said again when they are released, in the batch that carries
-        the acks: the owner's count (an XOR) goes back to what it was, in
-        the order its link delivers, with no reset to race with."""
+    def tell(self) -> None:
+        """Tell the owners of other workers' roots the XOR of the acks held
+        here of them, for the roots whose held acks changed since they were
+        last told (the link calls this before each flush). Said again when
+        they are released, in the batch that carries the acks: the owner's
+        count (an XOR) goes back to what it was, in the order its link
+        delivers, with no reset to race with."""
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, set()
+        acker, told, hx, held = self.rt.acker, self._told, self._held_xor, self.link.held
+        me, n = acker.worker, acker.workers
+        for r in dirty:
+            if r % n != me:
+                x = hx.get(r, 0)
+                d = x ^ told.get(r, 0)
+                if d:
+                    held(r % n, r, d)
+                    if x:
+                        told[r] = x
+                    else:
+                        told.pop(r, None)
+
+    def _untell(self, edges: list[Any]) -> None:
+        """Released while others stay held (the rare case): the owners take
+        back these acks' XOR, edge by edge."""
         acker, told, held = self.rt.acker, self._told, self.link.held
         me, n = acker.worker, acker.workers
         for e in edges:
@@ -72,21 +100,6 @@ class WorkerCheckpointer(Checkpointer):
                     x ^= told.pop(r, 0)
                     if x:
                         told[r] = x
-        self.link.wake()
-
-    def _tell_all(self) -> None:
-        """At a pause: what the owners were not told yet of the acks held here."""
-        acker, told, held = self.rt.acker, self._told, self.link.held
-        me, n = acker.worker, acker.workers
-        for r, x in self._held_xor.items():
-            if r % n != me:
-                d = x ^ told.get(r, 0)
-                if d:
-                    held(r % n, r, d)
-                    if x:
-                        told[r] = x
-                    else:
-                        told.pop(r, None)
         self.link.wake()
 
     def quiescent(self) -> bool:
@@ -151,7 +164,8 @@ class WorkerCheckpointer(Checkpointer):
             if r not in self.committed_pending:
                 acker.fail_root(r, why)
         self.rt.settle()
-        self.remote_held, self._told = {}, {}  # (every root of the owners' is failed: a new epoch's are new)
+        # (every root of the owners' is failed: a new epoch's are new)
+        self.remote_held, self._told, self._dirty = {}, {}, set()
         self._asked = None
         self.paused = False
         self._kick_spouts()
@@ -177,7 +191,8 @@ class WorkerCheckpointer(Checkpointer):
 
     def pause(self) -> None:
         self.paused = True
-        self._tell_all()
+        self._dirty.update(self._held_xor)  # what the owners were not told yet of the acks held here
+        self.link.wake()
         self.rt.nudge()
 
     def resume(self) -> None:
@@ -249,6 +264,7 @@ class WorkerCheckpointer(Checkpointer):
             self.store.txid = txid
         rt.commit_view({k: r for k, (r, _) in self.view.items()})
         self.view = {}
+        self.tell()  # (what was held since the last flush: told is then what the owners hold)
         held, xors, n_held = self.held, self._held_xor, self._n_held
         self.held, self._held_xor = [], {}
         if n_held == len(held):  # the usual case, all released: per tree, the XOR of its held acks
@@ -259,7 +275,7 @@ class WorkerCheckpointer(Checkpointer):
             rt.acker.ack_xors(xors)
         else:
             super().hold(held[n_held:])  # (their XOR went to their owners when they were held: paused)
-            self._tell(held[:n_held])
+            self._untell(held[:n_held])
             rt.acker.ack_many(held[:n_held])
         for r in list(self.hashes):
             if r in rt.acker.roots:

@@ -209,6 +209,8 @@ class Link:
             with trio.move_on_after(_TICK):
                 await self._wake.wait()
             self._wake = trio.Event()
+            if rt.checkpoints is not None:
+                rt.checkpoints.tell()  # (held acks of other workers' roots, to their owners: checkpoints.py)
             remote = rt.acker.take_remote()
             failed_roots, rt.acker.failed_out = rt.acker.failed_out, []
             for peer, batch in list(self._out.items()):
