@@ -28,8 +28,10 @@ from .wire import Frames, encode
 
 __all__ = ["run_workers", "WorkersControl"]
 
-#: a worker that dies this many times in a row, no checkpoint committed between, ends the run
+#: a worker that dies this many times in a row having got nothing done (it died within _UP_SECS of
+#: its start, or with no checkpoint committed since it last died) ends the run
 _DEATHS = 3
+_UP_SECS = 2.0
 _POLL = 0.025  # (half the period of the status poll: the end of a run, and the interval)
 
 
@@ -59,8 +61,9 @@ class _Worker:
         self.result: dict[str, Any] | None = None
         self.restarts = 0
         self.start_cpu = 0.0  # the CPU its process had used when it said hello (its interpreter and imports)
-        self.deaths = 0  # deaths in a row with no checkpoint committed between
-        self.committed_at_death = -1
+        self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
+        self.committed_at_death = -1  # the run's checkpoints committed when it last died
+        self.hello_at = 0.0  # when its process said hello
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
 
@@ -125,7 +128,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         kind = msg[0]
                         if kind == "hello":
                             w = ws[msg[1]]
-                            w.conn, w.start_cpu = conn, msg[3]
+                            w.conn, w.start_cpu, w.hello_at = conn, msg[3], trio.current_time()
                             await w.send(("epoch", ck.epoch, ck.store.txid or 0))
                             if w.restarts:  # back: the others may send to it again
                                 await broadcast(("peer_up", w.index), but=w)
@@ -177,15 +180,18 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return
                     # Killed: the others stop sending to it and fail their trees (replayed, at least once),
                     # then it starts again and they may send to it once it is back (peer_up).
+                    # A death that got nothing done: before its hello or soon after, or with checkpoints being
+                    # taken and none since its last death. Some in a row are a crash loop: say so, not loop.
+                    futile = (w.conn is None or trio.current_time() - w.hello_at < _UP_SECS
+                              or 0 < ck.committed == w.committed_at_death)
+                    w.deaths = w.deaths + 1 if futile else 0
+                    w.committed_at_death = ck.committed
                     w.restarts += 1
                     w.conn, w.status = None, None
-                    if ck.committed != w.committed_at_death:
-                        w.committed_at_death, w.deaths = ck.committed, 0
-                    w.deaths += 1
-                    if w.deaths >= _DEATHS:  # (a bug of ours, or of the machine: say so, rather than loop)
-                        failures.append(f"host worker {w.index} died {w.deaths} times in a row with no checkpoint "
-                                        f"committed between (the last time: pid {w.proc.pid}, {_how(code)}); its "
-                                        "error, if it printed one, is above")
+                    if w.deaths >= _DEATHS:
+                        failures.append(f"host worker {w.index} died {w.deaths} times in a row having got nothing "
+                                        f"done (the last time: pid {w.proc.pid}, {_how(code)}); its error, if it "
+                                        "printed one, is above")
                         return
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
                     async with ck.lock:  # (a commit that went out reaches the others first)

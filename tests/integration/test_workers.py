@@ -5,6 +5,7 @@ with 1 worker and 2, are in tests/faults/test_stateful.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -68,3 +69,18 @@ def test_what_host_workers_do_not_support_is_refused_naming_the_option():
         r = subprocess.run([*ML, "run", "examples/wordcount.toml", *args], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_worker_that_cannot_start_ends_the_run_with_a_named_error_not_a_restart_loop(tmp_path):
+    # Every worker process exits at once (a sitecustomize on its path makes it): after 3 such deaths in a
+    # row the run ends, exit 1, naming the worker; the error it printed is on stderr above.
+    (tmp_path / "sitecustomize.py").write_text(
+        'if b"_workers.worker" in open("/proc/self/cmdline", "rb").read():\n'
+        '    raise SystemExit("this worker cannot start (test)")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--no-progress"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "error: the run gave up: host worker" in r.stderr and "died 3 times in a row having got nothing done" \
+        in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr.split("error: the run gave up")[1]
