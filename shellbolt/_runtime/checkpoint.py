@@ -436,9 +436,11 @@ class Checkpointer:
             for k in [k for k, r in index.items() if r not in roots]:
                 del index[k]
 
-    def rollback(self, cause: str) -> None:
+    def rollback(self, cause: str, *, quiet: bool = False) -> None:
         """Back to the last commit: every stateful process restores it, and
-        every tree that touched one since is failed (and replayed)."""
+        every tree that touched one since is failed (and replayed). ``quiet``:
+        not logged (a host worker with no stateful task has no state to roll
+        back; the main process says why the run rolled back)."""
         rt = self.rt
         self.epoch += 1
         self.rollbacks += 1
@@ -460,7 +462,8 @@ class Checkpointer:
         for r in roots:
             fail_root(r, why)
         rt.acker.watch_failed = None
-        log.warning("state rolled back to %s (%d tree(s) to replay): %s", where, len(roots), cause)
+        if not quiet:
+            log.warning("state rolled back to %s (%d tree(s) to replay): %s", where, len(roots), cause)
         rt.nudge()
 
     def outputs(self, keys: list[Any], records: list[dict[str, Any]], roots: list[Any]) -> None:

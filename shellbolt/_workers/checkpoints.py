@@ -158,7 +158,7 @@ class WorkerCheckpointer(Checkpointer):
         acker = self.rt.acker
         acker.epoch = epoch
         self.epoch = epoch - 1  # (+ 1 in rollback)
-        super().rollback(cause)
+        super().rollback(cause, quiet=not self.tasks)
         why = f"rolled back to the last checkpoint: {cause}"
         for r in list(acker.roots):
             if r not in self.committed_pending:

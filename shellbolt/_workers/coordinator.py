@@ -7,6 +7,7 @@ the trees it held time out and are replayed (at least once)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import pickle
@@ -27,6 +28,8 @@ from .view import merge
 from .wire import Frames, encode
 
 __all__ = ["run_workers", "WorkersControl"]
+
+log = logging.getLogger("multilang.shellbolt")
 
 #: a worker that dies this many times in a row having got nothing done (it died within _UP_SECS of
 #: its start, or with no checkpoint committed since it last died) ends the run
@@ -194,6 +197,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                         "printed one, is above")
                         return
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
+                    log.warning("%s; every tree in flight is failed and replayed", cause)
                     async with ck.lock:  # (a commit that went out reaches the others first)
                         told = await broadcast(("peer_lost", w.index, cause), but=w)
                     with trio.move_on_after(10):
