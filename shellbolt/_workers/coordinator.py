@@ -35,6 +35,8 @@ log = logging.getLogger("multilang.shellbolt")
 #: its start, or with no checkpoint committed since it last died) ends the run
 _DEATHS = 3
 _UP_SECS = 2.0
+#: a message a worker does not take in this long: the worker is hung, and its connection is closed
+_SEND_SECS = 10.0
 _POLL = 0.025  # (half the period of the status poll: the end of a run, and the interval)
 
 
@@ -71,16 +73,23 @@ class _Worker:
         self.lock = trio.Lock()  # one sender at a time on its connection
 
     async def send(self, msg: Any) -> bool:
-        """Send a message; False if its connection is gone (it died: watch() sees it)."""
+        """Send a message; False if its connection is gone (it died: watch() sees it).
+        Not cancelled half-way (a stop at --duration): a frame cut short
+        would garble the stream, and a checkpoint's message would reach
+        some workers and not others."""
         conn = self.conn
         if conn is None:
             return False
-        async with self.lock:
-            try:
-                await conn.send_all(encode(msg))
-                return True
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return False
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + _SEND_SECS) as scope:
+            async with self.lock:
+                try:
+                    await conn.send_all(encode(msg))
+                    return True
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return False
+        if scope.cancelled_caught:  # it reads nothing (hung): its connection closes, and so it stops
+            conn.socket.close()
+        return False
 
 
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
@@ -255,7 +264,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         continue
                     if stopping_run:
                         ck.last = -math.inf
-                    await ck.step(broadcast, workers, rollback)
+                    with trio.CancelScope(shield=True):  # (a phase goes to every worker or to none)
+                        await ck.step(broadcast, workers, rollback)
                     if not (until_done or stopping_run) or ck.state != "idle":
                         continue
                     now = tuple((tuple(s["sent"].items()), tuple(s["received"].items()),  # type: ignore[index]
@@ -266,7 +276,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     if quiet and now == seen:
                         if any(s.get("activity") for s in st):  # what no tree waits for: the last checkpoint
                             ck.last = -math.inf
-                            await ck.step(broadcast, workers, rollback)
+                            with trio.CancelScope(shield=True):
+                                await ck.step(broadcast, workers, rollback)
                             seen = None
                             continue
                         return "done"
