@@ -20,9 +20,10 @@ from typing import Any, Callable
 import trio
 
 from .._model.results import RunResult
-from multilang.errors import ComponentError, TopologyError
+from multilang.errors import TopologyError
 
 from .._model.topology import Topology
+from .._runtime.tasks import PlainComponentError
 from .link import socket_path
 from .view import merge
 from .wire import Frames, encode
@@ -328,8 +329,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         result.timed_out += r.get("timed_out", 0)
         result.pending += r.get("pending", 0)
         result.dead_letters += r.get("dead_letters", 0)
-        result.gave_up.extend(_GaveUp(text) for text in r.get("gave_up", []))
-    result.gave_up.extend(_GaveUp(text) for text in failures)
+        result.gave_up.extend(PlainComponentError(text) for text in r.get("gave_up", []))
+    result.gave_up.extend(PlainComponentError(text) for text in failures)
     result.stopped_by = stopped_by
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
@@ -347,17 +348,6 @@ def _how(code: int) -> str:
         return f"killed by {signal.Signals(-code).name}"
     except ValueError:
         return f"killed by signal {-code}"
-
-
-class _GaveUp(ComponentError):
-    """A worker's component gave up (its message as the worker wrote it)."""
-
-    def __init__(self, msg: str) -> None:
-        super().__init__(msg)
-        self.args = (msg,)
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 class _Checkpoints:
