@@ -109,9 +109,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
+    try:
+        shipped = _shipped(topology, workers)  # (with the store's folder in its conf)
+    except TopologyError:
+        ck.close()
+        raise
     directory = tempfile.mkdtemp(prefix="multilang-workers-")  # 0700: only this user's processes connect
     with open(os.path.join(directory, "topology.pickle"), "wb") as f:
-        pickle.dump((topology, {}), f)
+        f.write(shipped)
     ws = [_Worker(i) for i in range(workers)]
     failures: list[str] = []  # why the run gave up, of the workers themselves
     stopped_by = "done"
@@ -339,6 +344,26 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
     result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
     return result
+
+
+def _shipped(topology: Topology, workers: int) -> bytes:
+    """The topology as the workers get it (pickled), or a TopologyError
+    naming the in-process component that cannot be given to another process
+    (a function defined inside another one, a lambda: a Flux file's
+    LogInfoBolt is one)."""
+    try:
+        return pickle.dumps((topology, {}))
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        for comp in topology.components.values():
+            try:
+                pickle.dumps(comp.impl)
+            except (pickle.PicklingError, AttributeError, TypeError) as why:
+                where = f"{topology.source}: " if topology.source else ""
+                raise TopologyError(
+                    f"{where}--workers {workers}: {comp.kind} {comp.name!r} runs in the host's own process "
+                    f"({type(comp.impl).__name__}), and a host worker cannot be given it ({why}); run this topology "
+                    "with --workers 1, or make it a shell component or a module-level function") from None
+        raise TopologyError(f"--workers {workers}: the topology cannot be given to a host worker: {exc}") from None
 
 
 def _how(code: int) -> str:
