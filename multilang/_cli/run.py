@@ -7,7 +7,7 @@ import re
 import signal
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import click
 import orjson
@@ -197,15 +197,26 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
         click.echo("interrupted; all component processes were stopped", err=True)
         raise SystemExit(EXIT_SIGINT) from None
     except (TopologyError, MultilangError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+        _failed(exc)
     finally:
         if dead_file is not None:
             dead_file.close()
         if recorder is not None:
             _recorded(recorder)
+    _ended(topology, out, result, signum, start, dead_letter)
+
+
+def _failed(exc: MultilangError) -> NoReturn:
+    """The run could not go on: one line, exit 2 for a topology error, else 1."""
+    click.echo(f"error: {exc}", err=True)
+    raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+
+
+def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: float,
+           dead_letter: str | None) -> None:
+    """A run ended: its output view, the summary, an interrupt named; SystemExit with the exit code."""
     for record in result.outputs:
-        emit(record)
+        out.line(orjson.dumps(record))
     out.flush()
     print_summary(result, time.monotonic() - start, dead_letter)
     if signum is not None:
@@ -246,8 +257,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     try:
         result, signum = run_trio(go, control)
     except (TopologyError, MultilangError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_USAGE if isinstance(exc, TopologyError) else EXIT_FAILED) from None
+        _failed(exc)
     finally:
         if progress is not None:
             progress.close()
@@ -258,13 +268,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         out.flush()
         interrupted(signum or signal.SIGINT, bool(topology.output.key))
         raise SystemExit(exit_code(None, signum or signal.SIGINT))
-    for record in result.outputs:
-        out.line(orjson.dumps(record))
-    out.flush()
-    print_summary(result, time.monotonic() - start, None)
-    if signum is not None:
-        interrupted(signum, bool(topology.output.key))
-    raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
+    _ended(topology, out, result, signum, start, None)
 
 
 def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:

@@ -289,7 +289,8 @@ def _task_row(runtime: Any, task: Any, now: float) -> dict[str, Any]:
     }
 
 
-_SUMMED = ("emitted", "executed", "acked", "failed", "restarts", "errors", "in_flight", "queued")
+#: the counters a component row sums over its tasks (also over host workers: _workers/view.py)
+SUMMED = ("emitted", "executed", "acked", "failed", "restarts", "errors", "in_flight", "queued")
 
 
 def blank_row(kind: str, task_ids: Iterable[int]) -> dict[str, Any]:
@@ -306,7 +307,7 @@ def blank_row(kind: str, task_ids: Iterable[int]) -> dict[str, Any]:
 
 def _component_row(kind: str, task_ids: list[int], rows: list[dict[str, Any]]) -> dict[str, Any]:
     row = blank_row(kind, task_ids)
-    for k in _SUMMED:
+    for k in SUMMED:
         row[k] = sum(r[k] for r in rows)
     lat = Histogram()
     for r in rows:

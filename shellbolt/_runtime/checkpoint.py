@@ -31,14 +31,13 @@ from typing import Any
 import orjson
 import trio
 
-from multilang.errors import ComponentError
 from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
 
 from .._model.acker import TupleEdges, roots_of
 from .._model.results import Cause, brief
 from .sinks import AckerSink
 from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_config, values_hash
-from .tasks import RuntimeSeam, SpoutTask, Task, log
+from .tasks import PlainComponentError, RuntimeSeam, SpoutTask, Task, log
 
 
 __all__ = ["Checkpointer", "StatefulSink", "StateStoreFailed", "init_frames"]
@@ -507,15 +506,8 @@ def init_frames(conn: Any, txid: int | None, state: dict[str, Any], max_frame: i
     return frames
 
 
-class StateStoreFailed(ComponentError):
+class StateStoreFailed(PlainComponentError):
     """The state store could not write a checkpoint: the run stops (it gives up)."""
-
-    def __init__(self, msg: str) -> None:
-        super().__init__(msg)
-        self.args = (msg,)
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 class StatefulSink(AckerSink):

@@ -183,6 +183,18 @@ class Delivery(NamedTuple):
     tick: bool = False
 
 
+class PlainComponentError(ComponentError):
+    """A component error whose message is whole as given (no "component X
+    task N" prefix): one the host words itself, or one a host worker wrote."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.args = (msg,)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def component_error(exc: BaseException) -> ComponentError | None:
     if isinstance(exc, ComponentError):
         return exc

@@ -20,9 +20,10 @@ from typing import Any, Callable
 import trio
 
 from .._model.results import RunResult
-from multilang.errors import ComponentError, TopologyError
+from multilang.errors import TopologyError
 
 from .._model.topology import Topology
+from .._runtime.tasks import PlainComponentError
 from .link import socket_path
 from .view import merge
 from .wire import Frames, encode
@@ -108,9 +109,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
+    try:
+        shipped = _shipped(topology, workers)  # (with the store's folder in its conf)
+    except TopologyError:
+        ck.close()
+        raise
     directory = tempfile.mkdtemp(prefix="multilang-workers-")  # 0700: only this user's processes connect
     with open(os.path.join(directory, "topology.pickle"), "wb") as f:
-        pickle.dump((topology, {}), f)
+        f.write(shipped)
     ws = [_Worker(i) for i in range(workers)]
     failures: list[str] = []  # why the run gave up, of the workers themselves
     stopped_by = "done"
@@ -328,8 +334,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         result.timed_out += r.get("timed_out", 0)
         result.pending += r.get("pending", 0)
         result.dead_letters += r.get("dead_letters", 0)
-        result.gave_up.extend(_GaveUp(text) for text in r.get("gave_up", []))
-    result.gave_up.extend(_GaveUp(text) for text in failures)
+        result.gave_up.extend(PlainComponentError(text) for text in r.get("gave_up", []))
+    result.gave_up.extend(PlainComponentError(text) for text in failures)
     result.stopped_by = stopped_by
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
@@ -340,6 +346,26 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     return result
 
 
+def _shipped(topology: Topology, workers: int) -> bytes:
+    """The topology as the workers get it (pickled), or a TopologyError
+    naming the in-process component that cannot be given to another process
+    (a function defined inside another one, a lambda: a Flux file's
+    LogInfoBolt is one)."""
+    try:
+        return pickle.dumps((topology, {}))
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        for comp in topology.components.values():
+            try:
+                pickle.dumps(comp.impl)
+            except (pickle.PicklingError, AttributeError, TypeError) as why:
+                where = f"{topology.source}: " if topology.source else ""
+                raise TopologyError(
+                    f"{where}--workers {workers}: {comp.kind} {comp.name!r} runs in the host's own process "
+                    f"({type(comp.impl).__name__}), and a host worker cannot be given it ({why}); run this topology "
+                    "with --workers 1, or make it a shell component or a module-level function") from None
+        raise TopologyError(f"--workers {workers}: the topology cannot be given to a host worker: {exc}") from None
+
+
 def _how(code: int) -> str:
     if code >= 0:
         return f"exit code {code}"
@@ -347,17 +373,6 @@ def _how(code: int) -> str:
         return f"killed by {signal.Signals(-code).name}"
     except ValueError:
         return f"killed by signal {-code}"
-
-
-class _GaveUp(ComponentError):
-    """A worker's component gave up (its message as the worker wrote it)."""
-
-    def __init__(self, msg: str) -> None:
-        super().__init__(msg)
-        self.args = (msg,)
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 class _Checkpoints:

@@ -14,11 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._model.topology import Topology
-from .._observe.observe import blank_row, snapshot
+from .._observe.observe import SUMMED, blank_row, snapshot
 
 __all__ = ["part", "merge"]
-
-_SUMMED = ("emitted", "executed", "acked", "failed", "restarts", "errors", "in_flight", "queued")
 
 
 def part(runtime: Any, worker: int, where: dict[int, int]) -> dict[str, Any]:
@@ -47,7 +45,7 @@ def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float) -> di
     for name, comp in topology.components.items():
         rows = [r for r in tasks.values() if r["component"] == name]
         row = blank_row(comp.kind, list(comp.tasks))
-        for k in _SUMMED:
+        for k in SUMMED:
             row[k] = sum(r[k] or 0 for r in rows)
         row["execute_latency_ms"] = _latency([r["execute_latency_ms"] for r in rows]) or row["execute_latency_ms"]
         if comp.kind == "spout":

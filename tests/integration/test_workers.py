@@ -84,3 +84,11 @@ def test_a_worker_that_cannot_start_ends_the_run_with_a_named_error_not_a_restar
     assert "error: the run gave up: host worker" in r.stderr and "died 3 times in a row having got nothing done" \
         in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr.split("error: the run gave up")[1]
+
+
+def test_an_in_process_component_a_worker_cannot_be_given_is_refused_naming_it():
+    # The Flux example's LogInfoBolt is a function of the host's own process: no other process can run it.
+    r = subprocess.run([*ML, "run", "examples/flux/multilang.yaml", "--workers", "2", "--no-progress"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "--workers 2: bolt 'log' runs in the host's own process" in r.stderr and "--workers 1" in r.stderr
