@@ -32,13 +32,26 @@ def _loopback(hex_addr: str) -> bool:
     return ip in ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
 
 
-def test_a_topology_and_multilang_bolts_under_spark_connect():
+_SLOW_FIRST_WORKER = """#!/bin/sh
+# PYSPARK_PYTHON for this test: the first foreachBatch worker Spark starts waits past Spark's fixed
+# 10 s to connect back, as on a busy machine; every other Python process starts at once.
+if [ "$2" = "pyspark.sql.connect.streaming.worker.foreach_batch_worker" ] && mkdir "$0.slow" 2>/dev/null; then
+    sleep 12
+fi
+exec "%s" "$@"
+"""
+
+
+def test_a_topology_and_multilang_bolts_under_spark_connect(tmp_path):
     # The local Connect server of `--remote local[N]` (issue 36 item 5): on a
     # free port, so a run works while another process holds pyspark's 15002
     # (as this test does), and on loopback only: nothing the driver's process
     # tree listens on is reachable from another machine.
     text = EXAMPLES / "data" / "alice.txt"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    python = tmp_path / "python"
+    python.write_text(_SLOW_FIRST_WORKER % sys.executable)
+    python.chmod(0o755)
+    env = {**os.environ, "PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("SPARK_TESTING", None)
     with socket.socket() as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -51,6 +64,9 @@ def test_a_topology_and_multilang_bolts_under_spark_connect():
                                str(EXAMPLES / "wordcount.toml"), str(text)], capture_output=True, env=env, cwd=ROOT,
                               timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    # The query's first start failed (its worker was slow to connect back) and the second started it.
+    assert (tmp_path / "python.slow").is_dir()
+    assert "starting it again (2 of 4)" in proc.stderr.decode(), proc.stderr.decode()[-3000:]
     got = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert got["listening"] and all(_loopback(a) for a in got["listening"]), got["listening"]
     plain = Counter(w for line in text.read_text(encoding="utf-8").splitlines() for w in words(line.strip()))

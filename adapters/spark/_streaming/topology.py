@@ -35,6 +35,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import logging
+
 import orjson
 
 from multilang.errors import TopologyError
@@ -46,6 +48,8 @@ from multilang.shellbolt import (
 from .._engine.ship import ship
 from .._engine.storage import Location
 from .stages import DEAD, KEPT, OUT, ROW_SCHEMA, STATS, Plan, RouteFn, StageFn, stage_spec
+
+log = logging.getLogger("multilang.spark")
 
 __all__ = ["SparkRunResult", "run_topology"]
 
@@ -544,7 +548,7 @@ def run_topology(
         progress.poll([])  # batches an earlier run committed
         progress.run_tuples = 0
         start = time.monotonic()
-        q = writer.start()
+        q = _start(writer)
         stopped_by = "done"
         try:
             while True:
@@ -583,6 +587,29 @@ def run_topology(
             spark.stop()
         if temp:
             ck.delete_all()
+
+
+# Spark Connect runs ``foreachBatch`` in a Python process it starts, and gives that process a fixed
+# 10 s (PythonWorkerFactory.createSimpleWorker, not configurable) to import pyspark's Connect client
+# and connect back. That takes about 1 s of CPU; on a busy driver machine it can take more than 10 s
+# of wall time, and the query's start fails with this message before anything has run.
+_SLOW_WORKER = "waiting for the Python worker to connect back"
+START_TRIES = 4
+
+
+def _start(writer: Any) -> Any:
+    """``writer.start()``, tried again (up to START_TRIES in all) when the start failed only because
+    Spark's foreachBatch worker was slow to connect back: nothing had started, so a retry is safe."""
+    for attempt in range(1, START_TRIES):
+        try:
+            return writer.start()
+        except Exception as e:
+            if _SLOW_WORKER not in str(e):
+                raise
+            log.warning("the query did not start: Spark's foreachBatch Python worker took more than Spark's "
+                        "fixed 10 s to connect back (a busy machine); starting it again (%d of %d)",
+                        attempt + 1, START_TRIES)
+    return writer.start()
 
 
 def _stop_between_batches(q: Any, ck: Location, patience: float = 60.0) -> None:
