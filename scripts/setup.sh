@@ -14,4 +14,8 @@ if ! command -v ruby >/dev/null 2>&1; then
 fi
 command -v node >/dev/null 2>&1 || { echo "setup: node (20+) is required and was not found" >&2; exit 1; }
 python3 -m pip install -q --disable-pip-version-check -e ".[dev,spark]"
+# An editable install leaves our modules uncompiled, and where PYTHONDONTWRITEBYTECODE is set
+# nothing compiles them later: every process that imports multilang (each host worker, each
+# Python component) would compile them from source again. Compile them once here.
+python3 -m compileall -q "$PWD/multilang" "$PWD/shellbolt" "$PWD/adapters" "$PWD/examples/python" >/dev/null
 echo "setup: ok ($(python3 --version), ruby $(ruby -e 'print RUBY_VERSION'), node $(node --version))"
