@@ -101,8 +101,8 @@ class Acker:
         self._rand = rand
         #: this acker's worker, of ``workers``: it owns the roots r with r % workers == worker
         self.worker, self.workers = worker, workers
-        #: owner -> the acks (root, xor) and fails (root, cause) of its roots, not sent yet
-        self._remote_acks: dict[int, list[tuple[int, int]]] = {}
+        #: owner -> the acks of its roots not sent yet, as root -> the XOR of them; and its fails (root, cause)
+        self._remote_acks: dict[int, dict[int, int]] = {}
         self._remote_fails: dict[int, list[tuple[int, str | None]]] = {}
         #: called when a message for another worker is queued and none was (its link sends them)
         self.on_remote: Callable[[], None] = _nothing
@@ -150,17 +150,18 @@ class Acker:
         """The worker whose acker owns root ``r``."""
         return r % self.workers
 
-    def take_remote(self) -> dict[int, tuple[list[tuple[int, int]], list[tuple[int, str | None]]]]:
+    def take_remote(self) -> dict[int, tuple[dict[int, int], list[tuple[int, str | None]]]]:
         """The acks and fails queued for other workers' roots since the last
-        call, by owner: ``{owner: ([(root, xor)], [(root, cause)])}``."""
-        out = {w: (self._remote_acks.pop(w, []), self._remote_fails.pop(w, []))
+        call, by owner: ``{owner: ({root: xor}, [(root, cause)])}`` (a root's
+        acks folded into one XOR: a sentence's words cross as one ack)."""
+        out = {w: (self._remote_acks.pop(w, {}), self._remote_fails.pop(w, []))
                for w in set(self._remote_acks) | set(self._remote_fails)}
         return out
 
-    def apply_remote(self, acks: list[tuple[int, int]], fails: list[tuple[int, str | None]]) -> None:
+    def apply_remote(self, acks: dict[int, int], fails: list[tuple[int, str | None]]) -> None:
         """Acks and fails of this acker's roots, from the other workers."""
         ack_root = self._ack_root
-        for r, x in acks:
+        for r, x in acks.items():
             ack_root(r, x)
         for r, cause in fails:
             self.fail_root(r, cause)
@@ -278,9 +279,9 @@ class Acker:
             if self.workers > 1 and r % self.workers != self.worker:  # another worker's tree: its acker's
                 out = self._remote_acks.get(r % self.workers)
                 if out is None:
-                    out = self._remote_acks[r % self.workers] = []
+                    out = self._remote_acks[r % self.workers] = {}
                     self.on_remote()
-                out.append((r, x))
+                out[r] = out.get(r, 0) ^ x
                 return
             # Not registered yet (XOR commutes, §7.1), or a late ack of a
             # finished tree (§7.4): kept aside, and dropped after the
@@ -374,7 +375,14 @@ class Acker:
         if not ids or not self.roots.keys().isdisjoint(ids):
             return True
         # another worker's tree: live if it began in this epoch (a rollback failed every earlier one)
-        return self.workers > 1 and any(map(self._remote_live, ids))
+        n = self.workers
+        if n == 1:
+            return False
+        w, epoch = self.worker, self.epoch % _EPOCHS
+        for r in ids:
+            if r % n != w and (r // n) % _EPOCHS == epoch:
+                return True
+        return False
 
     def _remote_live(self, r: int) -> bool:
         n = self.workers

@@ -16,14 +16,13 @@ import trio
 
 from .._model.topology import ComponentDef
 from .._runtime.tasks import Delivery, Task
-from .wire import Frames, encode, from_wire, to_wire
+from .wire import Frames, encode, pack, unpack
 
 __all__ = ["Link", "RemoteTask", "socket_path"]
 
 _TICK = 0.05
 #: deliveries kept for one peer before its producers wait
 _CAPACITY = 4096
-_new_tuple = tuple.__new__
 
 
 def socket_path(directory: str, worker: int | str) -> str:
@@ -113,8 +112,7 @@ class Link:
 
     def put(self, task_id: int, ds: list[Delivery]) -> None:
         peer = self.placement[task_id]
-        rows = self._out[peer].setdefault(task_id, [])
-        rows.extend(map(to_wire, ds))
+        pack(self._out[peer].setdefault(task_id, []), ds)
         self._count[peer] += len(ds)
 
     def wake(self) -> None:
@@ -214,12 +212,12 @@ class Link:
             remote = rt.acker.take_remote()
             failed_roots, rt.acker.failed_out = rt.acker.failed_out, []
             for peer, batch in list(self._out.items()):
-                acks, fails = remote.pop(peer, ([], []))
+                acks, fails = remote.pop(peer, ({}, []))
                 held = self._held.pop(peer, [])
                 if not batch and not acks and not fails and not held and not failed_roots or peer in self.down:
                     continue
                 self._out[peer] = {}
-                n_rows = sum(map(len, batch.values()))
+                n_rows = sum(len(run[4]) for runs in batch.values() for run in runs)
                 n = n_rows + len(acks) + len(fails) + len(held) + len(failed_roots)
                 try:
                     conn = await self._connect(peer)
@@ -262,11 +260,12 @@ class Link:
                             if x:
                                 rh[r] = x
                         rt.nudge()
-                    for task_id, rows in batch.items():
+                    for task_id, runs in batch.items():
                         t = tasks[task_id]
-                        t.deliver_many([_new_tuple(Delivery, from_wire(r)) for r in rows])
+                        ds = unpack(runs)
+                        t.deliver_many(ds)
                         touched.add(t)
-                        n += len(rows)
+                        n += len(ds)
                     if acks or fails:
                         rt.acker.apply_remote(acks, fails)
                         rt.settle()

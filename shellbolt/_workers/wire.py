@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pickle
 import struct
+from operator import itemgetter
 from typing import Any
 
 from .._model.acker import TupleEdges
+from .._runtime.tasks import Delivery
 
-__all__ = ["encode", "Frames", "to_wire", "from_wire"]
+__all__ = ["encode", "Frames", "pack", "unpack"]
 
 _HEADER = struct.Struct("!I")
 #: the largest frame a worker accepts (a batch is bounded by topology.producer.batch.size deliveries per task)
@@ -45,12 +47,36 @@ class Frames:
         return out
 
 
-def to_wire(d: Any) -> tuple[Any, ...]:
-    """A Delivery as it travels: its token as a root id (one-hop) or its ids per root."""
-    edges = d.edges
-    return (d.values, d.source, d.stream, d.source_task, edges if type(edges) is int else edges.ids, d.tick)
+_head = itemgetter(1, 2, 3, 5)  # a Delivery's source, stream, source task, tick
+_values = itemgetter(0)
+_edges = itemgetter(4)
+_new_tuple = tuple.__new__
 
 
-def from_wire(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    values, source, stream, source_task, edges, tick = row
-    return values, source, stream, source_task, edges if type(edges) is int else TupleEdges(edges), tick
+def pack(runs: list[list[Any]], ds: list[Delivery]) -> None:
+    """Add deliveries to one task's batch, kept by column: runs of
+    ``[source, stream, source_task, tick, values..., tokens...]`` (a token as a
+    root id, one-hop, or its ids per root). A producer's tuples to one task
+    share their header, so a run is usually a whole flush's worth, and
+    nothing is built per tuple but its token."""
+    if len(ds) > 1 and len(set(map(_head, ds))) > 1:  # mixed headers (rare): a run for each header
+        for d in ds:
+            pack(runs, [d])
+        return
+    head = _head(ds[0])
+    tokens = [e if type(e) is int else e.ids for e in map(_edges, ds)]
+    if runs and tuple(runs[-1][:4]) == head:
+        last = runs[-1]
+        last[4].extend(map(_values, ds))
+        last[5].extend(tokens)
+    else:
+        runs.append([*head, list(map(_values, ds)), tokens])
+
+
+def unpack(runs: list[list[Any]]) -> list[Delivery]:
+    """The deliveries of a batch :func:`pack` built, in order."""
+    out: list[Delivery] = []
+    for source, stream, source_task, tick, values, tokens in runs:
+        out += [_new_tuple(Delivery, (v, source, stream, source_task, e if type(e) is int else TupleEdges(e), tick))
+                for v, e in zip(values, tokens)]
+    return out

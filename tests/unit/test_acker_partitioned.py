@@ -60,7 +60,7 @@ def test_a_fail_of_another_workers_root_fails_it_once_at_its_owner_with_its_caus
     a.apply_remote(*b.take_remote()[0])
     acked, failed, causes = a.drain_with_causes()
     assert (acked, failed, causes) == ([], [(7, "m")], ["bolt x failed it"])
-    a.apply_remote([(root, 12345)], [(root, "late")])  # after the failure: ignored, as on one acker
+    a.apply_remote({root: 12345}, [(root, "late")])  # after the failure: ignored, as on one acker
     assert a.drain() == ([], []) and a.pending == 0
 
 
@@ -73,7 +73,7 @@ def test_random_trees_over_workers_complete_at_their_owner_exactly_at_their_last
     live: dict[int, list[tuple[object, int]]] = {}  # tree -> its unacked tuples (token, the worker holding it)
     owner_of: dict[int, int] = {}
     done: set[int] = set()
-    in_transit: list[tuple[int, tuple[list, list]]] = []  # (to, (acks, fails))
+    in_transit: list[tuple[int, tuple[dict, list]]] = []  # (to, ({root: xor}, fails))
 
     def post() -> None:
         for a in ackers:
