@@ -43,7 +43,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -59,6 +58,7 @@ from multilang.messages import (
     Ack, Batch, Emit, Fail, Handshake, Heartbeat, Message, Pid, StatePrepared, Sync, TaskIds, Tick, Tuple, TupleBatch,
 )
 
+from .._host import scratch
 from .._host.process import ShellProcess
 from .._model.conf import ProcessConf
 from .record import COMPONENT, HOST, RecordingDamaged, RecordingError, Session, TaskLog, load_recording, read_task
@@ -698,7 +698,7 @@ async def replay(sel: Selection, argv: list[str], cwd: str, timeout: float = 10.
     notes = list(sel.notes)
     if p.broke:
         notes.append(p.broke)
-    pid_dir = tempfile.mkdtemp(prefix="multilang-replay-")  # 0700: private (§2.1)
+    pid_dir = scratch.make("multilang-replay-")  # 0700: private (§2.1)
     pconf = ProcessConf(subprocess_timeout=timeout, handshake_timeout=timeout, kill_grace=1.0, restart_budget=0,
                         restart_window=1.0, max_frame_bytes=p.max_frame)
     proc = ShellProcess(component=sel.component, task=sel.task, role=sel.role, argv=argv, cwd=cwd,

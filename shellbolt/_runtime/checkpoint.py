@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import tempfile
 from typing import Any
 
 import orjson
@@ -33,6 +32,7 @@ import trio
 
 from multilang.messages import StateCommit, StateInit, StatePrepare, StatePrepared, StateRollback
 
+from .._host import scratch
 from .._model.acker import TupleEdges, roots_of
 from .._model.results import Cause, brief
 from .sinks import AckerSink
@@ -108,7 +108,7 @@ class Checkpointer:
             topo = self.rt.topology
             default_dir = ""
             if self.provider == "sqlite" and not self.provider_config.get("dir"):
-                default_dir = self._tmpdir = tempfile.mkdtemp(prefix="multilang-state-")
+                default_dir = self._tmpdir = scratch.make("multilang-state-")
             store = open_store(self.provider, self.provider_config, topo.name or "topology", default_dir)
             try:
                 store.check(topo.name or "topology", {c.name: len(c.tasks) for c in topo.components.values()})

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-import tempfile
 from collections import deque
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ import trio
 from multilang.errors import ComponentError, ComponentReportedError, TopologyError
 from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TICK_STREAM, Emit
 
+from .._host import scratch
 from .._model.acker import Acker, TupleEdges, roots_of
 from .._model.grouping import Grouping, Router, new_grouping
 from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
@@ -604,7 +604,7 @@ class Runtime:
         if self._stop_requested:
             self._stop.set()
         self.max_tuples = max_tuples
-        self.pid_dir = tempfile.mkdtemp(prefix="multilang-pids-")  # mode 0700 (§2.1)
+        self.pid_dir = scratch.make("multilang-pids-")  # mode 0700 (§2.1)
         self.observer.begin(trio.current_time(), self.tasks.values())
         try:
             async with trio.open_nursery() as nursery:

@@ -14,13 +14,13 @@ import pickle
 import shutil
 import signal
 import sys
-import tempfile
 from typing import Any, Callable
 
 import trio
 
+from .._host import scratch
 from .._model.results import RunResult
-from multilang.errors import TopologyError
+from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
 from .._runtime.tasks import PlainComponentError
@@ -111,10 +111,12 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
         shipped = _shipped(topology, workers)  # (with the store's folder in its conf)
-    except TopologyError:
+        # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
+        directory = scratch.make("multilang-workers-",
+                                 max(len(socket_path("", "main")), len(socket_path("", workers - 1))))
+    except MultilangError:
         ck.close()
         raise
-    directory = tempfile.mkdtemp(prefix="multilang-workers-")  # 0700: only this user's processes connect
     with open(os.path.join(directory, "topology.pickle"), "wb") as f:
         f.write(shipped)
     ws = [_Worker(i) for i in range(workers)]
@@ -390,7 +392,7 @@ class _Checkpoints:
         pconf = provider_config(conf)
         self.temporary = not pconf.get("dir")
         if self.temporary:
-            pconf["dir"] = tempfile.mkdtemp(prefix="multilang-state-")
+            pconf["dir"] = scratch.make("multilang-state-")
         conf["topology.state.provider.config"] = pconf  # (pickled for the workers after this)
         name = topology.name or "topology"
         self.store = SqliteStore(pconf["dir"], name, shared=True)

@@ -135,9 +135,23 @@ def test_batch_boundaries_change_nothing_through_kills_of_split_and_count(tmp_pa
     assert res.completed == len([ln for ln in path.read_text().split("\n") if ln.strip(" \t\r\f\v")])
 
 
-def _run_cli(toml: Path, state_dir: Path, *args: str) -> subprocess.Popen:
+def _run_cli(toml: Path, state_dir: Path, *args: str, tmp: Path | None = None) -> subprocess.Popen:
+    env = None if tmp is None else {**os.environ, "TMPDIR": str(tmp)}
     return subprocess.Popen([*ML, "run", str(toml), "--state-dir", str(state_dir), "--no-progress", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+
+
+def _scratch_of(pids: list[int], roots: list[Path]) -> list[Path]:
+    """The host's scratch folders (shellbolt/_host/scratch.py) in ``roots`` that one of ``pids`` owns."""
+    owned = []
+    for root in roots:
+        for p in root.glob("multilang-*"):
+            try:
+                if int((p / ".multilang-owner").read_text().split()[0]) in pids:
+                    owned.append(p)
+            except (OSError, ValueError, IndexError):
+                pass
+    return owned
 
 
 def _committed_txid(db: Path) -> int:
@@ -276,7 +290,9 @@ def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, co
     # --duration: a run to the end would end once the spout, held at the gate,
     # and every tree are idle, which on a busy machine can come before the
     # first checkpoint; this run must still be running when it is killed.
-    first = _run_cli(toml, state, "--duration", "600", "--workers", str(workers))
+    scratch = tmp_path / "tmp"  # the runs' temporary directory: what a killed run leaves there
+    scratch.mkdir()
+    first = _run_cli(toml, state, "--duration", "600", "--workers", str(workers), tmp=scratch)
     db = state / "wordcount.sqlite"
     _wait("the first checkpoint (200 ms apart)", first, lambda: _committed_txid(db) >= 1)
     started = descendant_pids(first.pid)
@@ -288,11 +304,16 @@ def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, co
     while [p for p in started if running(p)] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [(p, cmdline(p)) for p in started if running(p)], "left running after the host was killed"
+    # No finally ran in the killed process: its pid folder (one worker) or the workers' folder (in /tmp
+    # when TMPDIR is too long a path for their sockets, as here under xdist) is left ...
+    left = _scratch_of([first.pid, *started], [scratch, Path("/tmp")])
+    assert [p.name.rsplit("-", 1)[0] for p in left] == ["multilang-pids" if workers == 1 else "multilang-workers"]
     gate.touch()
 
-    second = _run_cli(toml, state, "--workers", str(workers))
+    second = _run_cli(toml, state, "--workers", str(workers), tmp=scratch)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
+    assert not [p for p in left if p.exists()] and list(scratch.iterdir()) == []  # ... the next run removed it
     assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
     sentences = next(ln for ln in err.splitlines() if ln.startswith("[summary]   sentences:"))
     skipped = int(sentences.rsplit("skipped (already committed, or in flight from a process that died) ", 1)[1])

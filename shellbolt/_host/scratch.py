@@ -1,0 +1,104 @@
+"""The host's private scratch folders in the temporary directory: the pid
+folders (§2.1), a run's state store when no ``--state-dir`` is named, the
+host workers' sockets. Each is made mode 0700 and names its owner (pid and
+start time). A run removes its own when it ends; one whose owner was killed
+(kill -9: no ``finally`` runs) is removed by the next host process that
+makes one, so repeated kills do not fill the disk.
+
+A folder that holds Unix sockets must keep their paths within the kernel's
+limit (107 bytes on Linux): where the temporary directory's path is too long
+for that (a deep ``TMPDIR``), it is made in ``/tmp`` instead, as Python's
+multiprocessing does for its sockets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from multilang.errors import MultilangError
+
+__all__ = ["make"]
+
+_OWNER = ".multilang-owner"
+_PREFIXES = ("multilang-pids-", "multilang-state-", "multilang-workers-", "multilang-replay-")
+_SHORT = ("/tmp", "/var/tmp", "/usr/tmp")
+#: the longest socket path the kernel takes (sun_path is 108 bytes, with its NUL)
+MAX_SOCKET_PATH = 107
+_swept = False
+
+
+def make(prefix: str, socket_name_len: int = 0) -> str:
+    """A new private folder ``<tmp>/<prefix>XXXX`` owned by this process;
+    the first call in a process also removes those of dead owners. With
+    ``socket_name_len``, a socket of a name that long in it must fit
+    MAX_SOCKET_PATH (a MultilangError naming TMPDIR where no temporary
+    directory is short enough)."""
+    global _swept
+    assert prefix in _PREFIXES, prefix
+    if not _swept:
+        _swept = True
+        sweep()
+    base = tempfile.gettempdir()
+    if socket_name_len:
+        room = MAX_SOCKET_PATH - len(prefix) - 8 - 2 - socket_name_len  # (mkdtemp's 8 characters, two slashes)
+        if len(os.fsencode(base)) > room:
+            short = [d for d in _SHORT if len(d) <= room and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)]
+            if not short:
+                raise MultilangError(f"the temporary directory {base!r} is too long a path for the host workers' "
+                                     f"sockets (at most {room} bytes), and none of {', '.join(_SHORT)} can be "
+                                     "used: set TMPDIR to a shorter one")
+            base = short[0]
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    with open(os.path.join(path, _OWNER), "w", encoding="ascii") as f:
+        f.write(f"{os.getpid()} {_started(os.getpid()) or ''}")
+    return path
+
+
+def sweep() -> list[str]:
+    """Remove this user's scratch folders whose owner is no longer running;
+    return their paths. A folder that names no owner (being made, or made
+    by an older version) is left alone."""
+    uid, removed, entries = os.getuid(), [], []
+    for root in dict.fromkeys((tempfile.gettempdir(), _SHORT[0])):  # (sockets' folders may be in /tmp)
+        try:
+            entries += os.scandir(root)
+        except OSError:
+            pass
+    for e in entries:
+        if not e.name.startswith(_PREFIXES):
+            continue
+        try:
+            if not e.is_dir(follow_symlinks=False) or e.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            with open(os.path.join(e.path, _OWNER), encoding="ascii") as f:
+                pid_text, _, started = f.read().partition(" ")
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if not _running(pid, started):
+            shutil.rmtree(e.path, ignore_errors=True)
+            removed.append(e.path)
+    return removed
+
+
+def _running(pid: int, started: str) -> bool:
+    """Whether process ``pid`` is the one that started at ``started`` (a pid
+    reused by another process is not the owner)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process has the pid now: not ours to judge, keep the folder
+    now = _started(pid)
+    return not started or now is None or now == started
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None

@@ -1,0 +1,77 @@
+"""The host's private scratch folders (shellbolt/_host/scratch.py): each
+names its owner; those whose owner is gone (killed with kill -9) are swept;
+a folder for sockets keeps their paths within the kernel's limit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from multilang.errors import MultilangError
+from multilang.shellbolt._host import scratch
+
+
+@pytest.fixture
+def tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def _folder(tmp, name: str, owner: str | None):
+    path = tmp / name
+    path.mkdir(mode=0o700)
+    (path / "1-1").mkdir()  # what a run keeps there (a task's pid files)
+    if owner is not None:
+        (path / ".multilang-owner").write_text(owner)
+    return path
+
+
+def test_only_the_folders_of_owners_that_are_gone_are_swept(tmp):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    me = f"{os.getpid()} {scratch._started(os.getpid())}"
+    dead = _folder(tmp, "multilang-pids-dead", f"{dead_pid} 1")
+    reused = _folder(tmp, "multilang-state-reused", f"{os.getpid()} 1")  # this pid, another start: a reused pid
+    mine = _folder(tmp, "multilang-workers-mine", me)
+    unowned = _folder(tmp, "multilang-pids-unowned", None)  # being made, or by an older version
+    other = _folder(tmp, "something-else", f"{dead_pid} 1")
+    removed = [p for p in scratch.sweep() if p.startswith(str(tmp))]  # (/tmp is swept too: sockets' folders)
+    assert sorted(removed) == sorted([str(dead), str(reused)])
+    assert not dead.exists() and not reused.exists()
+    assert mine.exists() and unowned.exists() and other.exists()
+
+
+def test_a_folder_names_its_owner_and_is_private(tmp):
+    path = scratch.make("multilang-pids-")
+    assert os.path.dirname(path) == str(tmp)
+    assert os.stat(path).st_mode & 0o777 == 0o700
+    pid, started = open(os.path.join(path, ".multilang-owner")).read().split()
+    assert int(pid) == os.getpid() and started == scratch._started(os.getpid())
+    assert path not in scratch.sweep() and os.path.isdir(path)
+
+
+def test_a_socket_folder_leaves_a_too_long_tmpdir_for_tmp(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    path = scratch.make("multilang-workers-", len("wmain"))
+    try:
+        assert os.path.dirname(path) == "/tmp"
+        assert len(os.path.join(path, "wmain")) <= scratch.MAX_SOCKET_PATH
+    finally:
+        shutil.rmtree(path)
+    assert os.path.dirname(scratch.make("multilang-pids-")) == str(deep)  # no socket: where TMPDIR says
+
+
+def test_no_short_enough_temporary_directory_is_a_named_error(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    monkeypatch.setattr(scratch, "_SHORT", (str(tmp_path / "no-such-dir"),))  # a machine without /tmp
+    with pytest.raises(MultilangError, match=r"too long a path for the host workers' sockets .* set TMPDIR"):
+        scratch.make("multilang-workers-", len("wmain"))
