@@ -18,7 +18,7 @@ Reported per number of workers, as the median of the rounds: wall seconds,
 sentences per second, and the host's CPU per word: this process's CPU plus
 the workers' own (the components' processes are not counted, they are the
 same in every variant), with the workers' start-up (a Python interpreter and
-its imports each, about a quarter of a second, paid once per run) and
+its imports each, about 0.15 s of CPU, paid once per run) and
 without it ("running"; the embedded engine's imports were paid before, in
 this process). Every run must print the same counts as a plain count of the
 corpus.
