@@ -214,6 +214,10 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.progress.stall.secs", _POS_SECS, _number(positive=True), 5,
             "The live view of multilang run marks the run STALLED when trees are in flight and none has completed "
             "for this long (docs/OBSERVE.md).", scope="topology"),
+    ConfKey("multilang.sched.batch", "true or false", _bool, True,
+            "Linux: start the component's processes under the SCHED_BATCH policy, so that one handed tuples does "
+            "not preempt the host on its core (docs/PERFORMANCE.md); false for a component whose latency matters "
+            "more than the run's throughput."),
     ConfKey("multilang.hold.emits.until.ack", "true or false", _bool, False,
             "Hold a bolt's emits until it acks their anchor (a restart then never leaves half an output)."),
     ConfKey("multilang.extensions", f"a list of distinct extension names from {list(EXTENSIONS)}", _extensions,
@@ -457,6 +461,8 @@ class ProcessConf:
     restart_window: float
     #: the largest frame a component may send (§1.3)
     max_frame_bytes: int
+    #: multilang.sched.batch: the process runs under SCHED_BATCH (Linux)
+    sched_batch: bool = False
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "ProcessConf":
@@ -470,4 +476,5 @@ class ProcessConf:
             restart_budget=int(_value(conf, "multilang.restart.budget")),
             restart_window=float(_value(conf, "multilang.restart.window.secs")),
             max_frame_bytes=int(_value(conf, "multilang.max.frame.bytes")),
+            sched_batch=bool(_value(conf, "multilang.sched.batch")),
         )

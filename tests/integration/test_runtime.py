@@ -135,6 +135,27 @@ def test_wordcount_exact_counts():
     assert_no_orphans(run)
 
 
+@needs_ruby_node
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_component_processes_run_under_sched_batch_unless_their_conf_says_not():
+    """multilang.sched.batch (default true): a component's processes do not
+    preempt the host that hands them tuples. The split bolt turns it off."""
+    topo = load_topology(EXAMPLES / "wordcount.toml")
+    topo.components["split"].conf["multilang.sched.batch"] = False
+    policies: dict[str, set[int]] = defaultdict(set)
+
+    async def during(rt: Runtime) -> None:
+        pids = {}
+        await wait_until(lambda: all(testing.current_pid(rt, t) for t in rt.tasks), timeout=30)
+        for t, task in rt.tasks.items():
+            pids[t] = (task.name, testing.current_pid(rt, t))
+        for name, pid in pids.values():
+            policies[name].add(os.sched_getscheduler(pid))
+
+    run_topology(topo, during=during, limit=40)
+    assert dict(policies) == {"sentences": {os.SCHED_BATCH}, "count": {os.SCHED_BATCH}, "split": {os.SCHED_OTHER}}
+
+
 LANG = {
     "python": lambda name: ["python", f"python/{name}.py"],
     "ruby": lambda name: ["ruby", f"ruby/{name}.rb"],
