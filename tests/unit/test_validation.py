@@ -167,6 +167,7 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "multilang.kill.grace.secs": ([-0.1, "2", None, False], [0, 0.5, 2]),
     "multilang.progress.stall.secs": ([0, -1, "5", None, True, math.inf], [5, 0.5]),
     "multilang.hold.emits.until.ack": ([1, 0, "true", None], [True, False]),
+    "multilang.sched.batch": ([1, 0, "false", None], [True, False]),
     "multilang.extensions": (["batch", ["zip"], ["batch", "batch"], [1], None, {"batch": True}],
                              [[], ["batch"], ["batch", "msgpack"], ["msgpack"], ["batch", "state"]]),
     "topology.state.checkpoint.interval.ms": ([0, -1, 1.5, "1000", True, None], [1, 1000]),
