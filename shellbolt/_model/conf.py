@@ -214,10 +214,10 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.progress.stall.secs", _POS_SECS, _number(positive=True), 5,
             "The live view of multilang run marks the run STALLED when trees are in flight and none has completed "
             "for this long (docs/OBSERVE.md).", scope="topology"),
-    ConfKey("multilang.sched.batch", "true or false", _bool, True,
+    ConfKey("multilang.sched.batch", "true or false", _bool, False,
             "Linux: start the component's processes under the SCHED_BATCH policy, so that one handed tuples does "
-            "not preempt the host on its core (docs/PERFORMANCE.md); false for a component whose latency matters "
-            "more than the run's throughput."),
+            "not preempt the host on its core: for components that only compute, with host workers on a busy "
+            "machine (docs/PERFORMANCE.md). Not for one that sleeps or waits on I/O: it is woken late."),
     ConfKey("multilang.hold.emits.until.ack", "true or false", _bool, False,
             "Hold a bolt's emits until it acks their anchor (a restart then never leaves half an output)."),
     ConfKey("multilang.extensions", f"a list of distinct extension names from {list(EXTENSIONS)}", _extensions,

@@ -137,11 +137,11 @@ def test_wordcount_exact_counts():
 
 @needs_ruby_node
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
-def test_component_processes_run_under_sched_batch_unless_their_conf_says_not():
-    """multilang.sched.batch (default true): a component's processes do not
-    preempt the host that hands them tuples. The split bolt turns it off."""
+def test_component_processes_run_under_sched_batch_where_their_conf_says_so():
+    """multilang.sched.batch (default false): a component's processes do not
+    preempt the host that hands them tuples. The split bolt turns it on."""
     topo = load_topology(EXAMPLES / "wordcount.toml")
-    topo.components["split"].conf["multilang.sched.batch"] = False
+    topo.components["split"].conf["multilang.sched.batch"] = True
     policies: dict[str, set[int]] = defaultdict(set)
 
     async def during(rt: Runtime) -> None:
@@ -153,7 +153,7 @@ def test_component_processes_run_under_sched_batch_unless_their_conf_says_not():
             policies[name].add(os.sched_getscheduler(pid))
 
     run_topology(topo, during=during, limit=40)
-    assert dict(policies) == {"sentences": {os.SCHED_BATCH}, "count": {os.SCHED_BATCH}, "split": {os.SCHED_OTHER}}
+    assert dict(policies) == {"sentences": {os.SCHED_OTHER}, "count": {os.SCHED_OTHER}, "split": {os.SCHED_BATCH}}
 
 
 LANG = {
