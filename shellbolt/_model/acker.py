@@ -370,11 +370,15 @@ class Acker:
         once its tree is replayed, do it twice). An unanchored tuple (no
         roots) is always live."""
         if type(t) is int:
-            return t in self.roots or self.workers > 1 and self._remote_live(t)
+            return t in self.roots or self._remote_live((t,))
         ids = t.ids  # type: ignore[union-attr]
         if not ids or not self.roots.keys().isdisjoint(ids):
             return True
-        # another worker's tree: live if it began in this epoch (a rollback failed every earlier one)
+        return self._remote_live(ids)
+
+    def _remote_live(self, ids: Any) -> bool:
+        """Whether one of roots ``ids`` is another worker's tree begun in this
+        epoch (a rollback failed every earlier one): its owner decides."""
         n = self.workers
         if n == 1:
             return False
@@ -383,10 +387,6 @@ class Acker:
             if r % n != w and (r // n) % _EPOCHS == epoch:
                 return True
         return False
-
-    def _remote_live(self, r: int) -> bool:
-        n = self.workers
-        return r % n != self.worker and (r // n) % _EPOCHS == self.epoch % _EPOCHS
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""

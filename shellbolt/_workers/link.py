@@ -211,13 +211,14 @@ class Link:
                 rt.checkpoints.tell()  # (held acks of other workers' roots, to their owners: checkpoints.py)
             remote = rt.acker.take_remote()
             failed_roots, rt.acker.failed_out = rt.acker.failed_out, []
-            for peer, batch in list(self._out.items()):
+            for peer in list(self._out):
+                batch = self._out[peer]  # (now: a peer lost while an earlier one was sent to has a new one)
                 acks, fails = remote.pop(peer, ({}, []))
                 held = self._held.pop(peer, [])
                 if not batch and not acks and not fails and not held and not failed_roots or peer in self.down:
                     continue
                 self._out[peer] = {}
-                n_rows = sum(len(run[4]) for runs in batch.values() for run in runs)
+                n_rows = self._count[peer]  # (what put() counted into this batch)
                 n = n_rows + len(acks) + len(fails) + len(held) + len(failed_roots)
                 try:
                     conn = await self._connect(peer)
