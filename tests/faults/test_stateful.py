@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -197,12 +199,20 @@ def _gated(tmp_path: Path, corpus: Path, count_cmd: list[str]) -> tuple[Path, Pa
     return toml, gate
 
 
-def _wait(what: str, proc: subprocess.Popen, pred, timeout: float = 60):
-    """Poll ``pred`` until it returns something true, while the run lives."""
+def _wait(what: str, proc: subprocess.Popen, pred, timeout: float = 120):
+    """Poll ``pred`` until it returns something true, while the run lives.
+    A run that ends first, or is still short of it at the timeout (long:
+    a deadline against a hang, on a machine however busy), fails
+    the test with its stderr; one still running is killed (its group) first,
+    so that nothing outlives the test."""
     deadline = time.monotonic() + timeout
     while not (got := pred()):
-        assert proc.poll() is None, (what, proc.communicate())
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = f"the run ended with {proc.returncode}" if proc.returncode is not None else f"not within {timeout} s"
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            raise AssertionError(f"{what}: {why}; its stderr ends:\n{err[-4000:]}")
         time.sleep(0.02)
     return got
 
@@ -281,7 +291,7 @@ def test_a_run_stopped_midway_and_run_again_counts_each_word_once(tmp_path, corp
 @pytest.mark.parametrize("count_cmd, workers", [
     *[pytest.param(p.values[0], 1, id=f"{k}-1-worker", marks=p.marks) for k, p in COUNT_BOLTS.items()],
     pytest.param(COUNT_BOLTS["node"].values[0], 2, id="node-2-workers", marks=COUNT_BOLTS["node"].marks)])
-def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, corpus, count_cmd, workers):
+def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, request, corpus, count_cmd, workers):
     path, expected = corpus
     # The spout holds at half its input until the gate exists: the first run is
     # killed mid-run whatever the machine's pace (a fast run used to end first).
@@ -290,8 +300,12 @@ def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, co
     # --duration: a run to the end would end once the spout, held at the gate,
     # and every tree are idle, which on a busy machine can come before the
     # first checkpoint; this run must still be running when it is killed.
-    scratch = tmp_path / "tmp"  # the runs' temporary directory: what a killed run leaves there
-    scratch.mkdir()
+    # The runs' temporary directory, where a killed run leaves its scratch folders: short enough to hold
+    # the workers' sockets, and in no folder that another run sweeps (any run removes what a dead run
+    # left in its TMPDIR and in /tmp: under xdist one may start in the instant between the kill and the
+    # check below).
+    scratch = Path(tempfile.mkdtemp(prefix="ml-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     first = _run_cli(toml, state, "--duration", "600", "--workers", str(workers), tmp=scratch)
     db = state / "wordcount.sqlite"
     _wait("the first checkpoint (200 ms apart)", first, lambda: _committed_txid(db) >= 1)
@@ -304,9 +318,8 @@ def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, co
     while [p for p in started if running(p)] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [(p, cmdline(p)) for p in started if running(p)], "left running after the host was killed"
-    # No finally ran in the killed process: its pid folder (one worker) or the workers' folder (in /tmp
-    # when TMPDIR is too long a path for their sockets, as here under xdist) is left ...
-    left = _scratch_of([first.pid, *started], [scratch, Path("/tmp")])
+    # No finally ran in the killed process: its pid folder (one worker) or the workers' folder is left ...
+    left = _scratch_of([first.pid, *started], [scratch])
     assert [p.name.rsplit("-", 1)[0] for p in left] == ["multilang-pids" if workers == 1 else "multilang-workers"]
     gate.touch()
 
