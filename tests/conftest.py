@@ -21,7 +21,13 @@ def pytest_collection_modifyitems(config, items):
     """The tests that use the one SparkSession (the ``spark`` fixture,
     tests/spark/conftest.py) go to one worker under pytest-xdist
     (``--dist loadgroup``). The Spark tests that start a driver process of
-    their own do not need it: they run beside them, on the other workers.
+    their own do not need it, but the long ones are grouped all the same (by
+    marks in their modules), with the shared session's tests ("spark") or
+    the standalone cluster's ("cluster"): at most two of them at once on a
+    2-core machine, each with its Spark JVMs.
+    More at once starved each other: Spark gives the Python worker of a
+    Connect foreachBatch a fixed 10 s to start and connect back, and under
+    four JVMs that import (0.9 s of CPU) took longer, every try.
 
     ``tryfirst``: xdist's worker reads the ``xdist_group`` marks in its own
     hook of this name, and this file, loaded before that plugin, would

@@ -282,6 +282,7 @@ def _records(stderr: str) -> list[tuple[str, str, list[str]]]:
     return out
 
 
+@pytest.mark.xdist_group("spark")  # its Connect driver, after or before the shared session's tests (conftest.py)
 def test_logs_land_in_the_executor_log_tagged_and_errors_rate_limited_and_counters_under_connect(driver):
     """Under Spark Connect, local[2] (bolts_driver.py):
 

@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-pytestmark = pytest.mark.spark
+#: on the worker of the shared SparkSession's tests: one Spark JVM at a time there (tests/conftest.py)
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

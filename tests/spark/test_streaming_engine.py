@@ -20,7 +20,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-pytestmark = pytest.mark.spark
+#: on the standalone cluster's worker: one Spark JVM at a time there (tests/conftest.py)
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("cluster")]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
