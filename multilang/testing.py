@@ -663,7 +663,7 @@ def current_pid(runtime: Any, task_id: int) -> int | None:
     return None
 
 
-def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | None = None, limit: float = 15,
+def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | None = None, limit: float = 120,
                  sample_every: float = 0.003, run_type: type[_R] = TopologyRun,  # type: ignore[assignment]
                  **run_kw: Any) -> _R:
     """Run ``topology`` under a ``multilang.shellbolt.Runtime`` in ``trio.run``.

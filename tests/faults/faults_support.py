@@ -117,9 +117,9 @@ def _hashable(v: Any) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
 
 
-def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 15,
+def run_topology(topology, *, during: Callable[[Runtime], Awaitable[None]] | None = None, limit: float = 120,
                  **run_kw: Any) -> Run:
-    """multilang.testing.run_topology under a hard time limit (every test: < ~15 s),
+    """multilang.testing.run_topology under a time limit against a hang (120 s by default),
     collecting outputs and every component pid seen."""
     return testing.run_topology(topology, during=during, limit=limit, run_type=Run, **run_kw)
 

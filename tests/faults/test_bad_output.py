@@ -77,7 +77,7 @@ def _topology(n, fault, marker):
 @pytest.mark.parametrize("fault", list(CASES))
 def test_protocol_breaking_output_restarts_the_process_and_loses_nothing(fault, marker, caplog):
     n = 300
-    run = run_topology(_topology(n, fault, marker), limit=12)
+    run = run_topology(_topology(n, fault, marker), limit=120)
     res = run.result
     # (a) one restart, the run finished
     assert res.ok, res
@@ -111,7 +111,7 @@ def test_an_unterminated_line_at_the_default_64_mib_limit_is_cut_off_with_bounde
     b.set_bolt("bolt", faulty_bolt(fault="unterminated", after=10, once=marker), conf=HOLD).shuffle_grouping("spout")
     topo = build(b, **{"topology.subprocess.timeout.secs": 30})
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run = run_topology(topo, limit=14)
+    run = run_topology(topo, limit=120)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     res = run.result
     assert res.ok, res
@@ -133,7 +133,7 @@ def test_anchoring_to_a_tuple_the_bolt_already_acked_loses_only_that_tuples_outp
     # Storm does the same (its ShellBolt throws "Anchored onto ... after
     # ack/fail" and the worker dies). Documented in docs/FAULTS.md.
     n = 300
-    run = run_topology(_topology(n, "anchor_finished", marker), limit=12)
+    run = run_topology(_topology(n, "anchor_finished", marker), limit=120)
     res = run.result
     assert res.ok, res
     assert res.stats["bolt"].restarts == 1

@@ -26,7 +26,7 @@ def test_timed_stop_with_trees_in_flight_exits_0_and_calls_them_abandoned(tmp_pa
         f'[bolts.bolt]\ncommand = {toml_str(faulty_bolt(sleep=0.05).command)}\nfields = ["n"]\n'
         'inputs = [{ source = "spout" }]\n'
     )
-    proc = subprocess.run(ML + ["run", str(topo), "--duration", "1.5", "--no-progress", "-o", os.devnull],
+    proc = subprocess.run(ML + ["run", str(topo), "--duration", "4", "--no-progress", "-o", os.devnull],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("[summary]") and "trees completed" in x)
@@ -41,7 +41,7 @@ def test_a_timed_stop_delivers_every_ack_owed_to_the_spout():
     b.set_bolt("bolt", faulty_bolt()).shuffle_grouping("spout")
     # A grace that a busy machine cannot run out of: what is checked is that every ack owed is delivered.
     topo = build(b, **{"topology.max.spout.pending": 500, "multilang.shutdown.grace.secs": 30})
-    run = run_topology(topo, duration=2, limit=60)
+    run = run_topology(topo, duration=2, limit=120)
     res = run.result
     assert res.ok and res.stopped_by == "duration"
     # Every tree that completed was acked to the spout, which said so on its
@@ -61,11 +61,11 @@ def test_a_stop_waits_for_the_next_a_spout_is_answering_and_delivers_its_emits(t
     b.set_bolt("bolt", faulty_bolt()).shuffle_grouping("spout")
 
     async def stop_during_next(rt):
-        await wait_until(marker.exists, timeout=20)
+        await wait_until(marker.exists, timeout=60)
         rt.request_stop("test")
 
     run = run_topology(build(b, **{"multilang.shutdown.grace.secs": 20, "topology.max.spout.pending": 1}),
-                       during=stop_during_next, limit=40)
+                       during=stop_during_next, limit=120)
     res = run.result
     assert res.ok and res.pending == 0, f"abandoned at stop {res.pending}"
     assert res.stats["spout"].emitted == res.stats["spout"].acked == res.stats["bolt"].acked == 6, res.stats

@@ -231,7 +231,7 @@ def test_tuples_failed_by_the_stateful_bolt_itself_are_rolled_back_and_counted_o
     b.set_spout("spout", spout(n))
     b.set_bolt("count", stateful_bolt("--fail-dir", str(fails), "--fail-mod", "37"), parallelism=2) \
         .fields_grouping("spout", ["n"])
-    run = run_topology(build(b, tmp_path), limit=30)
+    run = run_topology(build(b, tmp_path), limit=120)
     res = run.result
     assert len(os.listdir(fails)) == len(range(0, n, 37)), "each marked value failed once"
     assert res.stats["count"].failed >= len(range(0, n, 37)) and res.rollbacks >= 1, res
@@ -248,7 +248,7 @@ def test_a_tuple_failed_downstream_rolls_the_state_back(tmp_path):
     b.set_bolt("count", stateful_bolt()).shuffle_grouping("spout")
     b.set_bolt("relay", relay("--fault", "fail", "--after", "120", "--once", str(tmp_path / "fail.once"))) \
         .shuffle_grouping("count")
-    run = run_topology(build(b, tmp_path, output=("relay", ["key"])), limit=30)
+    run = run_topology(build(b, tmp_path, output=("relay", ["key"])), limit=120)
     res = run.result
     assert (tmp_path / "fail.once").exists() and res.stats["relay"].failed == 1
     assert res.rollbacks >= 1, res
@@ -267,7 +267,7 @@ def test_a_tree_that_times_out_downstream_rolls_the_state_back(tmp_path):
     b.set_bolt("relay", relay("--fault", "hold", "--after", "120", "--once", str(tmp_path / "hold.once"))) \
         .shuffle_grouping("count")
     run = run_topology(build(b, tmp_path, output=("relay", ["key"]), **{"topology.message.timeout.secs": 2}),
-                       limit=30)
+                       limit=120)
     res = run.result
     assert (tmp_path / "hold.once").exists()
     assert res.timed_out >= 1 and res.rollbacks >= 1, res
@@ -289,10 +289,10 @@ def test_ticks_to_a_stateful_bolt_do_not_keep_the_run_from_ending(tmp_path):
     topo = build(b, tmp_path)
 
     async def ticks_mid_run(rt):  # a few ticks reach the bolts with half the input in, then the rest comes
-        await wait_until(lambda: rt.stats["count"].executed - rt.stats["spout"].emitted >= 6, timeout=20)
+        await wait_until(lambda: rt.stats["count"].executed - rt.stats["spout"].emitted >= 6, timeout=100)
         gate.open_to(rt, n)
 
-    run = run_topology(topo, during=ticks_mid_run, limit=30)
+    run = run_topology(topo, during=ticks_mid_run, limit=120)
     assert run.result.stats["count"].executed - run.result.stats["spout"].emitted >= 6
     assert any(state.get("ticks") for state in stored_by_task(tmp_path, "count").values()), "ticks were checkpointed"
     assert_done_exactly(run, tmp_path, n, skip=("ticks",))
@@ -315,11 +315,11 @@ def test_two_stateful_components_in_series_with_a_killed_second_one(tmp_path):
     killed: list[int] = []
 
     async def killer(rt):
-        await wait_until(lambda: rt.checkpoints.committed >= 2 and rt.stats["spout"].acked >= n // 4, timeout=20)
+        await wait_until(lambda: rt.checkpoints.committed >= 2 and rt.stats["spout"].acked >= n // 4, timeout=100)
         killed.append(await kill_task(rt, task_ids(rt, "letters")[0]))
         gate.open_to(rt, n)
 
-    run = run_topology(topo, during=killer, limit=30)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     assert killed and res.stats["letters"].restarts == 1 and res.rollbacks >= 1, res
     assert_done_exactly(run, tmp_path, n)
@@ -346,11 +346,11 @@ def test_hold_emits_until_ack_on_the_stateful_bolt_with_a_kill(tmp_path):
     killed: list[int] = []
 
     async def killer(rt):
-        await wait_until(lambda: rt.checkpoints.committed >= 2 and rt.stats["spout"].acked >= n // 4, timeout=20)
+        await wait_until(lambda: rt.checkpoints.committed >= 2 and rt.stats["spout"].acked >= n // 4, timeout=100)
         killed.append(await kill_task(rt, task_ids(rt, "count")[0]))
         gate.open_to(rt, n)
 
-    run = run_topology(topo, during=killer, limit=30)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     assert killed and res.stats["count"].restarts == 1 and res.rollbacks >= 1, res
     assert_done_exactly(run, tmp_path, n)
@@ -378,7 +378,7 @@ def test_each_of_three_stateful_tasks_killed_in_turn(tmp_path):
             killed[tid] = await kill_task(rt, tid)
             gate.open_to(rt, (i + 2) * n // 4)
 
-    run = run_topology(topo, during=killer, limit=40)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     assert len(killed) == 3 and res.stats["count"].restarts == 3 and res.rollbacks >= 3, res
     for tid, pid in killed.items():
@@ -401,11 +401,11 @@ def test_the_memory_provider_gives_a_killed_process_its_state_back(tmp_path):
     killed: list[int] = []
 
     async def killer(rt):
-        await wait_until(lambda: rt.checkpoints.committed >= 2 and rt.stats["spout"].acked >= n // 4, timeout=20)
+        await wait_until(lambda: rt.checkpoints.committed >= 2 and rt.stats["spout"].acked >= n // 4, timeout=100)
         killed.append(await kill_task(rt, task_ids(rt, "count")[0]))
         gate.open_to(rt, n)
 
-    run = run_topology(topo, during=killer, limit=30)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     assert killed and res.stats["count"].restarts == 1 and res.rollbacks >= 1, res
     assert res.ok and res.stopped_by == "done" and res.pending == 0 and res.stats["spout"].acked == n, res
@@ -423,7 +423,7 @@ def test_a_run_stopped_by_max_tuples_commits_its_last_checkpoint(tmp_path):
     b.set_bolt("count", stateful_bolt(), parallelism=2).fields_grouping("spout", ["n"])
     # a long interval: the end of the input, not the timer, must bring the last checkpoint
     run = run_topology(build(b, tmp_path, **{"topology.state.checkpoint.interval.ms": 60_000}), max_tuples=150,
-                       limit=10)
+                       limit=120)
     res = run.result
     assert res.ok and res.stopped_by == "max_tuples" and res.pending == 0, res
     assert res.stats["spout"].acked == 150
@@ -444,7 +444,7 @@ def test_a_run_stopped_by_duration_commits_its_last_checkpoint_within_the_grace(
     b.set_bolt("count", stateful_bolt(), parallelism=2).fields_grouping("spout", ["n"])
     topo = build(b, tmp_path, **{"topology.state.checkpoint.interval.ms": 60_000, **conf})
     # the duration ends mid-stream (a long checkpoint interval: only the stop brings the commit)
-    run = run_topology(topo, duration=1.5, limit=20)
+    run = run_topology(topo, duration=3, limit=120)  # (the duration's clock starts before the processes do)
     res = run.result
     acked = res.stats["spout"].acked
     assert res.ok and res.stopped_by == "duration", res
@@ -466,13 +466,13 @@ def test_a_stop_while_a_checkpoint_waits_for_its_prepare_takes_one_checkpoint_at
         .fields_grouping("spout", ["n"])
 
     async def stop_during_prepare(rt):
-        await wait_until(slow.exists, timeout=20)
+        await wait_until(slow.exists, timeout=100)
         rt.request_stop("test")
 
     # Acking off: no tree keeps the drain waiting, so the final checkpoint
     # starts at once, while the periodic one still waits for its answers.
     topo = build(b, tmp_path, **{"topology.acker.executors": 0, "multilang.shutdown.grace.secs": 20})
-    run = run_topology(topo, during=stop_during_prepare, limit=40)
+    run = run_topology(topo, during=stop_during_prepare, limit=120)
     res = run.result
     assert res.ok and not res.gave_up, res
     emitted = res.stats["spout"].emitted
@@ -498,7 +498,7 @@ def test_a_cycle_that_never_lets_its_trees_complete_ends_a_run_to_the_end_and_is
     topo = build(b, tmp_path, output=("count", ["key"]),
                  **{"topology.message.timeout.secs": 1, "multilang.max.replays": 1,
                     "multilang.shutdown.grace.secs": 10})
-    run = run_topology(topo, limit=60)
+    run = run_topology(topo, limit=120)
     res = run.result
     assert not res.ok and res.stopped_by == "replays", res
     assert res.completed == 0 and res.pending == 0, res  # every tree failed before the run ended
@@ -520,7 +520,7 @@ def test_a_stateful_bolt_that_hangs_in_prepare_is_killed_and_the_run_recovers(tm
     b.set_bolt("count", stateful_bolt("--hang-prepare", str(marker)), parallelism=2,
                conf={"topology.subprocess.timeout.secs": 1.5, "multilang.heartbeat.interval.secs": 0.3}) \
         .fields_grouping("spout", ["n"])
-    run = run_topology(build(b, tmp_path), limit=30)
+    run = run_topology(build(b, tmp_path), limit=120)
     res = run.result
     assert marker.exists()
     assert res.stats["count"].restarts == 1 and res.rollbacks >= 1, res
@@ -554,7 +554,7 @@ def test_held_acks_stay_bounded_with_a_fast_spout_and_no_max_spout_pending(tmp_p
                     rt.request_stop()
             await trio.sleep(0.001)
 
-    run = run_topology(topo, during=sampler, limit=30)
+    run = run_topology(topo, during=sampler, limit=120)
     res = run.result
     acked = res.stats["spout"].acked
     print(f"\nper commit (max held acks, spout tuples since the previous commit): {windows}; "
@@ -599,10 +599,10 @@ def test_a_rollback_while_another_stateful_task_is_slow_to_answer_prepare(tmp_pa
     killed: list[int] = []
 
     async def killer(rt):
-        await wait_until(slow.exists, timeout=20)  # idle is asleep in its first prepare
+        await wait_until(slow.exists, timeout=100)  # idle is asleep in its first prepare
         killed.append(await kill_task(rt, task_ids(rt, "count")[0]))
 
-    run = run_topology(topo, during=killer, limit=30)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     assert killed and res.stats["count"].restarts == 1 and res.rollbacks >= 1, res
     assert res.stats["idle"].restarts == 0, "idle was restarted, though it did nothing wrong"
@@ -656,10 +656,10 @@ def test_a_spout_emit_that_lands_during_prepare_is_not_committed_without_its_sta
     killed: list[int] = []
 
     async def killer(rt):
-        await wait_until(lambda: rt.checkpoints.committed >= 3, timeout=20)
+        await wait_until(lambda: rt.checkpoints.committed >= 3, timeout=100)
         killed.append(await kill_task(rt, task_ids(rt, "count")[0]))
 
-    run = run_topology(topo, during=killer, limit=30)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     store = run.runtime.checkpoints.store
     assert killed and res.stats["count"].restarts == 1, res
@@ -687,7 +687,7 @@ def test_a_checkpoint_abandoned_because_a_tree_began_during_prepare_keeps_the_pr
     b.set_bolt("relay", faulty_bolt(sleep=0.005, fields=COUNT_FIELDS)).shuffle_grouping("count")
     b.set_bolt("slowprep", stateful_bolt("--prepare-secs", "0.08")).shuffle_grouping("spout", "quiet")
     run = run_topology(build(b, tmp_path, **{"topology.max.spout.pending": None,
-                                             "topology.state.checkpoint.interval.ms": 100}), limit=30)
+                                             "topology.state.checkpoint.interval.ms": 100}), limit=120)
     res = run.result
     assert res.ok and res.stopped_by == "done" and res.pending == 0 and res.stats["spout"].acked == n, res
     assert stored_completed(tmp_path) == list(range(n))
@@ -710,7 +710,7 @@ def test_a_slow_shell_spout_gets_one_checkpoint_per_interval_not_one_per_tuple(t
     b.set_spout("spout", ShellSpout(["python", str(SLOW_SPOUT), str(n), "--delay", "0.02"], fields=["n"]))
     b.set_bolt("count", stateful_bolt()).shuffle_grouping("spout")
     topo = build(b, tmp_path, output=("count", ["key"]), **{"topology.state.checkpoint.interval.ms": 6000})
-    run = run_topology(topo, limit=30)
+    run = run_topology(topo, limit=120)
     assert_done_exactly(run, tmp_path, n)
     assert 1 <= run.runtime.checkpoints.committed <= 2, run.runtime.checkpoints.committed
     assert view(run) == expected_counts(range(n))
@@ -732,12 +732,12 @@ def test_a_killed_spout_process_that_starts_its_input_again_counts_each_input_on
     killed: list[int] = []
 
     async def killer(rt):
-        await wait_until(lambda: rt.checkpoints.committed >= 2, timeout=20)
+        await wait_until(lambda: rt.checkpoints.committed >= 2, timeout=100)
         pid = current_pid(rt, task_ids(rt, "spout")[0])
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
 
-    run = run_topology(topo, during=killer, limit=60)
+    run = run_topology(topo, during=killer, limit=120)
     res = run.result
     assert killed and res.stats["spout"].restarts == 1, res
     assert res.stats["spout"].skipped > 0, "the new process emitted committed ids again; they were skipped"
@@ -759,11 +759,11 @@ def test_a_spout_that_numbers_its_inputs_afresh_after_a_restart_has_every_new_in
 
     async def kill_once_the_first_hundred_are_committed(rt):
         (spout_task,) = task_ids(rt, "spout")
-        await wait_until(lambda: rt.stats["spout"].acked >= 100, timeout=30)  # acks wait for their checkpoint
+        await wait_until(lambda: rt.stats["spout"].acked >= 100, timeout=100)  # acks wait for their checkpoint
         pids.append(current_pid(rt, spout_task))
         os.kill(pids[0], signal.SIGKILL)
 
-    run = run_topology(build(b, tmp_path), during=kill_once_the_first_hundred_are_committed, limit=60)
+    run = run_topology(build(b, tmp_path), during=kill_once_the_first_hundred_are_committed, limit=120)
     res = run.result
     assert res.ok and res.stopped_by == "done", res
     assert res.stats["spout"].restarts == 1 and res.stats["spout"].skipped == 0, res.stats["spout"]
@@ -795,16 +795,16 @@ def test_a_resume_of_a_complete_state_pipelines_next_to_a_spout_that_took_batch(
     def nexts_per_read(path: Path) -> list[int]:
         return [int(line) for line in path.read_text().split()]
 
-    fresh = run_topology(topo(tmp_path / "fresh.reads"), limit=60)
+    fresh = run_topology(topo(tmp_path / "fresh.reads"), limit=120)
     assert_done_exactly(fresh, tmp_path, n)
     fresh_reads = nexts_per_read(tmp_path / "fresh.reads")
     assert 1 < max(fresh_reads) <= 50, f"pipelined within max spout pending: {fresh_reads}"
     one_at_a_time = tmp_path / "batch1"  # topology.producer.batch.size 1: Storm's one next per round trip
     assert_done_exactly(run_topology(topo(one_at_a_time / "reads", one_at_a_time, **{"topology.producer.batch.size": 1}),
-                                     limit=60), one_at_a_time, n)
+                                     limit=120), one_at_a_time, n)
     assert max(nexts_per_read(one_at_a_time / "reads")) == 1
 
-    resumed = run_topology(topo(tmp_path / "resumed.reads"), limit=60)
+    resumed = run_topology(topo(tmp_path / "resumed.reads"), limit=120)
     res = resumed.result
     assert res.ok and res.stopped_by == "done", res
     assert res.stats["spout"].skipped == n and res.stats["spout"].emitted == 0, res.stats["spout"]

@@ -77,7 +77,7 @@ def test_run_wordcount_exact_counts_on_stdout():
 
 @needs_ruby_node
 def test_run_max_tuples_stops_early():
-    p = multilang("run", WORDCOUNT, "--max-tuples", "50", "--no-progress", timeout=15)
+    p = multilang("run", WORDCOUNT, "--max-tuples", "50", "--no-progress", timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     got = {r["word"]: r["count"] for r in json_lines(p.stdout)}
     assert got == expected_wordcount(limit=50), "exactly the first 50 sentences were counted"
