@@ -15,8 +15,8 @@ import orjson
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
 from .common import (
-    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, distinct_files, embedded_runtime,
-    exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio, setup_logging,
+    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, dead_letter_writer, distinct_files,
+    embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio, setup_logging,
     stopped_before_start,
 )
 from .output import Output, flush_every, output_file
@@ -162,8 +162,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         if n_workers > 1:
             _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
                          progress=live_view(progress_tasks) if progress else None, metrics=metrics,
-                         given=[f for f, v in (("--max-tuples", max_tuples), ("--record", record_dir),
-                                               ("--dead-letter", dead_letter)) if v])
+                         dead_letter=dead_letter,
+                         given=[f for f, v in (("--max-tuples", max_tuples), ("--record", record_dir)) if v])
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -224,7 +224,7 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
-                 progress: Any, metrics: Any, given: list[str]) -> None:
+                 progress: Any, metrics: Any, dead_letter: str | None, given: list[str]) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
@@ -233,6 +233,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
                    "(docs/WORKERS.md); run with --workers 1", err=True)
         raise SystemExit(EXIT_USAGE)
     out = Output(output)
+    on_dead_letter, dead_file = dead_letter_writer(dead_letter)
     control = WorkersControl()
     start = time.monotonic()
     latest: list[dict[str, Any]] = []  # the run's last snapshot, merged from the workers' (the view, the metrics)
@@ -252,13 +253,16 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
                                  until_done=until_done is not False, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
-                                 snapshot_every=progress.interval if progress is not None else 2.0)
+                                 snapshot_every=progress.interval if progress is not None else 2.0,
+                                 on_dead_letter=on_dead_letter)
 
     try:
         result, signum = run_trio(go, control)
     except (TopologyError, MultilangError) as exc:
         _failed(exc)
     finally:
+        if dead_file is not None:
+            dead_file.close()
         if progress is not None:
             progress.close()
         if metrics is not None:
@@ -268,7 +272,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         out.flush()
         interrupted(signum or signal.SIGINT, bool(topology.output.key))
         raise SystemExit(exit_code(None, signum or signal.SIGINT))
-    _ended(topology, out, result, signum, start, None)
+    _ended(topology, out, result, signum, start, dead_letter)
 
 
 def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 from multilang.errors import ComponentError
 
-__all__ = ["ComponentStats", "TaskStats", "DeadLetter", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
+__all__ = ["ComponentStats", "TaskStats", "DeadLetter", "DEAD_LETTER_SAMPLE", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
 
 
 class TaskStats:
@@ -85,6 +85,10 @@ def _summed(name: str) -> property:
 for _name in _COUNTERS:
     setattr(ComponentStats, _name, _summed(_name))
 del _name
+
+
+#: the dead letters a run's result keeps (the summary names them; --dead-letter's file has them all)
+DEAD_LETTER_SAMPLE = 10
 
 
 @dataclass

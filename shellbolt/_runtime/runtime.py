@@ -21,7 +21,7 @@ from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TI
 from .._host import scratch
 from .._model.acker import Acker, TupleEdges, roots_of
 from .._model.grouping import Grouping, Router, new_grouping
-from .._model.results import ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
+from .._model.results import DEAD_LETTER_SAMPLE, ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
 from .._model.topology import ANY_FIELDS, ComponentDef, Topology
 from .._observe.observe import RunObs, snapshot
 from .._observe.ratelog import RateLimitedLog
@@ -535,7 +535,7 @@ class Runtime:
         letter.line = line
         self.dead_letters += 1
         spout.stats.dead_letters += 1
-        if len(self._dead_letter_sample) < 10:
+        if len(self._dead_letter_sample) < DEAD_LETTER_SAMPLE:
             self._dead_letter_sample.append(letter)
         if self.on_dead_letter is not None:
             self.on_dead_letter(letter)  # (multilang pipe's sets the input's line number first)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import trio
 
 from .._host import scratch
-from .._model.results import RunResult
+from .._model.results import DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
@@ -97,10 +97,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                       duration: float | None = None, until_done: bool = True,
                       control: WorkersControl | None = None,
                       on_snapshot: Callable[[dict[str, Any]], None] | None = None,
-                      snapshot_every: float = 2.0) -> RunResult:
+                      snapshot_every: float = 2.0,
+                      on_dead_letter: Callable[[DeadLetter], None] | None = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
     ``on_snapshot``: called every ``snapshot_every`` seconds, and once at the
-    end, with the run's snapshot (the live view's, the metrics'; view.py)."""
+    end, with the run's snapshot (the live view's, the metrics'; view.py).
+    ``on_dead_letter``: called with each input a spout's worker gave up on
+    (``Runtime.on_dead_letter``'s, sent on by the worker)."""
     control = control or WorkersControl()
     began = trio.current_time()
     if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
@@ -121,6 +124,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         f.write(shipped)
     ws = [_Worker(i) for i in range(workers)]
     failures: list[str] = []  # why the run gave up, of the workers themselves
+    dead_sample: list[DeadLetter] = []  # the first dead letters, for the summary
     stopped_by = "done"
     try:
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
@@ -156,6 +160,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             if on_output is not None:
                                 for record in msg[1]:
                                     on_output(record)
+                        elif kind == "dead":
+                            if len(dead_sample) < DEAD_LETTER_SAMPLE:
+                                dead_sample.append(msg[1])
+                            if on_dead_letter is not None:
+                                on_dead_letter(msg[1])
                         elif kind == "status":
                             ws[msg[1]].status = msg[2]
                         elif kind == "cp_flags":
@@ -339,6 +348,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         result.gave_up.extend(PlainComponentError(text) for text in r.get("gave_up", []))
     result.gave_up.extend(PlainComponentError(text) for text in failures)
     result.stopped_by = stopped_by
+    result.dead_letter_sample = dead_sample
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
     result.state_path = None if ck.temporary else ck.store.path

@@ -230,11 +230,18 @@ class Link:
                 self._count[peer] = max(self._count[peer] - n_rows, 0)
                 space, self._space = self._space, trio.Event()
                 space.set()
-            if self.outputs and self.main is not None:
-                outs, self.outputs = self.outputs, []
-                await self.send_main(("out", outs))
-            while self._to_main and self.main is not None:
-                await self.send_main(self._to_main.pop(0))
+            await self.flush_main()
+
+    async def flush_main(self) -> None:
+        """Send the outputs and the messages waiting for the main process
+        (each flush, and once more before the worker's result)."""
+        if self.main is None:
+            return
+        if self.outputs:
+            outs, self.outputs = self.outputs, []
+            await self.send_main(("out", outs))
+        while self._to_main:
+            await self.send_main(self._to_main.pop(0))
 
     async def _reader(self, stream: trio.SocketStream) -> None:
         try:

@@ -75,6 +75,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
     # other outputs go to the main process as they come.
     rt = Runtime(topology, on_output=link.output, placement=Placement(worker, workers, where, link))
     link.runtime = rt
+    rt.on_dead_letter = lambda letter: link.to_main(("dead", letter))  # the main process writes --dead-letter's file
     rt.acker.on_remote = link.wake
     main = await trio.open_unix_socket(socket_path(directory, "main"))
     link.main = main
@@ -140,6 +141,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
         nursery.start_soon(control)
         result = await rt.run()  # until the main process says stop
         link.stopping = True
+        await link.flush_main()  # (the last outputs and dead letters, ahead of the result)
         mine = {name: {t: s for t, s in stats.tasks.items() if where[t] == worker} for name, stats in rt.stats.items()}
         await link.send_main(("result", worker, {
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,

@@ -137,20 +137,22 @@ def test_a_run_to_the_end_that_only_replays_a_poison_stops_and_fails(tmp_path):
     assert set(out) == {str(i).upper() for i in range(20) if i != 3}, out
 
 
-@pytest.mark.parametrize("mistake", ["direct", "arity"])
-def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_and_acked(tmp_path, mistake):
+@pytest.mark.parametrize("mistake, workers", [("direct", 1), ("arity", 1), ("arity", 2)])
+def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_and_acked(tmp_path, mistake, workers):
     # numbered_spout replays every failed id for ever. Its emits are refused
     # by the host itself, the same way every time: a normal emit on a stream
     # its bolt subscribes to with a direct grouping, or one value where two
     # fields are declared. Before, the run never ended (100,000 errors in
     # 20 s, --max-tuples never reached). Now each id is a dead letter after
     # 1 + multilang.max.replays attempts, acked to the spout so that it
-    # forgets it, and the run ends by itself with exit 1.
+    # forgets it, and the run ends by itself with exit 1. On 2 host workers
+    # the same: the spout's worker gives up, and the main process writes
+    # the letters and names them in the summary.
     dead = tmp_path / "dead.jsonl"
     fields, grouping = (["n"], "direct") if mistake == "direct" else (["n", "m"], "shuffle")
     topo = _replaying_spout_topology(tmp_path, 5, ["raise", "7"], fields=fields, grouping=grouping)
-    proc = subprocess.run(ML + ["run", topo, "--no-progress", "--dead-letter", str(dead)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(ML + ["run", topo, "--no-progress", "--dead-letter", str(dead), "--workers", str(workers)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 1, proc.stderr[-3000:]
     letters = [json.loads(x) for x in dead.read_text().splitlines()]
     assert sorted(d["input"] for d in letters) == [[i] for i in range(5)], letters
@@ -158,7 +160,9 @@ def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_
     cause = ("normal emit on stream 'default', which 'bolt' subscribes to with a direct grouping" if mistake == "direct"
              else "emitted 1 values on stream 'default', which declares 2 fields")
     assert all(cause in d["cause"] for d in letters), letters
-    assert "5 input(s) failed for good" in proc.stderr
+    assert "5 input(s) failed for good" in proc.stderr and f"written to {dead}" in proc.stderr, proc.stderr[-3000:]
+    named = [x for x in proc.stderr.splitlines() if x.startswith("[summary]   spout") and "(4 attempts)" in x]
+    assert len(named) == 5, proc.stderr[-3000:]  # each letter named in the summary, with its cause
     assert len(proc.stderr.encode()) < 100_000
 
 
@@ -390,3 +394,29 @@ NoReplay().run()
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = "[summary] spout spout:2 never emitted again 1 message id(s) that failed (e.g. 2): that input is lost"
     assert said in proc.stderr, proc.stderr[-3000:]
+
+
+def test_on_two_workers_an_input_failing_on_the_other_worker_is_dead_lettered_by_the_spouts():
+    """A host spout and the poison bolt on different workers: the fails of the poison's tree
+    cross to the spout's worker, which replays it multilang.max.replays times and then gives up
+    on it; the main process gets the dead letter (run_workers' on_dead_letter, --dead-letter's
+    writer) and the result names it, as the embedded engine does. Every other input comes out once."""
+    import trio
+
+    from multilang.shellbolt import PythonSpout, ShellBolt, TopologyBuilder, run_workers
+    from multilang.shellbolt._workers.worker import placement
+
+    inputs = [[f"w{i}"] for i in range(40)] + [["poison"]]
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout(inputs, fields=["word"]))
+    b.set_bolt("bolt", ShellBolt(POISON_BOLT + ["raise"], fields=["out"])).shuffle_grouping("spout")
+    topo = b.create_topology({"multilang.max.replays": 2}, resource_dir=ROOT)
+    where = placement(topo, 2)
+    assert {where[t] for c in ("spout", "bolt") for t in topo.components[c].tasks} == {0, 1}  # every tuple crosses
+    letters, outputs = [], []
+    result = trio.run(lambda: run_workers(topo, 2, on_output=outputs.append, on_dead_letter=letters.append))
+    assert [(d.component, d.input, d.attempts) for d in letters] == [("spout", ["poison"], 3)], letters
+    assert "ValueError: cannot digest 'poison'" in letters[0].cause, letters[0].cause
+    assert result.dead_letters == 1 and result.dead_letter_sample == letters
+    assert result.stats["bolt"].failed == 3 and result.stats["spout"].acked == 40
+    assert sorted(r["out"] for r in outputs) == sorted(f"W{i}" for i in range(40)), outputs
