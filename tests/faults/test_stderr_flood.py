@@ -33,10 +33,11 @@ def _topology(n, bolt, **conf):
 
 def test_megabytes_of_stderr_do_not_block_the_protocol(caplog):
     # 16 MiB of stderr in the middle of the stream (256 x the pipe buffer),
-    # with a subprocess timeout of 2 s: a host that stopped draining stderr
-    # would see the bolt block on write(2) and kill it as hung.
+    # with a subprocess timeout of 5 s: a host that stopped draining stderr
+    # would see the bolt block on write(2) for good and kill it as hung
+    # (5 s, not less: on a busy machine a healthy bolt may be slow to answer).
     n = 300
-    topo = _topology(n, faulty_bolt(fault=f"flood:{16 * MB}", after=100), **{"topology.subprocess.timeout.secs": 2})
+    topo = _topology(n, faulty_bolt(fault=f"flood:{16 * MB}", after=100), **{"topology.subprocess.timeout.secs": 5})
     run = run_topology(topo)
     res = run.result
     assert res.ok, res
