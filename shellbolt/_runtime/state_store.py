@@ -189,6 +189,13 @@ def _crc(*columns: Any) -> int:
     return zlib.crc32("\0".join(map(str, columns)).encode("utf-8", "surrogatepass"))
 
 
+#: seconds a run waits for the store's lock before it says another run has it: a reader (a
+#: backup, the sqlite3 shell, a script watching the checkpoints) holds it for a moment, another
+#: run for its whole life; without the wait, a reader at the instant a run opens the store
+#: made the run refuse it
+_READER_PATIENCE = 2.0
+
+
 class SqliteStore(StateStore):
     """One SQLite file per topology (``DIR/<topology name>.sqlite``), WAL,
     one transaction per checkpoint, held exclusively by one run, marked as
@@ -220,7 +227,8 @@ class SqliteStore(StateStore):
                 except OSError:
                     os.close(self._lock_fd)
                     raise sqlite3.OperationalError("database is locked") from None
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0 if not shared else 5)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                 timeout=_READER_PATIENCE if not shared else 5)
             if not shared:
                 db.execute("PRAGMA locking_mode=EXCLUSIVE")
             app = db.execute("PRAGMA application_id").fetchone()[0]

@@ -159,7 +159,14 @@ def _scratch_of(pids: list[int], roots: list[Path]) -> list[Path]:
 def _committed_txid(db: Path) -> int:
     """The last committed checkpoint, read from the WAL-mode file while the
     run holds it: read-only where the run shares it (host workers read it
-    too), else a copy of the file and its WAL (one worker locks it)."""
+    too), else a copy of the file and its WAL (one worker locks it).
+
+    Each copy is read in a folder of its own and its connection closed
+    whatever happens: a copy taken mid-write fails to read, and a connection
+    left to the garbage collector kept SQLite's in-process view of the
+    probe file, so that every later copy of the same name read as that
+    broken one (CI: no first checkpoint seen for 120 s while the run had
+    committed 9)."""
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0)
         try:
@@ -173,15 +180,17 @@ def _committed_txid(db: Path) -> int:
         data, wal = db.read_bytes(), db.with_name(db.name + "-wal").read_bytes()
     except FileNotFoundError:
         return 0
-    probe = db.with_name("probe.sqlite")
-    probe.write_bytes(data)
-    probe.with_name("probe.sqlite-wal").write_bytes(wal)
-    try:
+    with tempfile.TemporaryDirectory() as folder:
+        probe = Path(folder) / "probe.sqlite"
+        probe.write_bytes(data)
+        probe.with_name("probe.sqlite-wal").write_bytes(wal)
         con = sqlite3.connect(probe)
-        row = con.execute("SELECT value FROM meta WHERE key = 'txid'").fetchone()
-        con.close()
-    except sqlite3.DatabaseError:
-        return 0
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = 'txid'").fetchone()
+        except sqlite3.DatabaseError:
+            return 0  # a copy taken mid-write: the next poll takes another
+        finally:
+            con.close()
     return int(row[0]) if row else 0
 
 

@@ -5,6 +5,8 @@ another parallelism, a second run, and a file that is not one."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 
 import pytest
 
@@ -138,3 +140,27 @@ def test_a_store_written_before_checksums_gets_the_column_and_is_read(tmp_path):
     finally:
         store.close()
     assert SqliteStore(str(tmp_path), "wc").load("count", 0) == {"alice": 4}
+
+
+def test_a_reader_holding_the_store_for_a_moment_does_not_make_a_run_refuse_it(tmp_path):
+    # A reader (a script polling the checkpoints, a backup) has the store open, in a read
+    # transaction, at the instant a run opens it: the run waits, and takes the store once the
+    # reader is done. Before, it said "another run is using it" and the run exited with 2.
+    SqliteStore(str(tmp_path), "wc").close()
+    reader = sqlite3.connect(tmp_path / "wc.sqlite", isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM meta").fetchone()  # the shared lock, held
+
+    def done() -> None:
+        reader.rollback()
+        reader.close()
+
+    let_go = threading.Timer(0.3, done)
+    let_go.start()
+    try:
+        s = SqliteStore(str(tmp_path), "wc")
+    finally:
+        let_go.join()
+    s.commit(Checkpoint(1, changes={("count", 0): ({"k": 1}, [])}), {"count": 1})
+    assert s.txid == 1
+    s.close()
