@@ -594,7 +594,7 @@ def run_topology(
 # and connect back. That takes about 1 s of CPU; on a busy driver machine it can take more than 10 s
 # of wall time, and the query's start fails with this message before anything has run.
 _SLOW_WORKER = "waiting for the Python worker to connect back"
-START_TRIES = 4
+START_TRIES = 6  # (a busy machine stays busy for a while: 4 were not enough on CI)
 
 
 def _start(writer: Any) -> Any:
