@@ -349,6 +349,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.gave_up.extend(PlainComponentError(text) for text in failures)
     result.stopped_by = stopped_by
     result.dead_letter_sample = dead_sample
+    for w in ws:  # what each component's processes negotiated, from the workers that ran them
+        for name, exts in (w.result or {}).get("extensions", {}).items():
+            have = result.extensions.setdefault(name, [])
+            have.extend(e for e in exts if e not in have)
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
     result.state_path = None if ck.temporary else ck.store.path

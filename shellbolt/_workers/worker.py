@@ -147,7 +147,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
             "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
-            "view": rt.outputs_by_key,
+            "view": rt.outputs_by_key, "extensions": result.extensions,
             "stateful": result.stateful}))
         nursery.cancel_scope.cancel()
 

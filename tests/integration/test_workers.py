@@ -54,6 +54,9 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
     got = {rec["word"]: rec["count"] for rec in map(orjson.loads, r.stdout.splitlines())}
     assert got == expected
     assert "trees completed 1080, failed 0" in r.stderr
+    # what the processes negotiated, from the workers that ran them (was "standard" for all: the main
+    # process runs none)
+    assert "[summary] protocol: sentences batch; split batch; count batch+state" in r.stderr, r.stderr[-2000:]
     frames = [ln for ln in r.stderr.splitlines() if ln.startswith("[progress]") and " count: emitted " in ln]
     assert frames, r.stderr[-2000:]
     last = orjson.loads(metrics.read_text().splitlines()[-1])  # the run's final counts
