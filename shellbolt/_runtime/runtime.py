@@ -27,6 +27,7 @@ from .._observe.observe import RunObs, snapshot
 from .._observe.ratelog import RateLimitedLog
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
+from .replay_watch import Forever, ReplayWatch
 from .spouts import PythonSpoutTask, ShellSpoutTask
 from .tasks import TICK_EDGES, Delivery, EmitPlan, SpoutTask, Task, log, plain_emit
 
@@ -649,15 +650,11 @@ class Runtime:
             return
         # Past --max-tuples the trees get their replays, not for ever: a bolt that never
         # acks, or a shell spout replaying a tuple that fails every time, would never end.
-        max_replays = int(self.topology.conf.get("multilang.max.replays", 3))
-        window = self.acker.timeout * (1 + max_replays)
-        give_up_at = math.inf
-        # Nor without a limit: a window in which trees failed and none completed,
-        # while a shell spout replays ids failed past multilang.max.replays, is a
-        # run that only replays its poison (the spout decides, as in Storm: it is
-        # not acked, and would replay them for ever).
+        # Nor without a limit: a run that only replays its poison stops (replay_watch.py).
         stats = self.acker.stats
-        completed, failed, quiet_since = stats["completed"], stats["failed"], trio.current_time()
+        watch = ReplayWatch(self.topology, self.acker.timeout, trio.current_time(), stats["completed"], stats["failed"])
+        window = watch.window
+        give_up_at = math.inf
         while not self._stop.is_set():
             if self.done():
                 # Confirm over a short quiet period: a shell spout between two
@@ -678,34 +675,17 @@ class Runtime:
                             "%d in flight; stopping as at the end of --duration: what is still in flight is abandoned",
                             self.max_tuples, window, self.acker.stats["failed"] - failed_before, self.acker.pending)
                 return
-            if stats["completed"] != completed:
-                completed, failed, quiet_since = stats["completed"], stats["failed"], now
-            elif self.max_tuples is None and now >= quiet_since + window:  # (with it: give_up_at above)
-                forever = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.replayed_past_max()]
-                if forever and stats["failed"] > failed:
-                    self._replaying_stop(forever, window, max_replays)
-                    return
-                failed, quiet_since = stats["failed"], now  # watch the next window
-            with trio.move_on_at(min(give_up_at, quiet_since + window)):
+            # (with --max-tuples, give_up_at above ends such a run: no id is replayed for ever then)
+            if watch.check(now, stats["completed"], stats["failed"],
+                           self.replayed_past_max if self.max_tuples is None else list):
+                self._stopped_by = "replays"
+                return
+            with trio.move_on_at(min(give_up_at, watch.due_at)):
                 await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
 
-    def _replaying_stop(self, forever: list[tuple[str, Any, int, str | None]], window: float,
-                        max_replays: int) -> None:
-        name, msg_id, times, cause = max(forever, key=lambda r: r[2])
-        log.error("for %.0fs (topology.message.timeout.secs x (1 + multilang.max.replays)) trees failed and none "
-                  "completed, while %d message id(s) failed more than multilang.max.replays (%d) times are still "
-                  "replayed, e.g. message id %s of spout %r (failed %d times; last cause: %s). A shell spout decides "
-                  "about replays, as in Storm, and this one would replay them for ever: the run stops as at the end "
-                  "of --duration, and fails. Give up on such ids in the spout's fail(), or fix what fails them.%s",
-                  window, len(forever), max_replays, brief(repr(msg_id), 100), name, times, cause, self._cycle_note())
-        self._stopped_by = "replays"
-
-    def _cycle_note(self) -> str:
-        cycle = self.topology.cycle()
-        if cycle is None:
-            return ""
-        return (f" The topology has a cycle ({' -> '.join(cycle)}): a tuple that goes round it for ever keeps its "
-                "tree from completing; emit the last round unanchored, or stop re-emitting.")
+    def replayed_past_max(self) -> list[Forever]:
+        """The ids this runtime's shell spouts replay past multilang.max.replays (replay_watch.py)."""
+        return [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.replayed_past_max()]
 
     def stop_spouts(self) -> None:
         """§5.4 step 1: every spout is deactivated (it emits nothing more)."""

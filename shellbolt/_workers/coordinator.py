@@ -23,6 +23,7 @@ from .._model.results import DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
+from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
 from .link import socket_path
 from .view import merge
@@ -267,6 +268,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 whose run ended on its own. ``stopping_run``: the spouts are
                 stopped and the trees drain; each checkpoint is taken at once."""
                 seen: tuple[Any, ...] | None = None
+                watch: ReplayWatch | None = None  # (a run to its end that only replays its poison stops)
                 while True:
                     st = await poll()
                     ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
@@ -279,6 +281,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return "gave_up"
                     if any(s is None for s in st):
                         continue
+                    if until_done and not stopping_run:
+                        now, done, failed = (trio.current_time(), sum(s["completed"] for s in st),  # type: ignore[index]
+                                             sum(s["failed"] for s in st))  # type: ignore[index]
+                        if watch is None:
+                            watch = ReplayWatch(topology, view.acker.timeout, now, done, failed)
+                        elif watch.check(now, done, failed, lambda: [r for s in st for r in s["forever"]]):  # type: ignore[index]
+                            return "replays"
                     if stopping_run:
                         ck.last = -math.inf
                     with trio.CancelScope(shield=True):  # (a phase goes to every worker or to none)
@@ -354,6 +363,12 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             have = result.extensions.setdefault(name, [])
             have.extend(e for e in exts if e not in have)
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
+    for w in ws:  # what the spouts' workers saw of their replays
+        r = w.result or {}
+        result.repeated_failures.extend(r.get("repeated_failures", []))
+        result.not_replayed.extend(r.get("not_replayed", []))
+        for name, n in r.get("reused_ids", {}).items():
+            result.reused_ids[name] = result.reused_ids.get(name, 0) + n
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
     result.state_path = None if ck.temporary else ck.store.path
     #: the workers' own CPU seconds (bench/workers.py)

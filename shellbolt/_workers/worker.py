@@ -61,6 +61,8 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
     part = {"part": view.part(rt, link.worker, link.placement)} if snapshot else {}
     return {**part, "done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent,
             "received": link.received, "pending": rt.acker.pending, "emitted": rt.emitted_by_spouts,
+            "completed": rt.acker.stats["completed"], "failed": rt.acker.stats["failed"],
+            "forever": rt.replayed_past_max(),  # (the main process's ReplayWatch: its trees are counted here)
             **(cp.status() if cp is not None else {})}
 
 
@@ -147,8 +149,9 @@ async def _run(directory: str, worker: int, workers: int) -> None:
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
             "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
-            "view": rt.outputs_by_key, "extensions": result.extensions,
-            "stateful": result.stateful}))
+            "view": rt.outputs_by_key, "extensions": result.extensions, "stateful": result.stateful,
+            "repeated_failures": result.repeated_failures, "not_replayed": result.not_replayed,
+            "reused_ids": result.reused_ids}))
         nursery.cancel_scope.cancel()
 
 

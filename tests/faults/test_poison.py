@@ -91,13 +91,16 @@ def _replaying_spout_topology(tmp_path, n: int, bolt_args: list[str], *, fields:
     return str(topo)
 
 
-def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_id(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_id(tmp_path, workers):
     # numbered_spout replays every failed id for ever (its choice, as in
     # Storm); the bolt fails 7 every time. A timed run ends with exit 0 (no
     # dead letter: the host did not give up on anything) and names id 7.
+    # On 2 host workers the spout and the bolt are on different ones: the
+    # spout's worker names it, and the summary merges what the workers saw.
     topo = _replaying_spout_topology(tmp_path, 20, ["raise", "7"])
-    proc = subprocess.run(ML + ["run", topo, "--duration", "3", "--no-progress"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(ML + ["run", topo, "--duration", "3", "--no-progress", "--workers", str(workers)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     named = [x for x in proc.stderr.splitlines() if "saw message id 7 fail" in x]
     assert named and "ValueError: cannot digest '7'" in named[0], proc.stderr[-3000:]
@@ -118,15 +121,19 @@ def test_max_tuples_with_a_tuple_that_fails_every_time_stops_after_its_replays(t
     assert any("saw message id 3 fail" in x for x in proc.stderr.splitlines()), proc.stderr[-3000:]
 
 
-def test_a_run_to_the_end_that_only_replays_a_poison_stops_and_fails(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_to_the_end_that_only_replays_a_poison_stops_and_fails(tmp_path, workers):
     # numbered_spout replays every failed id for ever; the bolt fails 3 every
     # time. Without --duration or --max-tuples the run waits for every tree,
     # and this one never completes: it ran until killed. Once a window of
     # 1 s x (1 + 1 replay) passes with trees failing and none completing, the
-    # run stops as --duration does, names the id, and exits 1.
+    # run stops as --duration does, names the id, and exits 1. On 2 host
+    # workers (the spout and the bolt on different ones) the main process
+    # watches the workers' counts: the run ran until killed there too.
     topo = _replaying_spout_topology(tmp_path, 20, ["raise", "3"], conf='"topology.message.timeout.secs" = 1\n'
                                      '"multilang.max.replays" = 1')
-    proc = subprocess.run(ML + ["run", topo, "--no-progress"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(ML + ["run", topo, "--no-progress", "--workers", str(workers)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 1, proc.stderr[-3000:]
     said = [x for x in proc.stderr.splitlines() if "would replay them for ever" in x]
     assert said and "for 2s (topology.message.timeout.secs x (1 + multilang.max.replays))" in said[0], \
@@ -369,7 +376,8 @@ Never().run()
     assert "has acked or failed none" in proc.stderr, proc.stderr[-3000:]
 
 
-def test_a_shell_spout_that_never_replays_a_failed_id_is_named_at_the_end(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_shell_spout_that_never_replays_a_failed_id_is_named_at_the_end(tmp_path, workers):
     # Storm leaves replays to the spout; one that drops what fails loses that input. The run
     # still ends well (exit 0: the spout decided), but the summary says which ids it never re-emitted.
     spout = _script(tmp_path, "no_replay.py", """\
@@ -389,8 +397,8 @@ NoReplay().run()
     topo = tmp_path / "t.toml"
     topo.write_text(f'[spouts.spout]\ncommand = {toml_str(spout)}\nfields = ["n"]\n'
                     f'[bolts.bolt]\ncommand = {toml_str(bolt)}\nfields = ["n"]\ninputs = [{{ source = "spout" }}]\n')
-    proc = subprocess.run(ML + ["run", str(topo), "--no-progress"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    proc = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", str(workers)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = "[summary] spout spout:2 never emitted again 1 message id(s) that failed (e.g. 2): that input is lost"
     assert said in proc.stderr, proc.stderr[-3000:]

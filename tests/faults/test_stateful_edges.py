@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,14 @@ from faults_support import (
     COMPONENTS,
     EXAMPLES,
     FAST_CONF,
+    ML,
+    ROOT,
     error_logs,
     faulty_bolt,
     numbered_spout,
     run_topology,
     task_ids,
+    toml_str,
 )
 from multilang.shellbolt import PythonSpout, ShellBolt, ShellSpout, TopologyBuilder
 from multilang.shellbolt._runtime.state_store import MemoryStore
@@ -772,6 +776,27 @@ def test_a_spout_that_numbers_its_inputs_afresh_after_a_restart_has_every_new_in
     assert sum(1 for w in counted if w.startswith(f"{pids[0]}-")) == 100
     assert res.reused_ids == {"spout": 100}
     assert any("with other values than the input checkpoint" in m for m in error_logs(caplog)), error_logs(caplog)
+
+
+def test_on_two_workers_a_resumed_spout_that_numbers_afresh_is_counted_and_named_in_the_summary(tmp_path):
+    # As above, across runs and host workers: a second run over the same --state-dir whose spout numbers its
+    # inputs afresh (ids 0-99 again, its pid in the values) has each counted as a new input, and the summary
+    # names the reused ids, as the spout's worker saw them (they were not merged into the main's summary).
+    spout = numbered_spout(100, fmt="{pid}-{i}", events=False, per_next=10)
+    count = ["python", str(EXAMPLES / "python" / "count_bolt.py")]
+    topo = tmp_path / "t.toml"
+    topo.write_text('[topology]\nname = "topology"\n'
+                    f'[spouts.spout]\ncommand = {toml_str(spout.command)}\nfields = ["n"]\n'
+                    f'[bolts.count]\ncommand = {toml_str(count)}\nfields = ["word", "count"]\n'
+                    'inputs = [{ source = "spout" }]\n')
+    said = "[summary] spout 'spout' reused 100 message id(s) for inputs other than those a checkpoint holds"
+    for first in (True, False):
+        proc = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", "2", "--state-dir", str(tmp_path / "state")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (said in proc.stderr) is not first, proc.stderr[-3000:]
+    counted = stored_total(tmp_path, "count")
+    assert len(counted) == 200 and set(counted.values()) == {1}, "both runs' 100 inputs, each once"
 
 
 def test_a_resume_of_a_complete_state_pipelines_next_to_a_spout_that_took_batch(tmp_path):
