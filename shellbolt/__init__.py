@@ -57,6 +57,7 @@ _HOME: dict[str, tuple[str, str]] = {
     **{n: ("_host.process", n) for n in ("ShellProcess", "Spawn", "spawn_child")},
     **{n: ("_host.supervisor", n) for n in ("GiveUp", "RestartPolicy", "Supervision")},
     "SpoutDriver": ("_host.spout_driver", "SpoutDriver"),
+    "scratch_folder": ("_host.scratch", "make"),
     **{n: ("_runtime.state_store", n) for n in ("Checkpoint", "StateStore", "provider_config")},
     **{n: ("_observe.ratelog", n) for n in ("RateLimitedLog", "kind_of")},
     **{n: ("_observe.observe", n) for n in ("snapshot", "blank_row")},

@@ -1,6 +1,8 @@
 """The host's private scratch folders in the temporary directory: the pid
 folders (§2.1), a run's state store when no ``--state-dir`` is named, the
-host workers' sockets. Each is made mode 0700 and names its owner (pid and
+host workers' sockets, the Spark engine's and source's temporary folders
+(``multilang.shellbolt.scratch_folder``). Not conform's pid folder: it
+checks what a component writes there, and a conform run removes its own. Each is made mode 0700 and names its owner (pid and
 start time). A run removes its own when it ends; one whose owner was killed
 (kill -9: no ``finally`` runs) is removed by the next host process that
 makes one, so repeated kills do not fill the disk.
@@ -21,7 +23,8 @@ from multilang.errors import MultilangError
 __all__ = ["make"]
 
 _OWNER = ".multilang-owner"
-_PREFIXES = ("multilang-pids-", "multilang-state-", "multilang-workers-", "multilang-replay-")
+_PREFIXES = ("multilang-pids-", "multilang-state-", "multilang-workers-", "multilang-replay-", "multilang-spark-",
+             "multilang-ship-")
 _SHORT = ("/tmp", "/var/tmp", "/usr/tmp")
 #: the longest socket path the kernel takes (sun_path is 108 bytes, with its NUL)
 MAX_SOCKET_PATH = 107

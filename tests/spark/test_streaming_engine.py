@@ -88,8 +88,8 @@ def _wordcount(tmp_path: Path, count_cmd: list[str] | None = None, spout: list[s
     return toml
 
 
-def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + ["run", "--engine", "spark", *args], capture_output=True, env=ENV, cwd=ROOT,
+def _run(args: list[str], timeout: float = 240, env: dict[str, str] = ENV) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + ["run", "--engine", "spark", *args], capture_output=True, env=env, cwd=ROOT,
                           timeout=timeout)
 
 
@@ -104,9 +104,18 @@ def test_an_unbounded_spout_with_a_count_process_killed_stops_at_duration_with_e
     marker = tmp_path / "crashed"
     toml = _wordcount(tmp_path, ["node", str(COMPONENTS / "engine_crash_once_count_bolt.js"), str(marker), "300"],
                       spout=["python", str(COMPONENTS / "engine_endless_spout.py"), "0.002"])
-    proc = _run([str(toml), "--duration", "15", "-c", "multilang.spark.max.tuples.per.trigger=400"])
+    tmp = tmp_path / "tmp"  # (the run's temporary directory: what it leaves there)
+    tmp.mkdir()
+    proc = _run([str(toml), "--duration", "15", "-c", "multilang.spark.max.tuples.per.trigger=400"],
+                env={**ENV, "TMPDIR": str(tmp)})
     err = proc.stderr.decode()
     assert proc.returncode == 0, err[-3000:]
+    # Spark kills its Python workers at the end (their pid folders stay): the next run of ours removes what
+    # a dead process left, and nothing else may be left.
+    subprocess.run([sys.executable, "-c", "import shutil; from multilang.shellbolt import scratch_folder; "
+                    "shutil.rmtree(scratch_folder('multilang-pids-'))"], env={**ENV, "TMPDIR": str(tmp)}, check=True)
+    left = sorted(p.name for p in tmp.iterdir() if p.name.startswith("multilang-"))
+    assert not left, f"the run left temporary folders that no later run removes: {left}"
     assert marker.exists(), "the bolt really died once"
     assert re.search(r"count: .*Spark task retries 1", err), err[-2000:]
     m = re.search(r"(\d+) micro-batches, stopped by duration; spout tuples sentences: (\d+)", err)

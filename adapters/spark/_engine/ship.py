@@ -22,12 +22,12 @@ import shutil
 import socket
 import stat
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from multilang import library_path
 from multilang.errors import TopologyError
+from multilang.shellbolt import scratch_folder
 
 __all__ = ["LIBS", "MAX_BYTES", "pack", "ship", "unpacked", "with_libraries", "executor_name"]
 
@@ -121,7 +121,7 @@ def pack(folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[s
     base = "".join(c if c.isalnum() or c in "-_" else "_" for c in root.name) or "root"
     name = f"multilang-{base}-{digest.hexdigest()[:16]}.tgz"
     if not _tmp:
-        _tmp.append(tempfile.mkdtemp(prefix="multilang-ship-"))
+        _tmp.append(scratch_folder("multilang-ship-"))
         atexit.register(shutil.rmtree, _tmp[0], True)
     path = os.path.join(_tmp[0], name)
     if not os.path.exists(path):

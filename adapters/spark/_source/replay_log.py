@@ -16,7 +16,6 @@ import logging
 import os
 import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 import uuid
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from multilang.codec import dumps, loads
+from multilang.shellbolt import scratch_folder
 
 from .._engine.storage import Location
 
@@ -158,7 +158,7 @@ class _ReplayLog:
     def __init__(self, directory: str | None, record_ids: bool, cache_mb: int = 16) -> None:
         self.temporary = directory is None
         if directory is None:
-            directory = tempfile.mkdtemp(prefix="multilang-replay-")
+            directory = scratch_folder("multilang-replay-")
             log.warning(
                 "multilang source: no replayLog option; using the temporary %s. A restarted query "
                 "cannot replay its uncommitted batches from it: set replayLog to a durable directory "

@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import weakref
 from typing import Any, Awaitable, Callable
 
@@ -33,7 +32,7 @@ from multilang.errors import ComponentError, TopologyError
 from multilang.messages import Ack, Activate, Batch, Deactivate, Emit, Fail, Message, TopologyContext
 from multilang.shellbolt import (
     SCHEMA, GiveUp, ProcessConf, RestartPolicy, ShellProcess, Spawn, SpoutDriver, Supervision, command_problem,
-    component_error, spawn_child,
+    component_error, scratch_folder, spawn_child,
 )
 
 from ..._sync import TrioHost
@@ -161,7 +160,7 @@ class SpoutHost:
         while self.driver is None:
             proc = ShellProcess(
                 component=self.opts.component, task=self.opts.task_id, role=Role.SPOUT, argv=self.argv,
-                cwd=self.cwd, env=self.env, pid_dir=tempfile.mkdtemp(prefix=f"multilang-{self.opts.component}-"),
+                cwd=self.cwd, env=self.env, pid_dir=scratch_folder("multilang-pids-"),
                 conf=self.pconf, spawn=self.spawn,
             )
             self.supervision.started(trio.current_time())

@@ -25,11 +25,12 @@ on Spark".
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import socket
 import sys
-import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ import orjson
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 from multilang.shellbolt import (
-    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, sort_key,
+    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, scratch_folder, sort_key,
 )
 
 from .._engine.ship import ship
@@ -190,7 +191,8 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local") or (remote or "").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no slow hostname lookups
-    conf_dir = tempfile.mkdtemp(prefix="multilang-spark-")
+    conf_dir = scratch_folder("multilang-spark-")  # (a killed driver's: swept by the next run)
+    atexit.register(shutil.rmtree, conf_dir, True)
     log_conf = os.path.join(conf_dir, "log4j2.properties")
     with open(log_conf, "w") as f:
         f.write(_LOG4J)
@@ -514,7 +516,7 @@ def run_topology(
 
     order = _check(topology)
     temp = checkpoint is None
-    ck = Location(checkpoint or tempfile.mkdtemp(prefix="multilang-spark-run-"))
+    ck = Location(checkpoint or scratch_folder("multilang-spark-"))
     _claim(ck, topology)
     plan = _plan(topology, order, ck.child("state").uri, max_retries)
     batch = int(topology.conf.get(_BATCH_KEY) or 5000)
