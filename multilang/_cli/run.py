@@ -150,6 +150,11 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
+    n_workers = workers or int(topology.conf.get("topology.workers") or 1)
+    if engine != "spark" and n_workers > 1 and max_tuples is not None:  # (before --record makes its directory)
+        click.echo(f"error: --max-tuples with --workers {n_workers}: not supported with host workers yet "
+                   "(docs/WORKERS.md); run with --workers 1", err=True)
+        raise SystemExit(EXIT_USAGE)
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
     stopped_before_start()
@@ -158,12 +163,10 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                            duration=duration, max_tuples=max_tuples, output=stream,
                                            progress=progress, dead_letter=dead_letter, spark_conf=spark_conf))
-        n_workers = workers or int(topology.conf.get("topology.workers") or 1)
         if n_workers > 1:
             _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
                          progress=live_view(progress_tasks) if progress else None, metrics=metrics,
-                         dead_letter=dead_letter,
-                         given=[f for f, v in (("--max-tuples", max_tuples), ("--record", record_dir)) if v])
+                         dead_letter=dead_letter, recorder=recorder)
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -224,14 +227,10 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
-                 progress: Any, metrics: Any, dead_letter: str | None, given: list[str]) -> None:
+                 progress: Any, metrics: Any, dead_letter: str | None, recorder: Any) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
-    if given:
-        click.echo(f"error: {', '.join(given)} with --workers {workers}: not supported with host workers yet "
-                   "(docs/WORKERS.md); run with --workers 1", err=True)
-        raise SystemExit(EXIT_USAGE)
     out = Output(output)
     on_dead_letter, dead_file = dead_letter_writer(dead_letter)
     control = WorkersControl()
@@ -254,7 +253,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
                                  until_done=until_done is not False, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
                                  snapshot_every=progress.interval if progress is not None else 2.0,
-                                 on_dead_letter=on_dead_letter)
+                                 on_dead_letter=on_dead_letter, recorder=recorder)
 
     try:
         result, signum = run_trio(go, control)
@@ -263,6 +262,8 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     finally:
         if dead_file is not None:
             dead_file.close()
+        if recorder is not None:
+            _recorded(recorder)
         if progress is not None:
             progress.close()
         if metrics is not None:
@@ -451,7 +452,7 @@ def _recorder(path: str | None, engine: str, topology: Any) -> Any:
 def _recorded(recorder: Any) -> None:
     """Close the recording and say where it is and how to replay it."""
     recorder.close()
-    tasks = sorted(recorder.tasks)
+    tasks = recorder.task_ids()
     comps = [name for name, c in recorder.meta["components"].items() if set(c["tasks"]) & set(tasks)]
     click.echo(f"[record] frames of {len(tasks)} task(s) ({', '.join(comps) or 'none'}) recorded in "
                f"{recorder.path}; replay one with: multilang replay {recorder.path} --component C [--task N] -- CMD",

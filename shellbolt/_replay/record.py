@@ -124,16 +124,24 @@ def check_record_dir(path: str) -> None:
 
 class Recorder:
     """One recording directory for one run: ``recording.json`` and a
-    :class:`TaskRecorder` per shell task, made on first use."""
+    :class:`TaskRecorder` per shell task, made on first use. With host
+    workers the main process makes it (``recording.json``) and each worker
+    records its own tasks in it (``topology`` None: a worker's part); a
+    task's folder is written by the one worker that runs it."""
 
-    def __init__(self, path: str, topology: Any) -> None:
+    def __init__(self, path: str, topology: Any = None) -> None:
+        self.path = path
+        self.tasks: dict[int, TaskRecorder] = {}
+        #: tasks other processes (host workers) recorded in this directory
+        self.elsewhere: set[int] = set()
+        self.meta: dict[str, Any] = {}  # (a worker's part: none, the main process writes it)
+        if topology is None:
+            return
         check_record_dir(path)
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)  # tuples of production data: private
         except OSError as exc:
             raise RecordingError(f"--record {path}: {exc.strerror}") from None
-        self.path = path
-        self.tasks: dict[int, TaskRecorder] = {}
         components: dict[str, Any] = {}
         for comp in topology.components.values():
             entry: dict[str, Any] = {"kind": comp.kind, "tasks": list(comp.tasks)}
@@ -141,12 +149,16 @@ class Recorder:
                 argv, cwd, _env = topology.resolve_command(comp)  # never the environment: it may hold secrets
                 entry.update(command=argv, cwd=cwd)
             components[comp.name] = entry
-        self.meta: dict[str, Any] = {
+        self.meta = {
             "format": FORMAT, "version": VERSION, "topology": topology.name,
             "source": str(topology.source) if getattr(topology, "source", None) else None,
             "started": _now_iso(), "ended": None, "components": components,
         }
         self._write_meta()
+
+    def task_ids(self) -> list[int]:
+        """The tasks recorded, here and by the host workers."""
+        return sorted(set(self.tasks) | self.elsewhere)
 
     def _write_meta(self) -> None:
         tmp = os.path.join(self.path, ".recording.json.tmp")
@@ -167,8 +179,9 @@ class Recorder:
         """Write what is buffered and close every segment (end of the run)."""
         for rec in self.tasks.values():
             rec.close()
-        self.meta["ended"] = _now_iso()
-        self._write_meta()
+        if self.meta:  # (a host worker's part: the main process writes it)
+            self.meta["ended"] = _now_iso()
+            self._write_meta()
 
 
 class TaskRecorder:
@@ -188,6 +201,23 @@ class TaskRecorder:
         self._flushed = time.monotonic_ns()
         # the largest H/C payload of one entry (longer chunks are split)
         self._piece = max(1, segment_bytes - len(MAGIC) - _HEAD.size)
+        self._resume()
+
+    def _resume(self) -> None:
+        """A host worker started again goes on with its tasks' recordings: new
+        segments after the last one, sessions numbered on from the last."""
+        seqs = sorted(int(n[4:-6]) for n in os.listdir(self.path)
+                      if n.startswith("seg-") and n.endswith(".mlrec") and n[4:-6].isdigit())
+        for seq in reversed(seqs):
+            try:
+                sessions = [e[1] for e in _entries(self._segment_path(seq), [], partial=True)]
+            except RecordingError:  # (not a segment: left alone, and a replay says so)
+                continue
+            if sessions:
+                self.sessions = max(sessions)
+                break
+        if seqs:
+            self._seq = seqs[-1]
 
     # -- the spawn that taps -------------------------------------------------
 
@@ -232,7 +262,7 @@ class TaskRecorder:
             os.close(self._fd)
         self._seq += 1
         self._fd = os.open(self._segment_path(self._seq), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        self._buf += MAGIC
+        os.write(self._fd, MAGIC)  # (now, not buffered: a host killed before its next write leaves a readable segment)
         self._used = len(MAGIC)
         old = self._seq - self.segments
         if old >= 1:

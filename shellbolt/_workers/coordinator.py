@@ -99,12 +99,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                       control: WorkersControl | None = None,
                       on_snapshot: Callable[[dict[str, Any]], None] | None = None,
                       snapshot_every: float = 2.0,
-                      on_dead_letter: Callable[[DeadLetter], None] | None = None) -> RunResult:
+                      on_dead_letter: Callable[[DeadLetter], None] | None = None,
+                      recorder: Any = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
     ``on_snapshot``: called every ``snapshot_every`` seconds, and once at the
     end, with the run's snapshot (the live view's, the metrics'; view.py).
     ``on_dead_letter``: called with each input a spout's worker gave up on
-    (``Runtime.on_dead_letter``'s, sent on by the worker)."""
+    (``Runtime.on_dead_letter``'s, sent on by the worker). ``recorder``:
+    ``--record``'s :class:`Recorder`; each worker records its own tasks in its
+    directory, and they are added to its :meth:`~Recorder.task_ids`."""
     control = control or WorkersControl()
     began = trio.current_time()
     if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
@@ -114,7 +117,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
-        shipped = _shipped(topology, workers)  # (with the store's folder in its conf)
+        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None})
+        # (with the store's folder in its conf)
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",
                                  max(len(socket_path("", "main")), len(socket_path("", workers - 1))))
@@ -363,8 +367,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             have = result.extensions.setdefault(name, [])
             have.extend(e for e in exts if e not in have)
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
-    for w in ws:  # what the spouts' workers saw of their replays
+    for w in ws:  # what the spouts' workers saw of their replays; the tasks they recorded
         r = w.result or {}
+        if recorder is not None:
+            recorder.elsewhere.update(r.get("recorded", []))
         result.repeated_failures.extend(r.get("repeated_failures", []))
         result.not_replayed.extend(r.get("not_replayed", []))
         for name, n in r.get("reused_ids", {}).items():
@@ -377,13 +383,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     return result
 
 
-def _shipped(topology: Topology, workers: int) -> bytes:
+def _shipped(topology: Topology, workers: int, run_args: dict[str, Any]) -> bytes:
     """The topology as the workers get it (pickled), or a TopologyError
     naming the in-process component that cannot be given to another process
     (a function defined inside another one, a lambda: a Flux file's
     LogInfoBolt is one)."""
     try:
-        return pickle.dumps((topology, {}))
+        return pickle.dumps((topology, run_args))
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         for comp in topology.components.values():
             try:

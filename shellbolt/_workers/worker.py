@@ -78,6 +78,10 @@ async def _run(directory: str, worker: int, workers: int) -> None:
     rt = Runtime(topology, on_output=link.output, placement=Placement(worker, workers, where, link))
     link.runtime = rt
     rt.on_dead_letter = lambda letter: link.to_main(("dead", letter))  # the main process writes --dead-letter's file
+    if run_args.get("record"):  # --record: this worker's tasks, in the main process's recording
+        from .._replay.record import Recorder
+
+        rt.recorder = Recorder(run_args["record"])  # (its part: no recording.json)
     rt.acker.on_remote = link.wake
     main = await trio.open_unix_socket(socket_path(directory, "main"))
     link.main = main
@@ -142,6 +146,8 @@ async def _run(directory: str, worker: int, workers: int) -> None:
 
         nursery.start_soon(control)
         result = await rt.run()  # until the main process says stop
+        if rt.recorder is not None:
+            rt.recorder.close()
         link.stopping = True
         await link.flush_main()  # (the last outputs and dead letters, ahead of the result)
         mine = {name: {t: s for t, s in stats.tasks.items() if where[t] == worker} for name, stats in rt.stats.items()}
@@ -151,7 +157,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
             "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
             "view": rt.outputs_by_key, "extensions": result.extensions, "stateful": result.stateful,
             "repeated_failures": result.repeated_failures, "not_replayed": result.not_replayed,
-            "reused_ids": result.reused_ids}))
+            "reused_ids": result.reused_ids, "recorded": sorted(rt.recorder.tasks) if rt.recorder else []}))
         nursery.cancel_scope.cancel()
 
 

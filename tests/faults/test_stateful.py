@@ -29,6 +29,7 @@ import pytest
 from faults_support import EXAMPLES, ML, needs_node, needs_ruby
 from multilang.testing import cmdline, current_pid, descendant_pids, run_topology, running
 from multilang.shellbolt._model.topology import load_topology
+from multilang.shellbolt._replay.record import read_task
 from multilang.testing import wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -245,11 +246,14 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
     (_wait checks that it does: the kills take a second or two of its
     several): every process comes
     back, the state rolls back to the last checkpoint, the trees since are
-    replayed, and each word is counted once."""
+    replayed, and each word is counted once. With the workers killed the run
+    is also recorded (--record): a worker started again goes on with its
+    tasks' recordings, a session per process of each task."""
     path, expected = corpus
     toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    state = tmp_path / "state"
-    run = _run_cli(toml, state, "--workers", str(workers))
+    state, rec = tmp_path / "state", tmp_path / "rec"
+    record = ["--record", str(rec)] if victims[0].startswith("worker") else []
+    run = _run_cli(toml, state, "--workers", str(workers), *record)
     try:
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         for victim in victims:
@@ -266,6 +270,14 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
     assert run.returncode == 0, err[-3000:]
     assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
     assert "state rolled back to checkpoint" in err, err[-2000:]
+    if record:
+        assert f"[record] frames of 5 task(s) (sentences, split, count) recorded in {rec}" in err, err[-2000:]
+        for comp in ("sentences", "split", "count"):
+            for task in (rec / comp).iterdir():
+                log = read_task(str(task))
+                numbers = sorted(log.sessions)
+                assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, (task, numbers)
+                assert all(s.complete for s in log.sessions.values()) and not log.notes, (task, log.notes)
 
 
 @pytest.mark.parametrize("workers, stop", [(2, "duration"), (2, "SIGTERM")])

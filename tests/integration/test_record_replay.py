@@ -181,6 +181,26 @@ def _topology(tmp_path: Path, bolt: list[str], conf: str = "", parallelism: int 
     return toml
 
 
+@needs_ruby_node
+def test_with_host_workers_each_records_its_own_tasks_and_a_task_replays(tmp_path):
+    # --workers 2: the main process writes recording.json, each worker its own tasks' folders
+    # (a task's folder has one writer); the recording reads and replays as one of the embedded engine.
+    rec = tmp_path / "wc"
+    r = ml("run", "examples/wordcount.toml", "--no-progress", "--workers", "2", "--record", str(rec), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"[record] frames of 5 task(s) (sentences, split, count) recorded in {rec}" in r.stderr, r.stderr
+    meta = json.loads((rec / "recording.json").read_text())
+    assert meta["started"] and meta["ended"]
+    for name, comp in meta["components"].items():
+        assert sorted(int(d.name[5:]) for d in (rec / name).iterdir()) == comp["tasks"]
+        for task in comp["tasks"]:
+            log = read_task(str(rec / name / f"task-{task}"))
+            assert [s.number for s in log.complete] == [1] and log.sessions[1].ended and not log.notes
+    task = busiest(rec, "split")
+    r = ml("replay", str(rec), "--component", "split", "--task", str(task), "--", "ruby", "ruby/split_bolt.rb")
+    assert r.returncode == 0 and r.stdout.startswith("no difference: "), r.stdout + r.stderr
+
+
 def test_record_usage_errors_exit_2(tmp_path):
     toml = _topology(tmp_path, ["python", str(EXAMPLES / "python" / "split_bolt.py")])
     full = tmp_path / "full"

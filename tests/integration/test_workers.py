@@ -66,11 +66,13 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
         str(EXAMPLES / "wordcount.toml")).components.values() for t in c.tasks}  # every task, from its own worker
 
 
-def test_what_host_workers_do_not_support_is_refused_naming_the_option():
-    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--max-tuples", "10"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
+    rec = tmp_path / "rec"
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--max-tuples", "10", "--record",
+                        str(rec)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert "--max-tuples with --workers 2: not supported with host workers yet" in r.stderr, r.stderr
+    assert not rec.exists(), "refused before --record made its directory"
     for args, said in ((["-c", "topology.workers=two"],
                         "conf key 'topology.workers' must be a positive integer, got 'two'"),
                        (["--engine", "spark", "--workers", "2"], "--workers 2 applies to the embedded engine")):
