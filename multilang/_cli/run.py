@@ -152,9 +152,13 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         raise SystemExit(EXIT_USAGE) from None
     n_workers = workers or int(topology.conf.get("topology.workers") or 1)
     if engine != "spark" and n_workers > 1 and max_tuples is not None:  # (before --record makes its directory)
-        click.echo(f"error: --max-tuples with --workers {n_workers}: not supported with host workers yet "
-                   "(docs/WORKERS.md); run with --workers 1", err=True)
-        raise SystemExit(EXIT_USAGE)
+        from multilang.shellbolt import check_max_tuples
+
+        try:
+            check_max_tuples(topology, n_workers)
+        except TopologyError as exc:
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(EXIT_USAGE) from None
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
     stopped_before_start()
@@ -166,7 +170,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         if n_workers > 1:
             _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
                          progress=live_view(progress_tasks) if progress else None, metrics=metrics,
-                         dead_letter=dead_letter, recorder=recorder)
+                         dead_letter=dead_letter, recorder=recorder, max_tuples=max_tuples)
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -227,7 +231,7 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
-                 progress: Any, metrics: Any, dead_letter: str | None, recorder: Any) -> None:
+                 progress: Any, metrics: Any, dead_letter: str | None, recorder: Any, max_tuples: int | None) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
@@ -250,10 +254,10 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         if metrics is not None:
             nursery.start_soon(metrics.run, control)
         return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
-                                 until_done=until_done is not False, control=control,
+                                 until_done=until_done is not False or max_tuples is not None, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
                                  snapshot_every=progress.interval if progress is not None else 2.0,
-                                 on_dead_letter=on_dead_letter, recorder=recorder)
+                                 on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples)
 
     try:
         result, signum = run_trio(go, control)

@@ -5,6 +5,9 @@ ids failed more than ``multilang.max.replays`` times. A shell spout decides
 about replays, as in Storm; this one would replay them for ever, so the run
 stops as at the end of ``--duration``, and fails (``stopped_by`` "replays").
 
+Past ``--max-tuples`` the trees get the same window for their replays,
+not for ever (:func:`say_max_tuples_given_up`).
+
 One rule for both engines: the embedded one feeds it its acker's counts,
 the main process of a run on host workers the sum of every worker's (each
 counts the trees of its own spouts)."""
@@ -17,7 +20,7 @@ from typing import Any, Callable
 from .._model.results import brief
 from .._model.topology import Topology
 
-__all__ = ["ReplayWatch", "Forever"]
+__all__ = ["ReplayWatch", "Forever", "say_max_tuples_given_up"]
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -73,3 +76,12 @@ class ReplayWatch:
             return ""
         return (f" The topology has a cycle ({' -> '.join(cycle)}): a tuple that goes round it for ever keeps its "
                 "tree from completing; emit the last round unanchored, or stop re-emitting.")
+
+
+def say_max_tuples_given_up(max_tuples: int, window: float, failed_since: int, in_flight: int) -> None:
+    """Past ``--max-tuples`` the trees get ``window`` (a ReplayWatch's) for
+    their replays, not for ever: a bolt that never acks, or a shell spout
+    replaying a tuple that fails every time, would never end."""
+    log.warning("--max-tuples %d was reached %.0fs ago (topology.message.timeout.secs x (1 + multilang.max.replays)) "
+                "and the trees are not done: %d failed since (and were replayed), %d in flight; stopping as at the "
+                "end of --duration: what is still in flight is abandoned", max_tuples, window, failed_since, in_flight)

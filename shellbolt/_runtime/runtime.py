@@ -27,7 +27,7 @@ from .._observe.observe import RunObs, snapshot
 from .._observe.ratelog import RateLimitedLog
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
-from .replay_watch import Forever, ReplayWatch
+from .replay_watch import Forever, ReplayWatch, say_max_tuples_given_up
 from .spouts import PythonSpoutTask, ShellSpoutTask
 from .tasks import TICK_EDGES, Delivery, EmitPlan, SpoutTask, Task, log, plain_emit
 
@@ -623,7 +623,9 @@ class Runtime:
                 if metrics is not None:
                     nursery.start_soon(metrics.run, self)
                 with trio.move_on_after(math.inf if duration is None else duration) as timer:
-                    await self._wait_for_stop(until_done or max_tuples is not None)
+                    # (a host worker's runtime runs until the main process says stop: it decides when a run
+                    # is done, from every worker's counts; a worker's max_tuples only stops its spouts)
+                    await self._wait_for_stop((until_done or max_tuples is not None) and self.placement is None)
                 if self._stopped_by is None:
                     self._stopped_by = ("duration" if timer.cancelled_caught else
                                         "max_tuples" if max_tuples is not None else "done")
@@ -670,10 +672,7 @@ class Runtime:
                 failed_before = self.acker.stats["failed"]
             now = trio.current_time()
             if now >= give_up_at:
-                log.warning("--max-tuples %d was reached %.0fs ago (topology.message.timeout.secs x (1 + "
-                            "multilang.max.replays)) and the trees are not done: %d failed since (and were replayed), "
-                            "%d in flight; stopping as at the end of --duration: what is still in flight is abandoned",
-                            self.max_tuples, window, self.acker.stats["failed"] - failed_before, self.acker.pending)
+                say_max_tuples_given_up(self.max_tuples, window, stats["failed"] - failed_before, self.acker.pending)
                 return
             # (with --max-tuples, give_up_at above ends such a run: no id is replayed for ever then)
             if watch.check(now, stats["completed"], stats["failed"],

@@ -23,13 +23,13 @@ from .._model.results import DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
-from .._runtime.replay_watch import ReplayWatch
+from .._runtime.replay_watch import ReplayWatch, say_max_tuples_given_up
 from .._runtime.tasks import PlainComponentError
 from .link import socket_path
 from .view import merge
 from .wire import Frames, encode
 
-__all__ = ["run_workers", "WorkersControl"]
+__all__ = ["run_workers", "WorkersControl", "check_max_tuples"]
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -100,15 +100,19 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                       on_snapshot: Callable[[dict[str, Any]], None] | None = None,
                       snapshot_every: float = 2.0,
                       on_dead_letter: Callable[[DeadLetter], None] | None = None,
-                      recorder: Any = None) -> RunResult:
+                      recorder: Any = None, max_tuples: int | None = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
     ``on_snapshot``: called every ``snapshot_every`` seconds, and once at the
     end, with the run's snapshot (the live view's, the metrics'; view.py).
     ``on_dead_letter``: called with each input a spout's worker gave up on
     (``Runtime.on_dead_letter``'s, sent on by the worker). ``recorder``:
     ``--record``'s :class:`Recorder`; each worker records its own tasks in its
-    directory, and they are added to its :meth:`~Recorder.task_ids`."""
+    directory, and they are added to its :meth:`~Recorder.task_ids`.
+    ``max_tuples``: as ``Runtime.run``'s, counted by the worker that runs
+    the spouts (a TopologyError if they are on more than one)."""
     control = control or WorkersControl()
+    if max_tuples is not None:
+        check_max_tuples(topology, workers)
     began = trio.current_time()
     if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
         on_snapshot(merge(topology, [], 0.0))
@@ -117,7 +121,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
-        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None})
+        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None,
+                                               "max_tuples": max_tuples})
         # (with the store's folder in its conf)
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",
@@ -273,6 +278,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 stopped and the trees drain; each checkpoint is taken at once."""
                 seen: tuple[Any, ...] | None = None
                 watch: ReplayWatch | None = None  # (a run to its end that only replays its poison stops)
+                give_up_at, failed_before = math.inf, 0  # (past --max-tuples: the trees get their replays)
                 while True:
                     st = await poll()
                     ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
@@ -290,8 +296,16 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                              sum(s["failed"] for s in st))  # type: ignore[index]
                         if watch is None:
                             watch = ReplayWatch(topology, view.acker.timeout, now, done, failed)
-                        elif watch.check(now, done, failed, lambda: [r for s in st for r in s["forever"]]):  # type: ignore[index]
+                        elif watch.check(now, done, failed, (lambda: [r for s in st for r in s["forever"]])  # type: ignore[index]
+                                         if max_tuples is None else list):
                             return "replays"
+                        if max_tuples is not None:
+                            if give_up_at == math.inf and sum(s["emitted"] for s in st) >= max_tuples:  # type: ignore[index]
+                                give_up_at, failed_before = now + watch.window, failed
+                            elif now >= give_up_at:
+                                say_max_tuples_given_up(max_tuples, watch.window, failed - failed_before,
+                                                        sum(s["pending"] for s in st))  # type: ignore[index]
+                                return "max_tuples"
                     if stopping_run:
                         ck.last = -math.inf
                     with trio.CancelScope(shield=True):  # (a phase goes to every worker or to none)
@@ -320,12 +334,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             # the shutdown grace; only then does a worker end (one that ended first would drop what the others
             # still send it, and a checkpoint is taken of every worker or of none).
             stopping.set()  # (a worker that dies from now on is not started again)
+            # (done with --max-tuples: the spouts stopped at the limit, as the embedded engine says)
+            reason = "max_tuples" if stopped_by == "done" and max_tuples is not None else stopped_by
             for w in ws:
-                await w.send(("stop", stopped_by))
+                await w.send(("stop", reason))
             if stopped_by != "done":
                 grace = float(topology.conf.get("multilang.shutdown.grace.secs") or 0)
                 with trio.move_on_after(grace):
                     await until_quiet(True)
+            stopped_by = reason
             if on_snapshot is not None:
                 await poll(final=True)  # the last frame: the run's final counters
             for w in ws:
@@ -381,6 +398,22 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
     result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
     return result
+
+
+def check_max_tuples(topology: Topology, workers: int) -> None:
+    """--max-tuples counts the spouts' tuples of the whole run: one worker
+    counts them exactly if it runs every spout task (a TopologyError if not)."""
+    from .worker import placement
+
+    where = placement(topology, workers)
+    spouts = {t: c.name for c in topology.components.values() if c.kind == "spout" for t in c.tasks}
+    on = sorted({where[t] for t in spouts})
+    if len(on) > 1:
+        tasks = ", ".join(f"{name}:{t} on worker {where[t]}" for t, name in sorted(spouts.items()))
+        src = f"{topology.source}: " if topology.source else ""
+        raise TopologyError(f"{src}--max-tuples with --workers {workers}: the spout tasks run on {len(on)} host "
+                            f"workers ({tasks}), and the limit is counted where the spouts run, by one worker; "
+                            "run with fewer workers or one spout task, or stop the run with --duration")
 
 
 def _shipped(topology: Topology, workers: int, run_args: dict[str, Any]) -> bytes:

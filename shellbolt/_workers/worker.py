@@ -145,7 +145,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
                 cp.started_at(msg[2])
 
         nursery.start_soon(control)
-        result = await rt.run()  # until the main process says stop
+        result = await rt.run(max_tuples=run_args.get("max_tuples"))  # until the main process says stop
         if rt.recorder is not None:
             rt.recorder.close()
         link.stopping = True

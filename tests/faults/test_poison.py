@@ -107,14 +107,16 @@ def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_i
     assert len(proc.stderr.encode()) < 200_000
 
 
-def test_max_tuples_with_a_tuple_that_fails_every_time_stops_after_its_replays(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_tuples_with_a_tuple_that_fails_every_time_stops_after_its_replays(tmp_path, workers):
     # numbered_spout replays every failed id for ever; the bolt fails 3 every
     # time. --max-tuples 10 used to wait for id 3's tree for ever (a run that
     # never ended). Past the limit the trees now get 1 s x (1 + 3 replays),
-    # then the run stops as --duration does, saying so.
+    # then the run stops as --duration does, saying so. On 2 host workers the
+    # spout's worker counts the limit and the main process gives up.
     topo = _replaying_spout_topology(tmp_path, 20, ["raise", "3"], conf='"topology.message.timeout.secs" = 1')
-    proc = subprocess.run(ML + ["run", topo, "--max-tuples", "10", "--no-progress"], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(ML + ["run", topo, "--max-tuples", "10", "--no-progress", "--workers", str(workers)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--max-tuples 10 was reached 4s ago" in proc.stderr and "the trees are not done" in proc.stderr, \
         proc.stderr[-3000:]

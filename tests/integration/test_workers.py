@@ -66,12 +66,31 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
         str(EXAMPLES / "wordcount.toml")).components.values() for t in c.tasks}  # every task, from its own worker
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_max_tuples_on_workers_stops_where_the_embedded_engine_stops(workers):
+    # The spout's worker counts the limit (Runtime.emit_room, as on one worker); the main process
+    # ends the run once the trees are done: the same counts and the same summary as --workers 1.
+    runs = [subprocess.run([*ML, "run", "examples/wordcount.toml", "--no-progress", "--max-tuples", "40", "--workers",
+                            str(n)], cwd=ROOT, capture_output=True, text=True, timeout=120) for n in (1, workers)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert runs[1].stdout == runs[0].stdout and len(runs[0].stdout.splitlines()) > 100
+    summary = [[ln.split("; ", 1)[-1] for ln in r.stderr.splitlines() if ln.startswith("[summary]")] for r in runs]
+    assert summary[1] == summary[0] and "trees completed 40, failed 0 (timed out 0)" in summary[0][0], summary
+
+
 def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
+    # --max-tuples is counted where the spouts run: by one worker, so not with spout tasks on two of them
+    toml = tmp_path / "two_spouts.toml"
+    toml.write_text((EXAMPLES / "wordcount.toml").read_text().replace(
+        'command = ["python", "python/sentence_spout.py", "data/alice.txt"]',
+        f'command = ["python", "{EXAMPLES}/python/sentence_spout.py", "{EXAMPLES}/data/alice.txt"]\nparallelism = 2'))
     rec = tmp_path / "rec"
-    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--max-tuples", "10", "--record",
-                        str(rec)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([*ML, "run", str(toml), "--workers", "2", "--max-tuples", "10", "--record", str(rec)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
-    assert "--max-tuples with --workers 2: not supported with host workers yet" in r.stderr, r.stderr
+    assert (f"error: {toml}: --max-tuples with --workers 2: the spout tasks run on 2 host workers (sentences:"
+            in r.stderr and "the limit is counted where the spouts run, by one worker" in r.stderr), r.stderr
     assert not rec.exists(), "refused before --record made its directory"
     for args, said in ((["-c", "topology.workers=two"],
                         "conf key 'topology.workers' must be a positive integer, got 'two'"),
