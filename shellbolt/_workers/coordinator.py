@@ -67,6 +67,10 @@ class _Worker:
         self.status: dict[str, Any] | None = None
         self.result: dict[str, Any] | None = None
         self.restarts = 0
+        self.completed = 0  # the trees of its spouts that completed, as of its process's last status
+        #: the trees its dead processes' spouts completed: with --max-tuples the next process may emit the
+        #: rest (a tree of theirs that did not complete was failed, and its spout replays it)
+        self.completed_before = 0
         self.start_cpu = 0.0  # the CPU its process had used when it said hello (its interpreter and imports)
         self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
         self.committed_at_death = -1  # the run's checkpoints committed when it last died
@@ -121,8 +125,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
-        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None,
-                                               "max_tuples": max_tuples})
+        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None})
         # (with the store's folder in its conf)
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",
@@ -144,9 +147,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         async with trio.open_nursery() as nursery:
 
             async def start(w: _Worker) -> None:
+                limit = [] if max_tuples is None else [str(max(0, max_tuples - w.completed_before))]
                 w.proc = await trio.lowlevel.open_process(
                     [sys.executable, "-m", "multilang.shellbolt._workers.worker", directory, str(w.index),
-                     str(workers)], start_new_session=True)
+                     str(workers), *limit], start_new_session=True)
 
             async def serve(conn: trio.SocketStream) -> None:
                 try:
@@ -177,6 +181,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 on_dead_letter(msg[1])
                         elif kind == "status":
                             ws[msg[1]].status = msg[2]
+                            ws[msg[1]].completed = msg[2]["completed"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
                             await ck.step(broadcast, workers, rollback)
@@ -227,6 +232,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     w.committed_at_death = ck.committed
                     w.restarts += 1
                     w.conn, w.status = None, None
+                    # (the checkpoints' count is exact, where they hold the acks: a status may be 50 ms old)
+                    w.completed_before = max(ck.trees.get(w.index, 0), w.completed_before + w.completed)
+                    w.completed = 0
                     if w.deaths >= _DEATHS:
                         failures.append(f"host worker {w.index} died {w.deaths} times in a row having got nothing "
                                         f"done (the last time: pid {w.proc.pid}, {_how(code)}); its error, if it "
@@ -300,7 +308,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                          if max_tuples is None else list):
                             return "replays"
                         if max_tuples is not None:
-                            if give_up_at == math.inf and sum(s["emitted"] for s in st) >= max_tuples:  # type: ignore[index]
+                            emitted = sum(s["emitted"] for s in st) + sum(w.completed_before for w in ws)  # type: ignore[index]
+                            if give_up_at == math.inf and emitted >= max_tuples:
                                 give_up_at, failed_before = now + watch.window, failed
                             elif now >= give_up_at:
                                 say_max_tuples_given_up(max_tuples, watch.window, failed - failed_before,
@@ -479,6 +488,8 @@ class _Checkpoints:
         self.lock = trio.Lock()
         self.committed = self.rollbacks = 0
         self._epoch_at = 0
+        #: worker -> the trees of its spouts that this run's checkpoints covered (completed: --max-tuples)
+        self.trees: dict[int, int] = {}
 
     async def step(self, broadcast: Any, workers: int, rollback: Any) -> None:
         """Advance the phases, on a message of the workers' (their flags, a
@@ -520,6 +531,8 @@ class _Checkpoints:
                     self.state = "idle"
                     return
                 self._write(answers)
+                for w, a in self.prepared.items():
+                    self.trees[w] = self.trees.get(w, 0) + len(a["completed"])
                 self.committed += 1
                 self.state = "idle"
                 self.last = now

@@ -1,4 +1,6 @@
-"""A host worker process: ``python -m multilang.shellbolt._workers.worker DIR WORKER WORKERS``.
+"""A host worker process: ``python -m multilang.shellbolt._workers.worker DIR WORKER WORKERS [LIMIT]``
+(LIMIT: the spout tuples this process may emit, ``--max-tuples`` less what
+its predecessors emitted).
 
 It reads the topology the main process pickled in DIR, runs its share of
 the tasks (Storm's even scheduler: :func:`placement`) with a runtime whose
@@ -66,7 +68,7 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
             **(cp.status() if cp is not None else {})}
 
 
-async def _run(directory: str, worker: int, workers: int) -> None:
+async def _run(directory: str, worker: int, workers: int, limit: int | None) -> None:
     from .._runtime.runtime import Runtime
 
     with open(os.path.join(directory, "topology.pickle"), "rb") as f:
@@ -145,7 +147,7 @@ async def _run(directory: str, worker: int, workers: int) -> None:
                 cp.started_at(msg[2])
 
         nursery.start_soon(control)
-        result = await rt.run(max_tuples=run_args.get("max_tuples"))  # until the main process says stop
+        result = await rt.run(max_tuples=limit)  # until the main process says stop
         if rt.recorder is not None:
             rt.recorder.close()
         link.stopping = True
@@ -163,8 +165,9 @@ async def _run(directory: str, worker: int, workers: int) -> None:
 
 def main() -> None:
     directory, worker, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    limit = int(sys.argv[4]) if len(sys.argv) > 4 else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns the signals and says stop
-    trio.run(_run, directory, worker, workers)
+    trio.run(_run, directory, worker, workers, limit)
 
 
 if __name__ == "__main__":

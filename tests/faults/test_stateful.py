@@ -228,8 +228,8 @@ def _wait(what: str, proc: subprocess.Popen, pred, timeout: float = 120):
 
 
 #: the processes a kill test kills, by their command lines (only this run's: its descendants)
-VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "worker-0": r"_workers\.worker \S+ 0 2$",
-           "worker-1": r"_workers\.worker \S+ 1 2$"}
+VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "worker-0": r"_workers\.worker \S+ 0 2( \d+)?$",
+           "worker-1": r"_workers\.worker \S+ 1 2( \d+)?$"}  # (DIR WORKER WORKERS [LIMIT])
 
 
 def _processes(run: subprocess.Popen, victim: str) -> list[int]:
@@ -278,6 +278,36 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
                 numbers = sorted(log.sessions)
                 assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, (task, numbers)
                 assert all(s.complete for s in log.sessions.values()) and not log.notes, (task, log.notes)
+
+
+def test_max_tuples_with_the_spouts_worker_killed_counts_what_one_worker_counts(tmp_path, corpus):
+    """--max-tuples on 2 workers, the spout's worker (0) SIGKILLed after the
+    first checkpoint: its next process may emit the limit less the trees its
+    predecessor completed (the checkpoints say how many; the trees in flight
+    were failed, and its spout replays them), so the run counts exactly the
+    sentences the embedded engine's --max-tuples run counts."""
+    path, _ = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    # (a checkpoint per 10 sentences: the run lasts long enough for the kill to fall mid-run)
+    toml.write_text(toml.read_text().replace('"topology.max.spout.pending" = 200', '"topology.max.spout.pending" = 10'))
+    limit = "2500"
+    one = subprocess.run([*ML, "run", str(toml), "--no-progress", "--max-tuples", limit], capture_output=True,
+                         text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-3000:]
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2", "--max-tuples", limit)
+    try:
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pids = _wait("worker-0 running", run, lambda: _processes(run, "worker-0"))
+        os.kill(pids[0], signal.SIGKILL)
+        out, err = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == 0, err[-3000:]
+    assert "host worker 0" in err and "died (killed by SIGKILL)" in err, err[-2000:]
+    assert sorted(out.splitlines()) == sorted(one.stdout.splitlines())
 
 
 @pytest.mark.parametrize("workers, stop", [(2, "duration"), (2, "SIGTERM")])
