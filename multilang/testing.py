@@ -52,7 +52,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from ._early_output import release
 
@@ -71,6 +71,7 @@ __all__ = [
     "tuple_batch",
     "same_json",
     "child_pids",
+    "Seen",
     "descendant_pids",
     "alive",
     "gone",
@@ -575,6 +576,33 @@ def running(pid: int) -> bool:
     dead, not leaked.)"""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] != "Z"
+
+
+class Seen:
+    """Processes seen, each by its pid and start time: a later look at one
+    of them is of that process, not of a new one the kernel gave its pid
+    (pids wrap at 32768 by default, soon on a machine running a test suite)."""
+
+    def __init__(self, pids: Iterable[int] = ()) -> None:
+        self._started: dict[int, str] = {}
+        self.add(pids)
+
+    def add(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            fields = _stat_fields(pid)
+            if fields is not None:
+                self._started.setdefault(pid, fields[19])  # (starttime, field 22 of /proc/PID/stat)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._started)
+
+    def __len__(self) -> int:
+        return len(self._started)
+
+    def running(self) -> list[int]:
+        """Those of them still running (:func:`running`), the same processes."""
+        return [pid for pid, t in self._started.items()
+                if (f := _stat_fields(pid)) is not None and f[0] != "Z" and f[19] == t]
 
 
 def cmdline(pid: int) -> str:

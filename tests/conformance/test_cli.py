@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from conform_support import BROKEN, PY, ROOT
 from multilang._cli.main import main
-from multilang.testing import descendant_pids, running
+from multilang.testing import Seen, descendant_pids
 
 BOLT = [PY, str(ROOT / "examples/python/conformance_component.py"), "bolt"]
 NUMERIC = [PY, str(BROKEN / "broken_numeric_ack_ids.py")]
@@ -237,7 +237,7 @@ def test_ctrl_c_stops_conform_at_once_and_kills_every_component_process():
         while not yes_running():  # a component process writes: the vectors are under way
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.01)
-        children = descendant_pids(proc.pid)
+        children = Seen(descendant_pids(proc.pid))
         proc.send_signal(2)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -246,4 +246,4 @@ def test_ctrl_c_stops_conform_at_once_and_kills_every_component_process():
             proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    assert not [p for p in children if running(p)], "a component process outlived conform"
+    assert not children.running(), "a component process outlived conform"

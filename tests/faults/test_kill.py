@@ -43,7 +43,7 @@ from faults_support import (
 )
 from multilang.shellbolt import ShellBolt, TopologyBuilder
 from multilang.testing import current_pid
-from multilang.testing import assert_no_orphans, cmdline, descendant_pids, gone, running, wait_until
+from multilang.testing import Seen, assert_no_orphans, cmdline, descendant_pids, gone, wait_until
 
 HOLD = {"multilang.hold.emits.until.ack": True}
 
@@ -282,12 +282,12 @@ def test_cli_crash_loop_exits_1_naming_component_task_pid_and_signal(tmp_path):
     proc = subprocess.Popen(ML + ["run", str(topo), "--no-progress", "-o", str(tmp_path / "out.jsonl")],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     killed: list[int] = []
-    seen: set[int] = set()
+    seen = Seen()
     try:
         deadline = time.monotonic() + 12
         while proc.poll() is None and time.monotonic() < deadline:
             for pid in descendant_pids(proc.pid):
-                seen.add(pid)
+                seen.add([pid])
                 if pid not in killed and "faulty_bolt.py" in cmdline(pid):
                     time.sleep(0.3)  # handshake done, tuples flowing
                     killed.append(pid)
@@ -305,5 +305,5 @@ def test_cli_crash_loop_exits_1_naming_component_task_pid_and_signal(tmp_path):
     assert f"component 'bolt' task 1 (pid {killed[-1]})" in gave_up, gave_up[:2000]
     assert "killed by signal 9" in gave_up
     assert "Traceback" not in err
-    left = [p for p in seen if running(p)]
+    left = seen.running()
     assert not left, f"processes left behind: {left}"

@@ -21,7 +21,7 @@ import pytest
 
 from faults_support import ML, ROOT
 
-from multilang.testing import cmdline, descendant_pids, running
+from multilang.testing import Seen, cmdline, descendant_pids
 
 SPOUT = ROOT / "tests/faults/components/numbered_spout.py"
 BOLT = ROOT / "tests/faults/components/faulty_bolt.py"
@@ -59,22 +59,22 @@ def _topology(tmp_path, grace=0.5):
 def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_ones(tmp_path, sig, code):
     proc = subprocess.Popen(ML + ["run", str(_topology(tmp_path)), "--no-progress", "-o", os.devnull],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen: set[int] = set()
+    seen = Seen()
     frozen = None
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             kids = descendant_pids(proc.pid)
-            seen.update(kids)
+            seen.add(kids)
             cmds = {p: cmdline(p) for p in kids}
             if any(c.startswith("sleep 600") for c in cmds.values()) and len(kids) >= 4:
                 frozen = next(p for p, c in cmds.items() if "faulty_bolt.py" in c and "--stubborn" not in c)
                 break
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.02)
-        assert frozen, f"the components did not start: {seen}"
+        assert frozen, f"the components did not start: {list(seen)}"
         time.sleep(0.5)  # tuples flowing
-        seen.update(descendant_pids(proc.pid))
+        seen.add(descendant_pids(proc.pid))
         os.kill(frozen, signal.SIGSTOP)
         time.sleep(0.1)
         proc.send_signal(sig)
@@ -89,7 +89,7 @@ def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_on
     # a word that the output is partial.
     assert f"[summary] interrupted by {sig.name}: the output is partial" in err, err[-3000:]
     assert "all component processes were stopped" in err
-    left = [(p, cmdline(p)) for p in seen if running(p)]
+    left = [(p, cmdline(p)) for p in seen.running()]
     assert not left, f"processes survived {sig.name}: {left}"
 
 

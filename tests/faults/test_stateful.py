@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from faults_support import EXAMPLES, ML, needs_node, needs_ruby
-from multilang.testing import cmdline, current_pid, descendant_pids, run_topology, running
+from multilang.testing import Seen, cmdline, current_pid, descendant_pids, run_topology, running
 from multilang.shellbolt._model.topology import load_topology
 from multilang.shellbolt._replay.record import read_task
 from multilang.testing import wait_until
@@ -256,6 +256,9 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
     run = _run_cli(toml, state, "--workers", str(workers), *record)
     try:
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        if record:  # (a worker killed before its recorder's first write, within a second, leaves nothing of it)
+            _wait("every task's first session written", run, lambda: len(
+                {f.parent for f in rec.glob("*/task-*/seg-*.mlrec") if f.stat().st_size > 64}) == 5)
         for victim in victims:
             pids = _wait(f"{victim} running", run, lambda: _processes(run, victim))
             os.kill(pids[0], signal.SIGKILL)
@@ -323,12 +326,12 @@ def test_a_run_stopped_midway_and_run_again_counts_each_word_once(tmp_path, corp
     first = _run_cli(toml, state, "--workers", str(workers), *(["--duration", "1"] if stop == "duration" else []))
     if stop == "SIGTERM":
         _wait("the first checkpoint", first, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
-        started = descendant_pids(first.pid)
+        started = Seen(descendant_pids(first.pid))
         first.send_signal(signal.SIGTERM)
     _, err = first.communicate(timeout=120)
     if stop == "SIGTERM":
         assert first.returncode == 143 and "interrupted by SIGTERM" in err, err[-2000:]
-        assert not [p for p in started if running(p)], "a process outlived the stop"
+        assert not started.running(), "a process outlived the stop"
     else:
         assert first.returncode == 0, err[-2000:]
     # (the trees in flight drain and their checkpoint is taken within the grace; on a loaded machine a window
@@ -360,15 +363,15 @@ def test_a_killed_host_resumes_from_its_state_dir_with_exact_counts(tmp_path, re
     first = _run_cli(toml, state, "--duration", "600", "--workers", str(workers), tmp=scratch)
     db = state / "wordcount.sqlite"
     _wait("the first checkpoint (200 ms apart)", first, lambda: _committed_txid(db) >= 1)
-    started = descendant_pids(first.pid)
+    started = Seen(descendant_pids(first.pid))
     os.killpg(first.pid, signal.SIGKILL)  # the host and every process of its group
     first.communicate()
     assert first.returncode == -signal.SIGKILL
     # Host workers run in sessions of their own: they see the main process go and stop, with their components.
     deadline = time.monotonic() + 20
-    while [p for p in started if running(p)] and time.monotonic() < deadline:
+    while started.running() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [(p, cmdline(p)) for p in started if running(p)], "left running after the host was killed"
+    assert not [(p, cmdline(p)) for p in started.running()], "left running after the host was killed"
     # No finally ran in the killed process: its pid folder (one worker) or the workers' folder is left ...
     left = _scratch_of([first.pid, *started], [scratch])
     assert [p.name.rsplit("-", 1)[0] for p in left] == ["multilang-pids" if workers == 1 else "multilang-workers"]
