@@ -1,6 +1,6 @@
 """A host worker process: ``python -m multilang.shellbolt._workers.worker DIR WORKER WORKERS [LIMIT]``
-(LIMIT: the spout tuples this process may emit, ``--max-tuples`` less what
-its predecessors emitted).
+(LIMIT: the spout tuples this process may emit, ``--max-tuples`` less the
+trees its predecessors' spouts completed).
 
 It reads the topology the main process pickled in DIR, runs its share of
 the tasks (Storm's even scheduler: :func:`placement`) with a runtime whose
