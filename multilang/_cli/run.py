@@ -235,6 +235,8 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
+    if until_done is None:  # (as on one worker: the default without --duration)
+        until_done = duration is None and max_tuples is None
     out = Output(output)
     on_dead_letter, dead_file = dead_letter_writer(dead_letter)
     control = WorkersControl()
@@ -254,7 +256,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         if metrics is not None:
             nursery.start_soon(metrics.run, control)
         return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
-                                 until_done=until_done is not False or max_tuples is not None, control=control,
+                                 until_done=until_done or max_tuples is not None, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
                                  snapshot_every=progress.interval if progress is not None else 2.0,
                                  on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples)

@@ -79,6 +79,18 @@ def test_max_tuples_on_workers_stops_where_the_embedded_engine_stops(workers):
     assert summary[1] == summary[0] and "trees completed 40, failed 0 (timed out 0)" in summary[0][0], summary
 
 
+def test_duration_on_workers_lasts_as_long_as_on_one_worker():
+    # --duration without --until-done runs for the duration, whether or not the spouts are exhausted
+    # (the default until-done is without --duration): on 2 workers the README word count ended once
+    # its spout was exhausted, in 2 s of 3.
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--no-progress", "--duration", "3", "--workers", "2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    first = next(ln for ln in r.stderr.splitlines() if ln.startswith("[summary] "))
+    assert float(first.split()[1].rstrip("s;")) >= 3.0, first
+    assert "trees completed 1080, failed 0" in first, first
+
+
 def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
     # --max-tuples is counted where the spouts run: by one worker, so not with spout tasks on two of them
     toml = tmp_path / "two_spouts.toml"
