@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import math
 import os
 import signal
@@ -56,20 +55,6 @@ def finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number of seconds")
     return value
-
-def setup_logging(level: str) -> None:
-    """``--log-level`` is the host's own level. What components say (their
-    ``log`` frames below WARN and their stderr lines, multilang.component.*,
-    within a line budget per process) shows at info unless it is ``error``,
-    as Storm's worker log shows a ShellBolt's logs."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    components = {"debug": logging.DEBUG, "error": logging.ERROR}.get(level, logging.INFO)
-    logging.getLogger("multilang.component").setLevel(components)
 
 def live_view(tasks: bool) -> Any:
     """The live view on stderr (multilang/_cli/live.py): rows updated in place on

@@ -8,11 +8,13 @@ from typing import Any
 
 import click
 
+from multilang.shellbolt import setup_logging
+
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
 from .common import (
     EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_USAGE, embedded_runtime, exit_code, interrupted,
-    owning_signals, parse_conf, run_trio, setup_logging, stopped_before_start,
+    owning_signals, parse_conf, run_trio, stopped_before_start,
 )
 from .output import Output, flush_every
 from .pipe_input import StdinFeed

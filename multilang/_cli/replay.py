@@ -7,7 +7,9 @@ import os
 
 import click
 
-from .common import EXIT_FAILED, EXIT_USAGE, setup_logging
+from multilang.shellbolt import setup_logging
+
+from .common import EXIT_FAILED, EXIT_USAGE
 
 
 @click.command("replay")

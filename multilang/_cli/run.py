@@ -12,11 +12,13 @@ from typing import IO, Any, NoReturn
 import click
 import orjson
 
+from multilang.shellbolt import setup_logging
+
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
 from .common import (
     EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, dead_letter_writer, distinct_files,
-    embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio, setup_logging,
+    embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
     stopped_before_start,
 )
 from .output import Output, flush_every, output_file
@@ -170,7 +172,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         if n_workers > 1:
             _run_workers(topology, stream, n_workers, duration=duration, until_done=until_done,
                          progress=live_view(progress_tasks) if progress else None, metrics=metrics,
-                         dead_letter=dead_letter, recorder=recorder, max_tuples=max_tuples)
+                         dead_letter=dead_letter, recorder=recorder, max_tuples=max_tuples, log_level=log_level)
         _run_local(topology, stream, duration=duration, max_tuples=max_tuples, until_done=until_done,
                    progress=progress, progress_tasks=progress_tasks, metrics=metrics, recorder=recorder,
                    dead_letter=dead_letter)
@@ -231,7 +233,8 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
 def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
-                 progress: Any, metrics: Any, dead_letter: str | None, recorder: Any, max_tuples: int | None) -> None:
+                 progress: Any, metrics: Any, dead_letter: str | None, recorder: Any, max_tuples: int | None,
+                 log_level: str) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
@@ -259,7 +262,8 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
                                  until_done=until_done or max_tuples is not None, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
                                  snapshot_every=progress.interval if progress is not None else 2.0,
-                                 on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples)
+                                 on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples,
+                                 log_level=log_level)
 
     try:
         result, signum = run_trio(go, control)

@@ -213,7 +213,7 @@ class ShellProcess:
         self._stderr_done = trio.Event()
         self._send_lock = trio.Lock()
         self._pending_error: Exception | None = None
-        #: what the component says: its log frames and stderr lines (shown by default, multilang/_cli/common.py setup_logging)
+        #: what the component says: its log frames and stderr lines (shown by default, shellbolt/_observe/logs.py setup_logging)
         self._component_log = logging.getLogger(f"multilang.component.{component}")
         self._log_budget = LineBudget()
 

@@ -104,7 +104,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                       on_snapshot: Callable[[dict[str, Any]], None] | None = None,
                       snapshot_every: float = 2.0,
                       on_dead_letter: Callable[[DeadLetter], None] | None = None,
-                      recorder: Any = None, max_tuples: int | None = None) -> RunResult:
+                      recorder: Any = None, max_tuples: int | None = None, log_level: str | None = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
     ``on_snapshot``: called every ``snapshot_every`` seconds, and once at the
     end, with the run's snapshot (the live view's, the metrics'; view.py).
@@ -113,7 +113,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     ``--record``'s :class:`Recorder`; each worker records its own tasks in its
     directory, and they are added to its :meth:`~Recorder.task_ids`.
     ``max_tuples``: as ``Runtime.run``'s, counted by the worker that runs
-    the spouts (a TopologyError if they are on more than one)."""
+    the spouts (a TopologyError if they are on more than one). ``log_level``:
+    the workers log at it as :func:`setup_logging` does (the caller's own
+    setup; None: they leave logging as Python leaves it)."""
     control = control or WorkersControl()
     if max_tuples is not None:
         check_max_tuples(topology, workers)
@@ -125,7 +127,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
-        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None})
+        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None,
+                                               "log_level": log_level})
         # (with the store's folder in its conf)
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",

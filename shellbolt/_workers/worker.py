@@ -73,6 +73,10 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
 
     with open(os.path.join(directory, "topology.pickle"), "rb") as f:
         topology, run_args = pickle.load(f)
+    if run_args.get("log_level"):  # (as the main process logs: its lines and the components' look the same)
+        from .._observe.logs import setup_logging
+
+        setup_logging(run_args["log_level"])
     where = placement(topology, workers)
     link = Link(directory, worker, workers, where)
     # A keyed output view is kept here (the keys of a task are its own) and sent with the result;

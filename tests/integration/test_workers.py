@@ -6,6 +6,7 @@ with 1 worker and 2, are in tests/faults/test_stateful.py."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -77,6 +78,54 @@ def test_max_tuples_on_workers_stops_where_the_embedded_engine_stops(workers):
     assert runs[1].stdout == runs[0].stdout and len(runs[0].stdout.splitlines()) > 100
     summary = [[ln.split("; ", 1)[-1] for ln in r.stderr.splitlines() if ln.startswith("[summary]")] for r in runs]
     assert summary[1] == summary[0] and "trees completed 40, failed 0 (timed out 0)" in summary[0][0], summary
+
+
+_SPOUT = """\
+from multilang import Spout
+class S(Spout):
+    def initialize(self, conf, context):
+        self.q = list(range(5))
+    def next_tuple(self):
+        if self.q:
+            i = self.q.pop(0)
+            self.emit([i], msg_id=i)
+S().run()
+"""
+_BOLT = """\
+import sys
+from multilang import Bolt
+class B(Bolt):
+    def process(self, tup):
+        if tup.values[0] == 0:
+            sys.stderr.write("a line on stderr\\n")
+            sys.stderr.flush()
+            self.log("a log frame")
+            self.report_error("a reported error")
+        self.ack(tup)
+B().run()
+"""
+
+
+@pytest.mark.parametrize("level", ["warning", "error"])
+def test_the_workers_log_as_the_main_process_does(tmp_path, level):
+    # A worker's lines and its components' used to go out bare (Python's last-resort handler: no time,
+    # no logger, WARNING and up whatever --log-level said), and the components' info lines not at all.
+    (tmp_path / "spout.py").write_text(_SPOUT)
+    (tmp_path / "bolt.py").write_text(_BOLT)
+    toml = tmp_path / "t.toml"
+    toml.write_text('[spouts.s]\ncommand = ["python", "spout.py"]\nfields = ["n"]\n'
+                    '[bolts.b]\ncommand = ["python", "bolt.py"]\nfields = ["n"]\ninputs = [{ source = "s" }]\n')
+    said = []
+    for n in (1, 2):
+        r = subprocess.run([*ML, "run", str(toml), "--no-progress", "--log-level", level, "--workers", str(n)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        said.append(sorted(re.sub(r"^\d\d:\d\d:\d\d |pid \d+", "", ln) for ln in r.stderr.splitlines()
+                           if not ln.startswith("[summary]")))
+    assert said[1] == said[0], said
+    shown = "\n".join(said[1])
+    assert "ERROR multilang.shellbolt: component 'b' task 1 (): a reported error" in shown, shown
+    assert ("INFO  multilang.component.b: [b:1 ] a line on stderr" in shown) is (level == "warning"), shown
 
 
 def test_duration_on_workers_lasts_as_long_as_on_one_worker():
