@@ -1,11 +1,12 @@
 """The host's private scratch folders in the temporary directory: the pid
 folders (§2.1), a run's state store when no ``--state-dir`` is named, the
 host workers' sockets, the Spark engine's and source's temporary folders
-(``multilang.shellbolt.scratch_folder``). Not conform's pid folder: it
-checks what a component writes there, and a conform run removes its own. Each is made mode 0700 and names its owner (pid and
-start time). A run removes its own when it ends; one whose owner was killed
-(kill -9: no ``finally`` runs) is removed by the next host process that
-makes one, so repeated kills do not fill the disk.
+(``multilang.shellbolt.scratch_folder``); not conform's pid folder (conform
+checks what a component writes there, and removes its own). Each is made
+mode 0700 and names its owner (pid and start time). A run removes its own
+when it ends; one whose owner was killed (kill -9: no ``finally`` runs) is
+removed by the next host process that makes one, so repeated kills do not
+fill the disk.
 
 A folder that holds Unix sockets must keep their paths within the kernel's
 limit (107 bytes on Linux): where the temporary directory's path is too long

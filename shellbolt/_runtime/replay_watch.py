@@ -29,6 +29,9 @@ Forever = tuple[str, Any, int, "str | None"]
 
 
 class ReplayWatch:
+    """The watch over one run: a window starts at each completion, and at
+    each look once one has passed (:meth:`check`)."""
+
     def __init__(self, topology: Topology, message_timeout: float, now: float, completed: int, failed: int) -> None:
         self.topology = topology
         self.max_replays = int(topology.conf.get("multilang.max.replays", 3))
@@ -39,11 +42,6 @@ class ReplayWatch:
     def due_at(self) -> float:
         """When the current window ends (the next look, at the latest)."""
         return self.quiet_since + self.window
-
-    def seen(self, now: float, completed: int) -> None:
-        """A tree completed since the last look: a new window starts."""
-        if completed != self.completed:
-            self.completed, self.quiet_since = completed, now
 
     def check(self, now: float, completed: int, failed: int, forever: Callable[[], list[Forever]]) -> bool:
         """True (and the error logged): the run only replays its poison, and

@@ -127,9 +127,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
+        # (with the store's folder in its conf)
         shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None,
                                                "log_level": log_level})
-        # (with the store's folder in its conf)
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",
                                  max(len(socket_path("", "main")), len(socket_path("", workers - 1))))
