@@ -153,6 +153,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     n_workers = workers or int(topology.conf.get("topology.workers") or 1)
+    if until_done is None:  # (the default without --duration, on any number of workers)
+        until_done = duration is None and max_tuples is None
     if engine != "spark" and n_workers > 1 and max_tuples is not None:  # (before --record makes its directory)
         from multilang.shellbolt import check_max_tuples
 
@@ -178,11 +180,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
                    dead_letter=dead_letter)
 
 def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tuples: int | None,
-               until_done: bool | None, progress: bool, progress_tasks: bool, metrics: Any, recorder: Any,
+               until_done: bool, progress: bool, progress_tasks: bool, metrics: Any, recorder: Any,
                dead_letter: str | None) -> None:
     """``multilang run`` on the embedded engine; ends in SystemExit with the exit code."""
-    if until_done is None:
-        until_done = duration is None and max_tuples is None
 
     out = Output(output)
 
@@ -232,14 +232,12 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
         interrupted(signum, bool(topology.output.key))
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
 
-def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool | None,
+def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: float | None, until_done: bool,
                  progress: Any, metrics: Any, dead_letter: str | None, recorder: Any, max_tuples: int | None,
                  log_level: str) -> None:
     """``multilang run --workers N`` (N > 1); ends in SystemExit with the exit code."""
     from multilang.shellbolt import WorkersControl, run_workers
 
-    if until_done is None:  # (as on one worker: the default without --duration)
-        until_done = duration is None and max_tuples is None
     out = Output(output)
     on_dead_letter, dead_file = dead_letter_writer(dead_letter)
     control = WorkersControl()
@@ -259,7 +257,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         if metrics is not None:
             nursery.start_soon(metrics.run, control)
         return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
-                                 until_done=until_done or max_tuples is not None, control=control,
+                                 until_done=until_done, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
                                  snapshot_every=progress.interval if progress is not None else 2.0,
                                  on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples,

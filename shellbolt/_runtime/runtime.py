@@ -27,7 +27,7 @@ from .._observe.observe import RunObs, snapshot
 from .._observe.ratelog import RateLimitedLog
 from .bolts import PythonBoltTask, ShellBoltTask
 from .checkpoint import Checkpointer
-from .replay_watch import Forever, ReplayWatch, say_max_tuples_given_up
+from .replay_watch import Forever, ReplayWatch
 from .spouts import PythonSpoutTask, ShellSpoutTask
 from .tasks import TICK_EDGES, Delivery, EmitPlan, SpoutTask, Task, log, plain_emit
 
@@ -655,8 +655,6 @@ class Runtime:
         # Nor without a limit: a run that only replays its poison stops (replay_watch.py).
         stats = self.acker.stats
         watch = ReplayWatch(self.topology, self.acker.timeout, trio.current_time(), stats["completed"], stats["failed"])
-        window = watch.window
-        give_up_at = math.inf
         while not self._stop.is_set():
             if self.done():
                 # Confirm over a short quiet period: a shell spout between two
@@ -667,19 +665,16 @@ class Runtime:
                 if self._stop.is_set() or self.done():
                     return
                 continue
-            if give_up_at == math.inf and self.max_tuples is not None and self.emitted_by_spouts >= self.max_tuples:
-                give_up_at = trio.current_time() + window
-                failed_before = self.acker.stats["failed"]
             now = trio.current_time()
-            if now >= give_up_at:
-                say_max_tuples_given_up(self.max_tuples, window, stats["failed"] - failed_before, self.acker.pending)
+            if self.max_tuples is not None and watch.past_limit(now, self.emitted_by_spouts, self.max_tuples,
+                                                                stats["failed"], self.acker.pending):
                 return
-            # (with --max-tuples, give_up_at above ends such a run: no id is replayed for ever then)
+            # (with --max-tuples, past_limit ends such a run: no id is replayed for ever then)
             if watch.check(now, stats["completed"], stats["failed"],
                            self.replayed_past_max if self.max_tuples is None else list):
                 self._stopped_by = "replays"
                 return
-            with trio.move_on_at(min(give_up_at, watch.due_at)):
+            with trio.move_on_at(watch.due_at):
                 await self.wait_for_change()  # a tree finished, a spout came to rest, or a stop was asked for
 
     def replayed_past_max(self) -> list[Forever]:

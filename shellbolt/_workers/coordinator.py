@@ -23,7 +23,7 @@ from .._model.results import DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
-from .._runtime.replay_watch import ReplayWatch, say_max_tuples_given_up
+from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
 from .link import socket_path
 from .view import merge
@@ -117,6 +117,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     the workers log at it as :func:`setup_logging` does (the caller's own
     setup; None: they leave logging as Python leaves it)."""
     control = control or WorkersControl()
+    until_done = until_done or max_tuples is not None  # (as Runtime.run: the trees of the limit are waited for)
     if max_tuples is not None:
         check_max_tuples(topology, workers)
     began = trio.current_time()
@@ -289,7 +290,6 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 stopped and the trees drain; each checkpoint is taken at once."""
                 seen: tuple[Any, ...] | None = None
                 watch: ReplayWatch | None = None  # (a run to its end that only replays its poison stops)
-                give_up_at, failed_before = math.inf, 0  # (past --max-tuples: the trees get their replays)
                 while True:
                     st = await poll()
                     ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
@@ -310,14 +310,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif watch.check(now, done, failed, (lambda: [r for s in st for r in s["forever"]])  # type: ignore[index]
                                          if max_tuples is None else list):
                             return "replays"
-                        if max_tuples is not None:
-                            emitted = sum(s["emitted"] for s in st) + sum(w.completed_before for w in ws)  # type: ignore[index]
-                            if give_up_at == math.inf and emitted >= max_tuples:
-                                give_up_at, failed_before = now + watch.window, failed
-                            elif now >= give_up_at:
-                                say_max_tuples_given_up(max_tuples, watch.window, failed - failed_before,
-                                                        sum(s["pending"] for s in st))  # type: ignore[index]
-                                return "max_tuples"
+                        if max_tuples is not None and watch.past_limit(
+                                now, sum(s["emitted"] for s in st) + sum(w.completed_before for w in ws),  # type: ignore[index]
+                                max_tuples, failed, sum(s["pending"] for s in st)):  # type: ignore[index]
+                            return "max_tuples"
                     if stopping_run:
                         ck.last = -math.inf
                     with trio.CancelScope(shield=True):  # (a phase goes to every worker or to none)

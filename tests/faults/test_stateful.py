@@ -12,6 +12,7 @@ corpus after
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -144,6 +146,18 @@ def _run_cli(toml: Path, state_dir: Path, *args: str, tmp: Path | None = None) -
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
 
 
+@contextlib.contextmanager
+def _reaped(run: subprocess.Popen) -> Iterator[None]:
+    """The run's group is killed if the block ends before the run did (a
+    failed wait, a timeout): nothing outlives the test."""
+    try:
+        yield
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+
+
 def _scratch_of(pids: list[int], roots: list[Path]) -> list[Path]:
     """The host's scratch folders (shellbolt/_host/scratch.py) in ``roots`` that one of ``pids`` owns."""
     owned = []
@@ -254,7 +268,7 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
     state, rec = tmp_path / "state", tmp_path / "rec"
     record = ["--record", str(rec)] if victims[0].startswith("worker") else []
     run = _run_cli(toml, state, "--workers", str(workers), *record)
-    try:
+    with _reaped(run):
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         if record:  # (a worker killed before its recorder's first write, within a second, leaves nothing of it)
             _wait("every task's first session written", run, lambda: len(
@@ -266,10 +280,6 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
             _wait(f"{victim} {pids[0]} replaced", run,
                   lambda: len([p for p in _processes(run, victim) if p != pids[0]]) == len(pids))
         out, err = run.communicate(timeout=180)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.communicate()
     assert run.returncode == 0, err[-3000:]
     assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
     assert "state rolled back to checkpoint" in err, err[-2000:]
@@ -299,15 +309,11 @@ def test_max_tuples_with_the_spouts_worker_killed_counts_what_one_worker_counts(
     assert one.returncode == 0, one.stderr[-3000:]
     state = tmp_path / "state"
     run = _run_cli(toml, state, "--workers", "2", "--max-tuples", limit)
-    try:
+    with _reaped(run):
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         pids = _wait("worker-0 running", run, lambda: _processes(run, "worker-0"))
         os.kill(pids[0], signal.SIGKILL)
         out, err = run.communicate(timeout=180)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.communicate()
     assert run.returncode == 0, err[-3000:]
     assert "host worker 0" in err and "died (killed by SIGKILL)" in err, err[-2000:]
     assert sorted(out.splitlines()) == sorted(one.stdout.splitlines())
