@@ -54,3 +54,17 @@ def test_wheel_carries_the_ruby_and_node_libraries_and_multilang_lib_finds_them(
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(site / "multilang/ruby/multilang.rb"), str(site / "multilang/node/multilang.js")]
+
+
+def test_wheel_carries_every_module_of_the_three_folders(wheel):
+    # pyproject.toml lists the packages one by one (three folders, one namespace): a package
+    # added to a folder and not to that list installs from a checkout (editable) and is missing
+    # from a wheel, e.g. `multilang run --workers 2` failing with "No module named
+    # 'multilang.shellbolt._workers'" after `pip install multilang-bridge`.
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {"multilang": "multilang", "shellbolt": "multilang/shellbolt", "adapters": "multilang/adapters"}
+    expected = {f"{prefix}/{p.relative_to(ROOT / folder).as_posix()}"
+                for folder, prefix in sources.items() for p in (ROOT / folder).rglob("*.py")
+                if "__pycache__" not in p.parts}
+    assert len(expected) > 50
+    assert sorted(expected - names) == []
