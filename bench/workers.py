@@ -1,11 +1,15 @@
 #!/usr/bin/env python
 """Host workers (issue 35, docs/WORKERS.md): what they cost and what they buy.
 
-    python bench/workers.py [--copies N] [--repeat R] [--workers 1,2,4] [--json]
+    python bench/workers.py [--copies N] [--repeat R] [--workers 1,2,4] [--python]
+                            [--parallelism P] [--max-spout-pending N] [--json]
 
 The README's word count (examples/wordcount.toml: Python sentence spout ->
 Ruby split x2 -> Node count x2, the count bolt stateful, checkpoints every
 second) over N copies of its corpus (30: 32,400 sentences, 763,200 words),
+or with ``--python`` the all-Python word count (the split and count of
+examples/python/, as bench/topology_host.py runs it, ``--parallelism`` tasks
+of each; the issue's 8-core target is ``--python --parallelism 8``),
 run from this process with each number of workers, round-robin (1, 2, 1,
 2, ...), R rounds:
 
@@ -20,8 +24,10 @@ the workers' own (the components' processes are not counted, they are the
 same in every variant), with the workers' start-up (a Python interpreter and
 its imports each, about 0.15 s of CPU, paid once per run) and
 without it ("running"; the embedded engine's imports were paid before, in
-this process). Every run must print the same counts as a plain count of the
-corpus.
+this process), and the busiest worker's share of the workers' CPU (1/N when
+they share the work evenly; the spouts' worker also runs the spout and acks
+every tree its spouts began). Every run must print the same counts as a
+plain count of the corpus.
 
 Targets (issue 35): on 2 cores, host CPU per word with 2 workers at most
 1.25x that of 1 worker, and 2 workers at least as fast as 1; on 8 cores or
@@ -46,7 +52,9 @@ import trio
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
 from split_bolt import words  # noqa: E402
+from topology_host import wordcount_toml  # noqa: E402
 
 
 def _cpu() -> float:
@@ -54,11 +62,22 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def topology_file(corpus: Path) -> Path:
+def topology_file(corpus: Path, parallelism: int | None) -> Path:
     text = (EXAMPLES / "wordcount.toml").read_text().replace('"data/alice.txt"', f'"{corpus}"')
+    if parallelism is not None:
+        text = text.replace("parallelism = 2", f"parallelism = {parallelism}")
     path = EXAMPLES / f".bench-workers-{os.getpid()}.toml"  # commands resolve against the file's directory
     path.write_text(text)
     return path
+
+
+def with_pending(path: Path, pending: int | None) -> None:
+    if pending is not None:
+        text = path.read_text()
+        new = text.replace('"topology.max.spout.pending" = 200', f'"topology.max.spout.pending" = {pending}')
+        if new == text:
+            raise SystemExit("examples/wordcount.toml's topology.max.spout.pending is not the one this bench replaces")
+        path.write_text(new)
 
 
 def run_once(path: Path, workers: int) -> dict:
@@ -75,15 +94,18 @@ def run_once(path: Path, workers: int) -> dict:
         result = trio.run(lambda: Runtime(topo, on_output=keep).run(until_done=True))
         host = _cpu() - c0
         start = 0.0
+        busiest = 1.0
     else:
         result = trio.run(lambda: run_workers(topo, workers, on_output=keep))
         host = _cpu() - c0 + result.workers_cpu  # type: ignore[attr-defined]
         start = result.workers_start_cpu  # type: ignore[attr-defined]
+        busiest = max(result.worker_cpus) / result.workers_cpu  # type: ignore[attr-defined]
     wall = time.perf_counter() - t0
     for record in result.outputs:
         keep(record)
     return {"wall": wall, "host_cpu": host, "start_cpu": start, "words": result.stats["split"].emitted,
-            "sentences": result.completed, "checkpoints": result.checkpoints, "ok": result.ok, "counts": outputs}
+            "sentences": result.completed, "checkpoints": result.checkpoints,
+            "busiest": busiest, "ok": result.ok, "counts": outputs}
 
 
 def main() -> None:
@@ -91,6 +113,9 @@ def main() -> None:
     p.add_argument("--copies", type=int, default=30)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workers", default="1,2", help="comma-separated numbers of workers (1: the embedded engine)")
+    p.add_argument("--python", action="store_true", help="the all-Python word count (Python split and count)")
+    p.add_argument("--parallelism", type=int, help="tasks of split and of count (default: as the topology says, 2)")
+    p.add_argument("--max-spout-pending", type=int, help="topology.max.spout.pending (default: the topology's, 200)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON line on stdout")
     args = p.parse_args()
     counts = sorted({int(n) for n in args.workers.split(",")})
@@ -101,7 +126,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         corpus.write_text(text, encoding="utf-8")
-        path = topology_file(corpus)
+        if args.python:
+            path = wordcount_toml(Path(tmp), corpus, args.parallelism or 2)
+        else:
+            path = topology_file(corpus, args.parallelism)
+        with_pending(path, args.max_spout_pending)
         try:
             for _ in range(args.repeat):
                 for n in counts:
@@ -113,7 +142,8 @@ def main() -> None:
                         print(f"  {n} worker(s): {r['wall']:.2f} s, host CPU {r['host_cpu']:.2f} s", file=sys.stderr)
         finally:
             path.unlink()
-    report: dict = {"copies": args.copies, "repeat": args.repeat, "cores": os.cpu_count(), "errors": errors, "by": {}}
+    report: dict = {"copies": args.copies, "repeat": args.repeat, "python": args.python,
+                    "parallelism": args.parallelism or 2, "max_spout_pending": args.max_spout_pending or 200, "cores": os.cpu_count(), "errors": errors, "by": {}}
     for n in counts:
         wall = statistics.median(r["wall"] for r in runs[n])
         per_word = statistics.median(r["host_cpu"] / r["words"] for r in runs[n])
@@ -122,7 +152,8 @@ def main() -> None:
                            "host_cpu_us_per_word": round(per_word * 1e6, 2),
                            "running_cpu_us_per_word": round(running * 1e6, 2),
                            "start_cpu_s": round(statistics.median(r["start_cpu"] for r in runs[n]), 2),
-                           "checkpoints": runs[n][0]["checkpoints"]}
+                           "checkpoints": runs[n][0]["checkpoints"],
+                           "busiest_worker_share": round(statistics.median(r["busiest"] for r in runs[n]), 3)}
     base = report["by"][counts[0]]
     for n in counts[1:]:
         row = report["by"][n]
@@ -132,14 +163,18 @@ def main() -> None:
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"README word count, {args.copies}x corpus, median of {args.repeat}, {os.cpu_count()} cores")
+        what = "all-Python word count" if args.python else "README word count"
+        print(f"{what}, parallelism {args.parallelism or 2}, max spout pending {args.max_spout_pending or 200}, "
+              f"{args.copies}x corpus, median of {args.repeat}, "
+              f"{os.cpu_count()} cores")
         print(f"{'workers':>8} {'wall s':>8} {'sent/s':>8} {'host CPU us/word':>17} {'ratio':>6} "
-              f"{'running us/word':>16} {'ratio':>6} {'start s':>8} {'speedup':>8}")
+              f"{'running us/word':>16} {'ratio':>6} {'start s':>8} {'speedup':>8} {'busiest':>8}")
         for n in counts:
             r = report["by"][n]
             print(f"{n:>8} {r['wall_s']:>8.2f} {r['sentences_per_s']:>8} {r['host_cpu_us_per_word']:>17.2f} "
                   f"{r.get('cpu_per_word_ratio', 1.0):>6.3f} {r['running_cpu_us_per_word']:>16.2f} "
-                  f"{r.get('running_cpu_ratio', 1.0):>6.3f} {r['start_cpu_s']:>8.2f} {r.get('speedup', 1.0):>8.3f}")
+                  f"{r.get('running_cpu_ratio', 1.0):>6.3f} {r['start_cpu_s']:>8.2f} {r.get('speedup', 1.0):>8.3f} "
+                  f"{r['busiest_worker_share']:>8.3f}")
         for e in errors:
             print("error:", e)
     raise SystemExit(1 if errors else 0)

@@ -403,7 +403,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.checkpoints, result.rollbacks, result.state_txid = ck.committed, ck.rollbacks, ck.store.txid
     result.state_path = None if ck.temporary else ck.store.path
     #: the workers' own CPU seconds (bench/workers.py)
-    result.workers_cpu = sum((w.result or {}).get("cpu", 0.0) for w in ws)  # type: ignore[attr-defined]
+    result.worker_cpus = [(w.result or {}).get("cpu", 0.0) for w in ws]  # type: ignore[attr-defined]
+    result.workers_cpu = sum(result.worker_cpus)  # type: ignore[attr-defined]
     result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
     return result
 
