@@ -271,9 +271,12 @@ def _task_row(runtime: Any, task: Any, now: float) -> dict[str, Any]:
     proc = getattr(task, "proc", None)
     spout = kind == "spout"
     lat = task.obs.latency(now)
+    pid = getattr(proc, "pid", None)
+    if proc is None and runtime.observer.ended is not None:  # the run is over: the task's last process
+        pid = getattr(task, "last_pid", None)
     return {
         "component": task.name, "task": task.task_id, "kind": kind,
-        "pid": getattr(proc, "pid", None),
+        "pid": pid,
         "emitted": s.emitted, "executed": s.executed, "acked": s.acked, "failed": s.failed,
         "restarts": s.restarts, "errors": s.errors,
         # spouts: trees in flight; bolts: tuples written to the process and not yet acked

@@ -111,6 +111,7 @@ class ShellTask(Task):
         finally:
             await proc.aclose(hurry=self.runtime.hurry)
             self.proc = None
+            self.last_pid = proc.pid  # (the run's last snapshot names the process that ran: observe.py)
             shutil.rmtree(pid_dir, ignore_errors=True)
 
     async def _watchdog(self, proc: ShellProcess, expecting: Callable[[], float | None]) -> None:

@@ -38,10 +38,11 @@ def test_tasks_are_dealt_round_robin_in_id_order_as_storms_even_scheduler_does()
         assert {where[t] for t in topo.components[comp].tasks} == {0, 1}
 
 
-@pytest.mark.parametrize("workers", [2, 3])  # (2: also the README block, which checks only its exit)
+@pytest.mark.parametrize("workers", [1, 2, 3])  # (2: also the README block, which checks only its exit)
 def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(workers, tmp_path):
     """The counts, the summary, the live view (plain lines: stderr is not a
-    terminal) and the metrics file's last line, merged from the workers."""
+    terminal) and the metrics file's last line, merged from the workers
+    (1: the embedded engine, the same checks)."""
     metrics = tmp_path / "metrics.jsonl"
     # With 3, a TMPDIR too long a path for the workers' Unix sockets: their folder goes to /tmp instead.
     tmp = tmp_path / ("t" * (80 if workers == 3 else 1))
@@ -65,6 +66,8 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
     assert last["components"]["count"]["acked"] == sum(expected.values())
     assert {t["task"] for t in last["tasks"].values()} == {t for c in load_topology(
         str(EXAMPLES / "wordcount.toml")).components.values() for t in c.tasks}  # every task, from its own worker
+    # each task's process, the last one it ran (the processes have exited; was null on 1 worker only)
+    assert all(isinstance(t["pid"], int) and t["pid"] > 0 for t in last["tasks"].values()), last["tasks"]
 
 
 @pytest.mark.parametrize("workers", [2, 3])
