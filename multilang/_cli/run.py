@@ -244,8 +244,10 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     start = time.monotonic()
     latest: list[dict[str, Any]] = []  # the run's last snapshot, merged from the workers' (the view, the metrics)
 
-    def on_snapshot(snap: dict[str, Any]) -> None:
-        if progress is not None and latest:  # (the first, before the workers start, seeds the metrics only)
+    def on_snapshot(snap: dict[str, Any], last: bool) -> None:
+        # As the embedded engine's view: a frame every interval and, on a terminal, the final one
+        # (LiveView.finish); the first, before the workers start, seeds the metrics only.
+        if progress is not None and latest and (progress.tty or not last):
             progress.show(snap)
         latest[:] = [snap]
 

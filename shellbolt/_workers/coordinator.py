@@ -101,13 +101,17 @@ class _Worker:
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
                       duration: float | None = None, until_done: bool = True,
                       control: WorkersControl | None = None,
-                      on_snapshot: Callable[[dict[str, Any]], None] | None = None,
+                      on_snapshot: Callable[[dict[str, Any], bool], None] | None = None,
                       snapshot_every: float = 2.0,
                       on_dead_letter: Callable[[DeadLetter], None] | None = None,
                       recorder: Any = None, max_tuples: int | None = None, log_level: str | None = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
-    ``on_snapshot``: called every ``snapshot_every`` seconds, and once at the
-    end, with the run's snapshot (the live view's, the metrics'; view.py).
+    ``on_snapshot(snapshot, last)``: called with the run's snapshot (the live
+    view's, the metrics'; view.py) every ``snapshot_every`` seconds from the
+    start, as the embedded engine calls its progress reporter, and once at
+    the end with ``last`` true; also once at the start, before any worker
+    runs, with every counter zero and ``last`` false (a metrics endpoint has
+    a snapshot from the start; a live view need not show it).
     ``on_dead_letter``: called with each input a spout's worker gave up on
     (``Runtime.on_dead_letter``'s, sent on by the worker). ``recorder``:
     ``--record``'s :class:`Recorder`; each worker records its own tasks in its
@@ -122,7 +126,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         check_max_tuples(topology, workers)
     began = trio.current_time()
     if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
-        on_snapshot(merge(topology, [], 0.0))
+        on_snapshot(merge(topology, [], 0.0), False)
     from .._runtime.runtime import Runtime
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
@@ -261,7 +265,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for w in ws:
                 await start(w)
                 nursery.start_soon(watch, w)
-            next_snapshot = trio.current_time()
+            next_snapshot = began + snapshot_every
 
             async def poll(final: bool = False) -> list[dict[str, Any] | None]:
                 """Every worker's status (None: no answer in time); with the
@@ -277,7 +281,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 if want and all(s is not None and "part" in s for s in st):
                     assert on_snapshot is not None
                     parts = [s["part"] for s in st]  # type: ignore[index]
-                    on_snapshot(merge(topology, parts, trio.current_time() - began))
+                    on_snapshot(merge(topology, parts, trio.current_time() - began), final)
                     next_snapshot = trio.current_time() + snapshot_every
                 return st
 

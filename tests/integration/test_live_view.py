@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from multilang._cli.live import LiveView
@@ -103,7 +104,8 @@ NeverAcks().run()
 '''
 
 
-def test_a_run_whose_trees_never_complete_is_reported_stalled(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # (2: the spout and the bolt on different host workers)
+def test_a_run_whose_trees_never_complete_is_reported_stalled(workers, tmp_path):
     (tmp_path / "never_acks.py").write_text(NEVER_ACKS)
     (tmp_path / "sentences.txt").write_text("one two\nthree four\n" * 50)
     toml = tmp_path / "stall.toml"
@@ -123,10 +125,14 @@ command = ["python", "never_acks.py"]
 fields = ["word"]
 inputs = [{{ source = "sentences", grouping = "shuffle" }}]
 '''.replace("'", '"'))
-    p = subprocess.run([*ML, "run", str(toml), "--duration", "2.5", "--progress-tasks", "-o", "/dev/null"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([*ML, "run", str(toml), "--duration", "2.5", "--progress-tasks", "-o", "/dev/null",
+                        "--workers", str(workers)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-3000:]
     progress = [ln for ln in p.stderr.splitlines() if ln.startswith("[progress]")]
+    # a frame every 2 s without a terminal, none at the start, and none at the end (the summary follows;
+    # that one would come less than an interval after the last)
+    times = sorted({float(ln.split()[1].rstrip("s")) for ln in progress})
+    assert times[0] >= 2.0 and all(b - a >= 1.5 for a, b in zip(times, times[1:])), progress
     stalled = [ln for ln in progress if "STALLED" in ln]
     assert stalled, p.stderr[-3000:]
     assert re.search(r"STALLED: 10 trees in flight, none completed for [\d.]+s \(over 0.5s\)",

@@ -40,9 +40,8 @@ def test_tasks_are_dealt_round_robin_in_id_order_as_storms_even_scheduler_does()
 
 @pytest.mark.parametrize("workers", [1, 2, 3])  # (2: also the README block, which checks only its exit)
 def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(workers, tmp_path):
-    """The counts, the summary, the live view (plain lines: stderr is not a
-    terminal) and the metrics file's last line, merged from the workers
-    (1: the embedded engine, the same checks)."""
+    """The counts, the summary and the metrics file's last line, merged from
+    the workers (1: the embedded engine, the same checks)."""
     metrics = tmp_path / "metrics.jsonl"
     # With 3, a TMPDIR too long a path for the workers' Unix sockets: their folder goes to /tmp instead.
     tmp = tmp_path / ("t" * (80 if workers == 3 else 1))
@@ -59,8 +58,8 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
     # what the processes negotiated, from the workers that ran them (was "standard" for all: the main
     # process runs none)
     assert "[summary] protocol: sentences batch; split batch; count batch+state" in r.stderr, r.stderr[-2000:]
-    frames = [ln for ln in r.stderr.splitlines() if ln.startswith("[progress]") and " count: emitted " in ln]
-    assert frames, r.stderr[-2000:]
+    # (the live view: a frame every 2 s, as on one worker; a run this short may end before the first,
+    # so its frames are checked by test_live_view.py's runs with --duration, on 1 and 2 workers)
     last = orjson.loads(metrics.read_text().splitlines()[-1])  # the run's final counts
     assert last["trees"]["completed"] == 1080 and last["trees"]["in_flight"] == 0
     assert last["components"]["count"]["acked"] == sum(expected.values())
