@@ -125,7 +125,8 @@ command = ["python", "never_acks.py"]
 fields = ["word"]
 inputs = [{{ source = "sentences", grouping = "shuffle" }}]
 '''.replace("'", '"'))
-    p = subprocess.run([*ML, "run", str(toml), "--duration", "2.5", "--progress-tasks", "-o", "/dev/null",
+    # (4.5 s: frames at 2 and 4 s, the second well after the first trees, however slowly the processes start)
+    p = subprocess.run([*ML, "run", str(toml), "--duration", "4.5", "--progress-tasks", "-o", "/dev/null",
                         "--workers", str(workers)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-3000:]
     progress = [ln for ln in p.stderr.splitlines() if ln.startswith("[progress]")]
