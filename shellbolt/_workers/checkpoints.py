@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import trio
 
 from multilang.messages import StateCommit, StatePrepare
 
@@ -111,35 +112,52 @@ class WorkerCheckpointer(Checkpointer):
 
     async def run(self) -> None:
         """The main process says when a checkpoint is taken: at the interval,
-        or at once when every worker's spouts are held back (max spout
-        pending, the end of their input), as a tree's acks wait for it. This
-        tells it, as it changes, whether they are and whether anything waits
-        for a checkpoint here; the committed txid and the epoch say which
-        round the word is of (a word of an earlier one is not taken)."""
+        or sooner when every worker says its spouts have been quiet long
+        enough for one, as a tree's acks wait for it. Quiet is the embedded
+        engine's rule (``Checkpointer._quiet_needed``: 2 ms for spouts that
+        may not emit, max spout pending or the end of their input; a tenth
+        of the interval for a shell spout that found nothing to emit
+        lately), timed here: this tells the main process, as it changes,
+        whether it holds and whether anything waits for a checkpoint here;
+        the committed txid and the epoch say which round the word is of (a
+        word of an earlier one is not taken)."""
         rt, sent = self.rt, None
-        spouts = [t for t in rt.tasks.values() if isinstance(t, SpoutTask)]
+        since: float | None = None  # since when the spouts here have been quiet (no emit)
+        seen = -1
         while True:
-            flags = (self._held_back(spouts), bool(self.activity or self.held or self.view), self._committed_txid,
-                     self.epoch)
+            quiet = self._quiet_for_checkpoint()
+            now = trio.current_time()
+            if quiet is None:
+                since = None
+            elif since is None or rt.emitted_by_spouts != seen:
+                since = now
+            seen = rt.emitted_by_spouts
+            ready = since is not None and quiet is not None and now - since >= quiet
+            flags = (ready, bool(self.activity or self.held or self.view), self._committed_txid, self.epoch)
             if flags != sent:
                 self.link.to_main(("cp_flags", self.link.worker, flags))
                 sent = flags
-            await rt.wait_for_change()
+            if since is not None and quiet is not None and not ready:
+                with trio.move_on_at(since + quiet):
+                    await rt.wait_for_change()
+            else:
+                await rt.wait_for_change()
 
     async def final(self) -> None:
         return None  # the main process took the last one before it said finish (or could not: at least once)
 
-    def _held_back(self, spouts: list[Any]) -> bool:
-        """Every spout here may emit no more now, and no tree the last
-        checkpoint committed still waits for its acks from another worker
-        (each frees room: a checkpoint taken before would cover half as many)."""
-        rt = self.rt
-        if not all(t.idle or rt.emit_room(t) == 0 for t in spouts):
-            return False
+    def _quiet_for_checkpoint(self) -> float | None:
+        """How long the spouts here must stay quiet before a checkpoint (the
+        embedded engine's rule), or None: wait for the interval. None too
+        while a tree the last checkpoint committed still waits for its acks
+        from another worker (each frees room: a checkpoint taken before
+        would cover half as many)."""
         if self.committed_pending:
-            roots = rt.acker.roots
+            roots = self.rt.acker.roots
             self.committed_pending = {r for r in self.committed_pending if r in roots}
-        return not self.committed_pending
+            if self.committed_pending:
+                return None
+        return self._quiet_needed()
 
     def rollback(self, cause: str) -> None:
         """Asked for here (a stateful process lost, a watched tree failed):

@@ -486,7 +486,8 @@ class _Checkpoints:
         self.txid = self.store.txid or 0
         self.prepared: dict[int, Any] = {}  # worker -> its answer to the prepare of txid (None: it could not)
         self.cuts: set[int] = set()  # the workers that reached the cut of the checkpoint being taken
-        #: worker -> (its spouts held back, something waits for a checkpoint, its committed txid, its epoch)
+        #: worker -> (its spouts quiet long enough for a checkpoint ahead of the interval, something waits
+        #: for a checkpoint, its committed txid, its epoch): WorkerCheckpointer.run
         self.flags: dict[int, tuple[bool, bool, int, int]] = {}
         self.committed_outputs: list[dict[str, Any]] = []
         self.lock = trio.Lock()
@@ -504,8 +505,8 @@ class _Checkpoints:
         if self.state == "idle":
             txid = self.store.txid or 0
             flags = [f for f in self.flags.values() if f[2] == txid and f[3] == self.epoch]  # (this round's)
-            blocked = len(flags) == workers and all(f[0] for f in flags)
-            if (now - self.last >= self.interval or blocked) and any(f[1] for f in flags):
+            quiet = len(flags) == workers and all(f[0] for f in flags)
+            if (now - self.last >= self.interval or quiet) and any(f[1] for f in flags):
                 self._epoch_at = self.epoch
                 self.state = "pausing"
                 self.cuts = set()

@@ -142,6 +142,21 @@ def test_duration_on_workers_lasts_as_long_as_on_one_worker():
     assert "failed 0" in first, first
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_last_trees_commit_once_the_spout_runs_dry_not_at_the_interval(workers):
+    # The README word count's last 80 sentences fill no max spout pending: their trees wait for a
+    # checkpoint once the shell spout finds nothing more to emit. One worker takes it after a tenth of
+    # the interval of quiet (Checkpointer._quiet_needed); 2 workers waited for the whole interval.
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--no-progress", "-c",
+                        "topology.state.checkpoint.interval.ms=30000", "--workers", str(workers)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    first = next(ln for ln in r.stderr.splitlines() if ln.startswith("[summary] "))
+    assert "trees completed 1080, failed 0" in first, first
+    # 3 s of quiet and the start-up, against the 30 s interval (its end would mean the rule was not applied)
+    assert float(first.split()[1].rstrip("s;")) < 25.0, first
+
+
 def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
     # --max-tuples is counted where the spouts run: by one worker, so not with spout tasks on two of them
     toml = tmp_path / "two_spouts.toml"
