@@ -665,12 +665,60 @@ def _output(conf: Mapping[str, Any], path: Path, builder: TopologyBuilder, impls
         raise TopologyError(f"{path}: multilang.output.component {comp!r} declares no stream {stream!r}")
     if OUTPUT_TAP in impls:
         raise TopologyError(f"{path}: the id {OUTPUT_TAP!r} is reserved for the output tap; rename that component")
-    tap = PythonBolt(lambda values: (values,), fields=list(fields))
+    tap = PythonBolt(_pass_through, fields=list(fields))
     builder.set_bolt(OUTPUT_TAP, tap).global_grouping(comp, stream)
     return OutputSpec(OUTPUT_TAP, DEFAULT_STREAM, key)
 
 
 # --- in-process equivalents of Storm's built-in Java components ----------------------------------
+# Classes and module-level functions, not closures: a host worker is given its components by pickle
+# (docs/WORKERS.md), so a Flux file runs on --workers N as on one.
+
+
+def _pass_through(values: list[Any]) -> tuple[list[Any]]:
+    """The output tap's function: each tuple as it came."""
+    return (values,)
+
+
+class _LogInfo:
+    """LogInfoBolt's function: logs a tuple at INFO."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, values: list[Any]) -> None:
+        logger = logging.getLogger(_LOG_INFO_BOLT)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s: %s", self.name, json.dumps(values, default=repr))
+        return None
+
+
+class _WordCounter:
+    """TestWordCounter's function: the running count of field 0. The tasks
+    of an in-process bolt in one process share it, so the count is per
+    component there (Storm's is per task; the same under a FIELDS grouping,
+    whatever the workers)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[Any] = Counter()
+
+    def __call__(self, values: list[Any]) -> list[list[Any]]:
+        word = values[0]
+        self.counts[word] += 1
+        return [[word, self.counts[word]]]
+
+
+class _TestWords:
+    """TestWordSpout's source: ``count`` random words per task; with a seed,
+    task k of the component (``for_task(k)``: the same whichever worker runs
+    it) draws from seed and k."""
+
+    def __init__(self, count: int, seed: Any) -> None:
+        self.count, self.seed = count, seed
+
+    def for_task(self, index: int) -> Iterator[list[str]]:
+        rng = random.Random(None if self.seed is None else f"{self.seed}:{index}")
+        return ([rng.choice(TEST_WORDS)] for _ in range(self.count))
 
 
 def _log_info_bolt(name: str, args: list[Any], parallelism: int, conf: Mapping[str, Any],
@@ -679,14 +727,7 @@ def _log_info_bolt(name: str, args: list[Any], parallelism: int, conf: Mapping[s
     class), declares no output."""
     if args:
         raise TopologyError(f"{where}: LogInfoBolt takes no constructorArgs")
-    logger = logging.getLogger(_LOG_INFO_BOLT)
-
-    def fn(values: list[Any]) -> None:
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("%s: %s", name, json.dumps(values, default=repr))
-        return None
-
-    return PythonBolt(fn, fields=None), parallelism
+    return PythonBolt(_LogInfo(name), fields=None), parallelism
 
 
 def _test_word_spout(name: str, args: list[Any], parallelism: int, conf: Mapping[str, Any],
@@ -700,15 +741,7 @@ def _test_word_spout(name: str, args: list[Any], parallelism: int, conf: Mapping
     count = conf.get("multilang.testwordspout.count", 1000)
     if type(count) is not int or count < 0:
         raise TopologyError(f"{where}: multilang.testwordspout.count must be a non-negative integer")
-    seed = conf.get("multilang.testwordspout.seed")
-    counter = iter(range(1 << 30))
-
-    def source() -> Iterator[list[str]]:
-        # One iterator per task; with a seed, task k uses seed + k.
-        rng = random.Random(None if seed is None else f"{seed}:{next(counter)}")
-        return ([rng.choice(TEST_WORDS)] for _ in range(count))
-
-    return PythonSpout(source, fields=["word"]), parallelism
+    return PythonSpout(_TestWords(count, conf.get("multilang.testwordspout.seed")), fields=["word"]), parallelism
 
 
 def _test_word_counter(name: str, args: list[Any], parallelism: int, conf: Mapping[str, Any],
@@ -716,16 +749,7 @@ def _test_word_counter(name: str, args: list[Any], parallelism: int, conf: Mappi
     """``TestWordCounter``: running count of field 0, emits [word, count]."""
     if args:
         raise TopologyError(f"{where}: TestWordCounter takes no constructorArgs")
-    # The tasks of an in-process bolt share this function, so the count is
-    # per component (Storm's is per task; the same under a FIELDS grouping).
-    counts: Counter[Any] = Counter()
-
-    def fn(values: list[Any]) -> list[list[Any]]:
-        word = values[0]
-        counts[word] += 1
-        return [[word, counts[word]]]
-
-    return PythonBolt(fn, fields=["word", "count"]), parallelism
+    return PythonBolt(_WordCounter(), fields=["word", "count"]), parallelism
 
 
 _Maker = Callable[[str, list[Any], int, Mapping[str, Any], str], tuple[Any, int]]

@@ -119,7 +119,14 @@ class PythonBolt(_Declares):
 @dataclass
 class PythonSpout(_Declares):
     """An in-process spout over an iterable of value lists. Each item is a
-    reliable emit; failed items are replayed."""
+    reliable emit; failed items are replayed.
+
+    ``source``: the iterable; or a callable that returns one, called once
+    per task; or an object with a ``for_task(index)`` method, called with
+    each task's index in its component (0-based), which gives a task the
+    same items whichever host worker runs it. With ``--workers N`` the
+    source goes to the workers by pickle: a class or a module-level
+    function, not a lambda or a closure."""
 
     source: Iterable[list[Any]] | Callable[[], Iterable[list[Any]]]
     fields: list[str] | None = None
@@ -309,9 +316,10 @@ def _check_impl(impl: Any, where: str) -> None:
     elif isinstance(impl, PythonBolt):
         if not callable(impl.fn):
             raise TopologyError(f"{where}: a PythonBolt needs a function, got {impl.fn!r}")
-    elif not callable(impl.source) and not isinstance(impl.source, Iterable):
-        raise TopologyError(f"{where}: a PythonSpout needs an iterable or a function returning one, "
-                            f"got {impl.source!r}")
+    elif not (callable(impl.source) or isinstance(impl.source, Iterable)
+              or callable(getattr(impl.source, "for_task", None))):
+        raise TopologyError(f"{where}: a PythonSpout needs an iterable, a function returning one or an object "
+                            f"with a for_task(index) method returning one, got {impl.source!r}")
 
 
 @dataclass

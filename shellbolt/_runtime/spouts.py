@@ -285,7 +285,8 @@ class PythonSpoutTask(SpoutTask):
         super().__init__(runtime, comp, task_id)
         impl = comp.impl
         assert isinstance(impl, PythonSpout)
-        src = impl.source() if callable(impl.source) else impl.source
+        for_task = getattr(impl.source, "for_task", None)  # (PythonSpout: this task's own iterable)
+        src = for_task(self.index) if for_task is not None else impl.source() if callable(impl.source) else impl.source
         self._items = iter(src)
         self._take = getattr(self._items, "take", None) if getattr(self._items, "open", None) is not None else None
         self._on_ack = getattr(self._items, "ack", None)

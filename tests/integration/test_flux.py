@@ -92,9 +92,12 @@ def test_wordcount_yaml_gives_exact_counts():
     assert "log: emitted 0" in p.stderr, "LogInfoBolt got the counts and emitted nothing"
 
 
-def test_storm_multilang_yaml_logs_the_counts_through_log_info_bolt():
-    """Storm's flux multilang.yaml shape: Node spout, Python split, TestWordCounter, LogInfoBolt."""
-    p = multilang("run", "examples/flux/multilang.yaml", "--no-progress", "--log-level", "info")
+@pytest.mark.parametrize("workers", [1, 2])
+def test_storm_multilang_yaml_logs_the_counts_through_log_info_bolt(workers):
+    """Storm's flux multilang.yaml shape: Node spout, Python split, TestWordCounter, LogInfoBolt;
+    on 2 host workers too (the in-process built-ins go to the workers by pickle: no closures)."""
+    p = multilang("run", "examples/flux/multilang.yaml", "--no-progress", "--log-level", "info",
+                  "--workers", str(workers))
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout == "", "nothing subscribes-free but LogInfoBolt, which declares no output"
     logged = logged_tuples(p.stderr, "log")
@@ -121,6 +124,22 @@ def test_test_word_spout_to_shell_bolt_to_log_info_bolt_for_a_duration():
     assert sum(final.values()) == 1000 == len(logged), "every word counted once (finite TestWordSpout)"
     lasted = re.search(r"\[summary\] (\d+\.\d)s", p.stderr)
     assert lasted and float(lasted[1]) >= 5.0, "the run lasted the --duration"
+
+
+def test_seeded_test_word_spout_tasks_draw_the_same_words_on_any_number_of_workers():
+    """Each TestWordSpout task draws from the seed and its index in the component, not from the
+    order its process made the tasks: on 2 workers each process makes only its own."""
+    finals = []
+    for workers in (1, 2):
+        p = multilang("run", "examples/flux/test_words_shell.yaml", "--no-progress", "--log-level", "info",
+                      "-c", "multilang.testwordspout.seed=7", "--workers", str(workers))
+        assert p.returncode == 0, p.stderr[-3000:]
+        final: dict[str, int] = {}
+        for word, count in logged_tuples(p.stderr, "log"):
+            final[word] = max(count, final.get(word, 0))
+        assert sum(final.values()) == 1000, final
+        finals.append(final)
+    assert finals[1] == finals[0]
 
 
 def test_simple_wordcount_yaml_all_builtins():
