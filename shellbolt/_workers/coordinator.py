@@ -7,6 +7,7 @@ the trees it held time out and are replayed (at least once)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -14,6 +15,7 @@ import pickle
 import shutil
 import signal
 import sys
+import types
 from typing import Any, Callable
 
 import trio
@@ -429,23 +431,45 @@ def check_max_tuples(topology: Topology, workers: int) -> None:
                             "run with fewer workers or one spout task, or stop the run with --duration")
 
 
+class _Shipping(pickle.Pickler):
+    """Pickles what a worker gets. A function or class of the script being
+    run (``__main__``) pickles by name, and a worker, itself run as
+    ``__main__``, has no such name: refused here, by name, instead of each
+    worker dying on it."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
+            raise pickle.PicklingError(f"{obj.__qualname__} is defined in the script being run (__main__), which "
+                                       "a host worker does not run")
+        return NotImplemented
+
+
+def _pickled(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    _Shipping(buf).dump(obj)
+    return buf.getvalue()
+
+
 def _shipped(topology: Topology, workers: int, run_args: dict[str, Any]) -> bytes:
-    """The topology as the workers get it (pickled), or a TopologyError
+    """What the workers get: this process's ``sys.path`` (the workers
+    import an in-process component's module as this process did, the
+    script's folder first), then the topology (pickled); or a TopologyError
     naming the in-process component that cannot be given to another process
-    (a function defined inside another one, a lambda: a Flux file's
-    LogInfoBolt is one)."""
+    (a lambda, a function defined inside another one or in the script being
+    run)."""
     try:
-        return pickle.dumps((topology, run_args))
+        return pickle.dumps(list(sys.path)) + _pickled((topology, run_args))
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         for comp in topology.components.values():
             try:
-                pickle.dumps(comp.impl)
+                _pickled(comp.impl)
             except (pickle.PicklingError, AttributeError, TypeError) as why:
                 where = f"{topology.source}: " if topology.source else ""
                 raise TopologyError(
                     f"{where}--workers {workers}: {comp.kind} {comp.name!r} runs in the host's own process "
                     f"({type(comp.impl).__name__}), and a host worker cannot be given it ({why}); run this topology "
-                    "with --workers 1, or make it a shell component or a module-level function") from None
+                    "with --workers 1, or make it a shell component, or a class or function of a module the "
+                    "workers can import") from None
         raise TopologyError(f"--workers {workers}: the topology cannot be given to a host worker: {exc}") from None
 
 

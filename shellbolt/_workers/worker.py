@@ -72,6 +72,8 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
     from .._runtime.runtime import Runtime
 
     with open(os.path.join(directory, "topology.pickle"), "rb") as f:
+        path = pickle.load(f)  # the main process's sys.path: its in-process components' modules import here too
+        sys.path[:] = path + [p for p in sys.path if p not in path]
         topology, run_args = pickle.load(f)
     if run_args.get("log_level"):  # (as the main process logs: its lines and the components' look the same)
         from .._observe.logs import setup_logging

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+import trio
 
-from multilang.shellbolt import load_topology
+from multilang.errors import TopologyError
+from multilang.shellbolt import PythonBolt, PythonSpout, TopologyBuilder, load_topology, run_workers
 from multilang.shellbolt._workers.worker import placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,9 +195,54 @@ def test_a_worker_that_cannot_start_ends_the_run_with_a_named_error_not_a_restar
     assert "Traceback" not in r.stderr.split("error: the run gave up")[1]
 
 
+_API_SCRIPT = """\
+import sys
+import trio
+from multilang.errors import TopologyError
+from multilang.shellbolt import PythonBolt, PythonSpout, TopologyBuilder, run_workers
+{define}
+
+if __name__ == "__main__":
+    b = TopologyBuilder()
+    b.set_spout("s", PythonSpout([[w] for w in "a b c d e f".split()], fields=["w"]))
+    b.set_bolt("u", PythonBolt(upper, fields=["w"]), parallelism=2).shuffle_grouping("s")
+    out = []
+    try:
+        result = trio.run(lambda: run_workers(b.create_topology({{}}), 2, on_output=out.append))
+    except TopologyError as exc:
+        sys.exit(f"error: {{exc}}")
+    print(result.ok, sorted(o["w"] for o in out))
+"""
+
+
 def test_an_in_process_component_a_worker_cannot_be_given_is_refused_naming_it():
-    # The Flux example's LogInfoBolt is a function of the host's own process: no other process can run it.
-    r = subprocess.run([*ML, "run", "examples/flux/multilang.yaml", "--workers", "2", "--no-progress"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "--workers 2: bolt 'log' runs in the host's own process" in r.stderr and "--workers 1" in r.stderr
+    # A lambda (or a function defined inside another) exists only in the process that made it.
+    b = TopologyBuilder()
+    b.set_spout("s", PythonSpout([["a"]], fields=["w"]))
+    b.set_bolt("u", PythonBolt(lambda values: [values], fields=["w"])).shuffle_grouping("s")
+    with pytest.raises(TopologyError, match=r"--workers 2: bolt 'u' runs in the host's own process \(PythonBolt\), "
+                                            r"and a host worker cannot be given it .*--workers 1"):
+        trio.run(lambda: run_workers(b.create_topology({}), 2))
+
+
+def test_a_function_of_the_script_being_run_is_refused_naming_it_not_a_worker_crash_loop(tmp_path):
+    # A function of __main__ pickles by name, and a worker (run as its own __main__) has no such name:
+    # each worker died unpickling the topology, with tracebacks, until the run gave up.
+    script = tmp_path / "topo.py"
+    script.write_text(_API_SCRIPT.format(define="def upper(values):\n    return [[values[0].upper()]]"))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "bolt 'u' runs in the host's own process" in r.stderr and "upper is defined in the script being run " \
+        "(__main__)" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_function_of_a_module_beside_the_script_runs_on_the_workers(tmp_path):
+    # The workers import it as the main process did: from the main process's sys.path (the script's
+    # folder first), whatever the working directory.
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "helpers.py").write_text("def upper(values):\n    return [[values[0].upper()]]\n")
+    script = tmp_path / "app" / "topo.py"
+    script.write_text(_API_SCRIPT.format(define="from helpers import upper"))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stdout.split("\n")[0] == "True ['A', 'B', 'C', 'D', 'E', 'F']", r.stdout
