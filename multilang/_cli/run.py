@@ -153,6 +153,15 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_USAGE) from None
     n_workers = workers or int(topology.conf.get("topology.workers") or 1)
+    if engine != "spark" and n_workers > 1:
+        from multilang.shellbolt import workers_for
+
+        used = workers_for(topology, n_workers)
+        if used < n_workers:  # (1: the embedded engine, in this process)
+            asked = f"--workers {workers}" if workers else f"topology.workers {n_workers}"
+            click.echo(f"warning: {asked}: the topology has {used} task(s); {used} host worker(s) run, one per task",
+                       err=True)
+            n_workers = used
     if until_done is None:  # (the default without --duration, on any number of workers)
         until_done = duration is None and max_tuples is None
     if engine != "spark" and n_workers > 1 and max_tuples is not None:  # (before --record makes its directory)

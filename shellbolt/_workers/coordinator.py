@@ -31,7 +31,7 @@ from .link import socket_path
 from .view import merge
 from .wire import Frames, encode
 
-__all__ = ["run_workers", "WorkersControl", "check_max_tuples"]
+__all__ = ["run_workers", "WorkersControl", "check_max_tuples", "workers_for"]
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -124,6 +124,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     setup; None: they leave logging as Python leaves it)."""
     control = control or WorkersControl()
     until_done = until_done or max_tuples is not None  # (as Runtime.run: the trees of the limit are waited for)
+    used = workers_for(topology, workers)
+    if used < workers:
+        log.warning("%d host workers for %d task(s): %d run, one per task", workers, used, used)
+        workers = used
     if max_tuples is not None:
         check_max_tuples(topology, workers)
     began = trio.current_time()
@@ -413,6 +417,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.workers_cpu = sum(result.worker_cpus)  # type: ignore[attr-defined]
     result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
     return result
+
+
+def workers_for(topology: Topology, workers: int) -> int:
+    """The host workers a run of ``topology`` asked for ``workers`` uses: at
+    most one per task. Storm's even scheduler gives a slot beyond the
+    executors nothing to run, and no worker starts there; here such a worker
+    would only cost an interpreter, and slow every other one's start."""
+    return max(1, min(workers, sum(len(c.tasks) for c in topology.components.values())))
 
 
 def check_max_tuples(topology: Topology, workers: int) -> None:
