@@ -143,7 +143,8 @@ def main() -> None:
         finally:
             path.unlink()
     report: dict = {"copies": args.copies, "repeat": args.repeat, "python": args.python,
-                    "parallelism": args.parallelism or 2, "max_spout_pending": args.max_spout_pending or 200, "cores": os.cpu_count(), "errors": errors, "by": {}}
+                    "parallelism": args.parallelism or 2, "max_spout_pending": args.max_spout_pending or 200,
+                    "cores": os.cpu_count(), "errors": errors, "by": {}}
     for n in counts:
         wall = statistics.median(r["wall"] for r in runs[n])
         per_word = statistics.median(r["host_cpu"] / r["words"] for r in runs[n])
@@ -165,8 +166,7 @@ def main() -> None:
     else:
         what = "all-Python word count" if args.python else "README word count"
         print(f"{what}, parallelism {args.parallelism or 2}, max spout pending {args.max_spout_pending or 200}, "
-              f"{args.copies}x corpus, median of {args.repeat}, "
-              f"{os.cpu_count()} cores")
+              f"{args.copies}x corpus, median of {args.repeat}, {os.cpu_count()} cores")
         print(f"{'workers':>8} {'wall s':>8} {'sent/s':>8} {'host CPU us/word':>17} {'ratio':>6} "
               f"{'running us/word':>16} {'ratio':>6} {'start s':>8} {'speedup':>8} {'busiest':>8}")
         for n in counts:

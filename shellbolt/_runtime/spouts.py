@@ -285,8 +285,12 @@ class PythonSpoutTask(SpoutTask):
         super().__init__(runtime, comp, task_id)
         impl = comp.impl
         assert isinstance(impl, PythonSpout)
-        for_task = getattr(impl.source, "for_task", None)  # (PythonSpout: this task's own iterable)
-        src = for_task(self.index) if for_task is not None else impl.source() if callable(impl.source) else impl.source
+        src = impl.source
+        for_task = getattr(src, "for_task", None)
+        if for_task is not None:  # this task's own items, by its index in the component (PythonSpout)
+            src = for_task(self.index)
+        elif callable(src):
+            src = src()
         self._items = iter(src)
         self._take = getattr(self._items, "take", None) if getattr(self._items, "open", None) is not None else None
         self._on_ack = getattr(self._items, "ack", None)
