@@ -1,11 +1,15 @@
 """Shared by the library tests of the three languages (imported by name: tests/ has no packages)."""
 
 import json
-import time
 
-# The gate of a bolt under test: the tuple whose value is 16 waits (up to 10 s)
-# until this file exists in the test's tmp_path.
+# The gate of a bolt under test: the tuple whose value is 16 waits (up to
+# GATE_SECS) until this file exists in the test's tmp_path. A bolt that held the
+# first half back until the second half is done could only answer it after
+# that: the first half read before the file exists (reads wait up to
+# READ_SECS each) is the pass condition, not how long it took.
 GATE_VALUE = 16
+GATE_SECS = 120
+READ_SECS = 60
 
 
 def check_burst_answered_halfway(proc, go) -> None:
@@ -18,11 +22,8 @@ def check_burst_answered_halfway(proc, go) -> None:
         json.dumps({"id": str(i), "comp": "src", "stream": "default", "task": 7, "tuple": [i]}).encode() + b"\nend\n"
         for i in range(2 * GATE_VALUE)
     ))
-    t0 = time.monotonic()
-    first = proc.read_n(2 * GATE_VALUE, timeout=5)
-    waited = time.monotonic() - t0
+    first = proc.read_n(2 * GATE_VALUE, timeout=READ_SECS)
     go.touch()
     assert [f["id"] for f in first if f["command"] == "ack"] == [str(i) for i in range(GATE_VALUE)]
-    assert waited < 5, f"the first half's acks came after {waited:.1f}s"
-    rest = proc.read_n(2 * GATE_VALUE, timeout=5)
+    rest = proc.read_n(2 * GATE_VALUE, timeout=READ_SECS)
     assert [f["id"] for f in rest if f["command"] == "ack"] == [str(i) for i in range(GATE_VALUE, 2 * GATE_VALUE)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from burst_support import check_burst_answered_halfway
+from burst_support import GATE_SECS, READ_SECS, check_burst_answered_halfway
 from multilang.testing import (
     ComponentProcesses,
     command_frame as cmd,
@@ -656,7 +656,7 @@ def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(started, tmp_
         "class Gate extends ml.BasicBolt {\n"
         "  process(t) {\n"
         "    if (t.values[0] === 16) {\n"
-        "      const end = Date.now() + 10000;\n"
+        f"      const end = Date.now() + {GATE_SECS * 1000};\n"
         f"      while (!fs.existsSync({json.dumps(str(go))}) && Date.now() < end) Atomics.wait(nap, 0, 0, 10);\n"
         "    }\n"
         "    this.emit([t.values[0]]);\n"

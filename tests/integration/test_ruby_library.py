@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from burst_support import check_burst_answered_halfway
+from burst_support import GATE_SECS, READ_SECS, check_burst_answered_halfway
 from multilang.testing import (
     DEFAULT_CONTEXT,
     ComponentProcess,
@@ -797,7 +797,7 @@ def test_a_burst_is_answered_halfway_so_a_windowed_host_can_refill(spawn, script
     path = script(
         "Multilang::BasicBolt.run do |tup, bolt|\n"
         "  if tup.values[0] == 16\n"
-        "    deadline = Time.now + 10\n"
+        f"    deadline = Time.now + {GATE_SECS}\n"
         f"    sleep 0.01 until File.exist?({json.dumps(str(go))}) || Time.now > deadline\n"
         "  end\n"
         "  bolt.emit([tup.values[0]])\n"

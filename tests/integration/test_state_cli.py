@@ -648,22 +648,21 @@ def test_an_empty_state_dir_is_refused(tmp_path):
 
 def test_two_runs_at_once_on_one_state_dir_the_second_is_refused_at_once(tmp_path):
     """The second run is refused while the first holds the store (the first
-    prints each word as it is counted: it holds the store by then)."""
+    prints each word as it is counted: it holds the store by then). At once:
+    not when the first ends (it would run for 300 s; the second is given 30),
+    and the first is still running when it is stopped (143, not 0)."""
     toml = wc_toml(tmp_path, output='[output]\ncomponent = "count"\n')
-    first = subprocess.Popen([*ML, "run", toml.name, "--no-progress", "--state-dir", "state", "--duration", "30"],
+    first = subprocess.Popen([*ML, "run", toml.name, "--no-progress", "--state-dir", "state", "--duration", "300"],
                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
     try:
         assert first.stdout.readline(), "the first run printed nothing"
-        start = time.monotonic()
         r = run(toml, "--state-dir", "state")
-        waited = time.monotonic() - start
         usage_error(r, "state store state/wc.sqlite: another run is using it")
     finally:
         os.killpg(first.pid, signal.SIGTERM)
         first.communicate(timeout=30)
     assert first.returncode == 143
-    assert waited < 3, f"the refusal took {waited:.1f} s"
 
 
 def test_state_dir_without_a_stateful_bolt_says_so(tmp_path):
