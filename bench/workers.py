@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import sys
@@ -74,9 +75,10 @@ def topology_file(corpus: Path, parallelism: int | None) -> Path:
 def with_pending(path: Path, pending: int | None) -> None:
     if pending is not None:
         text = path.read_text()
-        new = text.replace('"topology.max.spout.pending" = 200', f'"topology.max.spout.pending" = {pending}')
-        if new == text:
-            raise SystemExit("examples/wordcount.toml's topology.max.spout.pending is not the one this bench replaces")
+        new, n = re.subn(r'^"topology\.max\.spout\.pending" = \d+$', f'"topology.max.spout.pending" = {pending}', text,
+                         flags=re.M)
+        if n != 1:
+            raise SystemExit(f"{path}: no topology.max.spout.pending line for --max-spout-pending to replace")
         path.write_text(new)
 
 
@@ -130,8 +132,8 @@ def main() -> None:
             path = wordcount_toml(Path(tmp), corpus, args.parallelism or 2)
         else:
             path = topology_file(corpus, args.parallelism)
-        with_pending(path, args.max_spout_pending)
         try:
+            with_pending(path, args.max_spout_pending)
             for _ in range(args.repeat):
                 for n in counts:
                     r = run_once(path, n)
