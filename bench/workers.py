@@ -24,10 +24,12 @@ the workers' own (the components' processes are not counted, they are the
 same in every variant), with the workers' start-up (a Python interpreter and
 its imports each, about 0.15 s of CPU, paid once per run) and
 without it ("running"; the embedded engine's imports were paid before, in
-this process), and the busiest worker's share of the workers' CPU (1/N when
-they share the work evenly; the spouts' worker also runs the spout and acks
-every tree its spouts began). Every run must print the same counts as a
-plain count of the corpus.
+this process), this process's own CPU ("main s": with workers, the main
+process's, which writes every checkpoint to the store; with 1, the whole
+engine's), the checkpoints taken ("cps"), and the busiest worker's share
+of the workers' CPU (1/N when they share the work evenly; the spouts'
+worker also runs the spout and acks every tree its spouts began). Every run
+must print the same counts as a plain count of the corpus.
 
 Targets (issue 35): on 2 cores, host CPU per word with 2 workers at most
 1.25x that of 1 worker, and 2 workers at least as fast as 1; on 8 cores or
@@ -94,18 +96,19 @@ def run_once(path: Path, workers: int) -> dict:
     c0, t0 = _cpu(), time.perf_counter()
     if workers == 1:
         result = trio.run(lambda: Runtime(topo, on_output=keep).run(until_done=True))
-        host = _cpu() - c0
+        host = main = _cpu() - c0
         start = 0.0
         busiest = 1.0
     else:
         result = trio.run(lambda: run_workers(topo, workers, on_output=keep))
-        host = _cpu() - c0 + result.workers_cpu  # type: ignore[attr-defined]
+        main = _cpu() - c0
+        host = main + result.workers_cpu  # type: ignore[attr-defined]
         start = result.workers_start_cpu  # type: ignore[attr-defined]
         busiest = max(result.worker_cpus) / result.workers_cpu  # type: ignore[attr-defined]
     wall = time.perf_counter() - t0
     for record in result.outputs:
         keep(record)
-    return {"wall": wall, "host_cpu": host, "start_cpu": start, "words": result.stats["split"].emitted,
+    return {"wall": wall, "host_cpu": host, "main_cpu": main, "start_cpu": start, "words": result.stats["split"].emitted,
             "sentences": result.completed, "checkpoints": result.checkpoints,
             "busiest": busiest, "ok": result.ok, "counts": outputs}
 
@@ -155,6 +158,7 @@ def main() -> None:
                            "host_cpu_us_per_word": round(per_word * 1e6, 2),
                            "running_cpu_us_per_word": round(running * 1e6, 2),
                            "start_cpu_s": round(statistics.median(r["start_cpu"] for r in runs[n]), 2),
+                           "main_cpu_s": round(statistics.median(r["main_cpu"] for r in runs[n]), 2),
                            "checkpoints": runs[n][0]["checkpoints"],
                            "busiest_worker_share": round(statistics.median(r["busiest"] for r in runs[n]), 3)}
     base = report["by"][counts[0]]
@@ -170,13 +174,14 @@ def main() -> None:
         print(f"{what}, parallelism {args.parallelism or 2}, max spout pending {args.max_spout_pending or 200}, "
               f"{args.copies}x corpus, median of {args.repeat}, {os.cpu_count()} cores")
         print(f"{'workers':>8} {'wall s':>8} {'sent/s':>8} {'host CPU us/word':>17} {'ratio':>6} "
-              f"{'running us/word':>16} {'ratio':>6} {'start s':>8} {'speedup':>8} {'busiest':>8}")
+              f"{'running us/word':>16} {'ratio':>6} {'start s':>8} {'main s':>7} {'cps':>5} {'speedup':>8} "
+              f"{'busiest':>8}")
         for n in counts:
             r = report["by"][n]
             print(f"{n:>8} {r['wall_s']:>8.2f} {r['sentences_per_s']:>8} {r['host_cpu_us_per_word']:>17.2f} "
                   f"{r.get('cpu_per_word_ratio', 1.0):>6.3f} {r['running_cpu_us_per_word']:>16.2f} "
-                  f"{r.get('running_cpu_ratio', 1.0):>6.3f} {r['start_cpu_s']:>8.2f} {r.get('speedup', 1.0):>8.3f} "
-                  f"{r['busiest_worker_share']:>8.3f}")
+                  f"{r.get('running_cpu_ratio', 1.0):>6.3f} {r['start_cpu_s']:>8.2f} {r['main_cpu_s']:>7.2f} "
+                  f"{r['checkpoints']:>5} {r.get('speedup', 1.0):>8.3f} {r['busiest_worker_share']:>8.3f}")
         for e in errors:
             print("error:", e)
     raise SystemExit(1 if errors else 0)
