@@ -257,6 +257,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
                     log.warning("%s; every tree in flight is failed and replayed", cause)
                     async with ck.lock:  # (a commit that went out reaches the others first)
+                        ck.abandon()  # (and none goes out after this: it would cover trees the others fail now)
                         told = await broadcast(("peer_lost", w.index, cause), but=w)
                     with trio.move_on_after(10):
                         while not all(w.index in o.resets or o.conn is None for o in told):
@@ -568,6 +569,8 @@ class _Checkpoints:
             # a second commit would release acks held since the cut (trees no checkpoint covers yet).
             self.state = "committing"
             async with self.lock:
+                if self.state != "committing":  # a worker died since (abandon): the rollback after it ends this
+                    return
                 if self.epoch != self._epoch_at:
                     self.state = "idle"
                     return
@@ -578,6 +581,19 @@ class _Checkpoints:
                 self.state = "idle"
                 self.last = now
                 await broadcast(("cp_commit", self.txid))
+
+    def abandon(self) -> None:
+        """A worker died: the checkpoint being taken, if any, is not
+        committed. Called under :attr:`lock`, before the others hear of the
+        death (``peer_lost``), on which each fails every tree it owns but
+        those the last commit covered. A commit after that would cover
+        trees they failed, and their spouts replay them: counted twice. Its
+        answers may all be in already (the dead worker's sent before it
+        died, read after its death was seen): they are dropped, and none
+        begins until the rollback that follows takes every worker back to
+        the last commit (a component's next prepare would hold only what
+        changed since this one's, §9.7)."""
+        self.state, self._epoch_at = "lost", self.epoch
 
     def _write(self, answers: list[dict[str, Any]]) -> None:
         from .._runtime.state_store import Checkpoint
