@@ -152,6 +152,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     ws = [_Worker(i) for i in range(workers)]
     failures: list[str] = []  # why the run gave up, of the workers themselves
     dead_sample: list[DeadLetter] = []  # the first dead letters, for the summary
+    #: what every worker is told once the run stops ("stop", then "finish"), said again to one that says
+    #: hello after it (a stop during the workers' start-up: it would emit through the grace, and never end)
+    said: list[Any] = []
     stopped_by = "done"
     try:
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
@@ -182,6 +185,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             w = ws[msg[1]]
                             w.conn, w.start_cpu, w.hello_at = conn, msg[3], trio.current_time()
                             await w.send(("epoch", ck.epoch, ck.store.txid or 0))
+                            for m in list(said):
+                                await w.send(m)
                             if w.restarts:  # back: the others may send to it again
                                 await broadcast(("peer_up", w.index), but=w)
                         elif kind == "out":
@@ -355,8 +360,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             stopping.set()  # (a worker that dies from now on is not started again)
             # (done with --max-tuples: the spouts stopped at the limit, as the embedded engine says)
             reason = "max_tuples" if stopped_by == "done" and max_tuples is not None else stopped_by
+            said.append(("stop", reason))
             for w in ws:
-                await w.send(("stop", reason))
+                await w.send(said[-1])
             if stopped_by != "done":
                 grace = float(topology.conf.get("multilang.shutdown.grace.secs") or 0)
                 with trio.move_on_after(grace):
@@ -364,8 +370,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             stopped_by = reason
             if on_snapshot is not None:
                 await poll(final=True)  # the last frame: the run's final counters
+            said.append(("finish",))
             for w in ws:
-                await w.send(("finish",))
+                await w.send(said[-1])
             while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
                 await trio.sleep(_POLL / 5)
             for w in ws:

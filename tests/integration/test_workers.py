@@ -164,6 +164,33 @@ def test_duration_on_workers_lasts_as_long_as_on_one_worker():
     assert "failed 0" in first, first
 
 
+def test_a_stop_said_before_the_workers_are_up_reaches_them_once_they_are(tmp_path):
+    # A stop (--duration, a signal) was told only to the workers connected at the time: one still
+    # starting never heard it, its spout emitted through the whole shutdown grace, and only then did
+    # the run end (10 s after a --duration 0.5 in a trial). Here the spout never runs dry and the grace
+    # is 600 s: the run ends only if the stop reaches the spout's worker.
+    spout, bolt = ROOT / "tests/faults/components/numbered_spout.py", ROOT / "tests/faults/components/faulty_bolt.py"
+    toml = tmp_path / "endless.toml"
+    toml.write_text(f"""
+[topology]
+name = "endless"
+[topology.conf]
+"multilang.shutdown.grace.secs" = 600
+"topology.max.spout.pending" = 20
+[spouts.numbers]
+command = {orjson.dumps(["python", str(spout), "1000000000", "--no-events"]).decode()}
+fields = ["n"]
+[bolts.relay]
+command = {orjson.dumps(["python", str(bolt)]).decode()}
+fields = ["n"]
+inputs = [{{ source = "numbers" }}]
+""")
+    r = subprocess.run([*ML, "run", str(toml), "--no-progress", "-o", os.devnull, "--duration", "0.01",
+                        "--workers", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "abandoned" not in r.stderr and "failed 0" in r.stderr, r.stderr[-3000:]  # stopped, and drained
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_last_trees_commit_once_the_spout_runs_dry_not_at_the_interval(workers):
     # The README word count's last 80 sentences fill no max spout pending: their trees wait for a
