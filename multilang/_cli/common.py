@@ -134,11 +134,13 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
     returns its result. A second signal stops at once: the run is cancelled
     and every process is closed without its grace periods (still reaped);
     the result is then None and the caller asks the runtime for what it
-    has. Signals are received here rather than left to trio's
+    has. A runtime whose ``abort()`` returns True (host workers) stops at
+    once by itself and returns its result; a third signal cancels it. Signals are received here rather than left to trio's
     KeyboardInterrupt delivery, which could be lost while the run idled."""
     import trio
 
     first: int | None = None
+    at_once = False  # a second signal that the runtime answers by itself (host workers)
 
     async def wrapper() -> Any:
         out = None
@@ -146,7 +148,7 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
             async def watch() -> None:
                 def handle(signum: int) -> bool:
                     """True: stop at once (a second signal)."""
-                    nonlocal first
+                    nonlocal first, at_once
                     name = signal.Signals(signum).name
                     if first is None:
                         first = signum
@@ -154,8 +156,11 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
                                    "again to stop at once)", err=True)
                         runtime.request_stop("signal")
                         return False
-                    click.echo(f"{name}: stopping at once", err=True)
-                    runtime.abort()
+                    if not at_once:
+                        click.echo(f"{name}: stopping at once", err=True)
+                        if runtime.abort():  # it stops at once by itself, with what it has: a third signal cancels
+                            at_once = True
+                            return False
                     nursery.cancel_scope.cancel()
                     return True
 

@@ -276,6 +276,9 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
 
     try:
         result, signum = run_trio(go, control)
+    except KeyboardInterrupt:
+        click.echo("interrupted; all component processes were stopped", err=True)
+        raise SystemExit(EXIT_SIGINT) from None
     except (TopologyError, MultilangError) as exc:
         _failed(exc)
     finally:
@@ -288,7 +291,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         if metrics is not None:
             metrics.close(control if latest else None)  # the last line: the run's final counts
     signum = signum or _signals.first
-    if result is None:  # stopped at once by a second signal: the workers were killed
+    if result is None:  # stopped at once by a third signal: the workers were killed
         out.flush()
         interrupted(signum or signal.SIGINT, bool(topology.output.key))
         raise SystemExit(exit_code(None, signum or signal.SIGINT))

@@ -42,23 +42,33 @@ _UP_SECS = 2.0
 #: a message a worker does not take in this long: the worker is hung, and its connection is closed
 _SEND_SECS = 10.0
 _POLL = 0.025  # (half the period of the status poll: the end of a run, and the interval)
+#: how long the workers get to send what they have on a second signal (WorkersControl.abort)
+_ABORT_SECS = 10.0
 
 
 class WorkersControl:
     """What the owner of the signals holds of a run on workers, as of a
     :class:`Runtime`: :meth:`request_stop` (the workers drain their trees
     and the last checkpoint is taken, within the shutdown grace) and
-    :meth:`abort` (the caller cancels the run: every worker is killed)."""
+    :meth:`abort` (a second signal: at once)."""
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.aborted = False
 
     def request_stop(self, reason: str = "request") -> None:
         if self.reason is None:
             self.reason = reason
 
-    def abort(self) -> None:
+    def abort(self) -> bool:
+        """Stop at once, as one engine does on a second signal: every worker
+        closes its processes without their grace periods and sends what it
+        has (its counters, its part of the output view), which the run
+        returns, within _ABORT_SECS (then the workers are killed). True:
+        the run stops by itself, the caller need not cancel it."""
         self.request_stop("signal")
+        self.aborted = True
+        return True
 
 
 class _Worker:
@@ -308,6 +318,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 watch: ReplayWatch | None = None  # (a run to its end that only replays its poison stops)
                 while True:
                     st = await poll()
+                    if control.aborted:
+                        return "signal"
                     ended = [w for w in ws if w.result is not None or stopping_run and w.proc is not None
                              and w.proc.returncode is not None]
                     if ended:  # a component gave up (or, stopping, a worker died): nothing more can commit
@@ -368,15 +380,26 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 with trio.move_on_after(grace):
                     await until_quiet(True)
             stopped_by = reason
-            if on_snapshot is not None:
+            if on_snapshot is not None and not control.aborted:
                 await poll(final=True)  # the last frame: the run's final counters
-            said.append(("finish",))
+            said.append(("abort",) if control.aborted else ("finish",))
             for w in ws:
                 await w.send(said[-1])
+            deadline = math.inf
             while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
+                if control.aborted and deadline == math.inf:  # what they have, within _ABORT_SECS
+                    deadline = trio.current_time() + _ABORT_SECS
+                    if said[-1] != ("abort",):  # (a second signal while they finish)
+                        said.append(("abort",))
+                        for w in ws:
+                            await w.send(said[-1])
+                if trio.current_time() >= deadline:
+                    break
                 await trio.sleep(_POLL / 5)
             for w in ws:
                 if w.proc is not None:
+                    if w.result is None and control.aborted:
+                        w.proc.kill()
                     await w.proc.wait()
             nursery.cancel_scope.cancel()
     finally:

@@ -118,6 +118,9 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                         reason = msg[1]
                     elif msg[0] == "finish":
                         rt.request_stop(reason)
+                    elif msg[0] == "abort":  # a second signal: at once, with what it has (as one engine)
+                        rt.abort()
+                        running.cancel()
                     elif msg[0] == "peer_lost":
                         link.peer_lost(msg[1], msg[2])
                         await link.send_main(("reset", worker, msg[1]))
@@ -152,8 +155,12 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                 cp.epoch = rt.acker.epoch = msg[1]
                 cp.started_at(msg[2])
 
+        running = trio.CancelScope()
         nursery.start_soon(control)
-        result = await rt.run(max_tuples=limit)  # until the main process says stop
+        with running:
+            result = await rt.run(max_tuples=limit)  # until the main process says stop
+        if running.cancelled_caught:  # (every process closed without its graces, and reaped)
+            result = rt.result()
         if rt.recorder is not None:
             rt.recorder.close()
         link.stopping = True

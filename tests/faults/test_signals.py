@@ -27,7 +27,7 @@ SPOUT = ROOT / "tests/faults/components/numbered_spout.py"
 BOLT = ROOT / "tests/faults/components/faulty_bolt.py"
 
 
-def _topology(tmp_path, grace=0.5):
+def _topology(tmp_path, grace=0.5, output=""):
     path = tmp_path / "signals.toml"
     path.write_text(textwrap.dedent(f"""
         [topology]
@@ -51,7 +51,7 @@ def _topology(tmp_path, grace=0.5):
         command = {json.dumps(["python", str(BOLT)])}
         fields = ["n"]
         inputs = [{{ source = "spout" }}]
-    """))
+    """) + output)
     return path
 
 
@@ -114,13 +114,17 @@ def test_pipe_streams_while_stdin_stays_open_and_sigterm_stops_it_at_once():
     assert "Traceback" not in err
 
 
-def test_a_second_signal_stops_at_once_and_still_prints_the_summary(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_second_signal_stops_at_once_and_still_prints_the_output_so_far_and_the_summary(tmp_path, workers):
     # A stubborn bolt ignores SIGTERM and EOF: the first signal's graceful
     # stop would wait through both kill graces (2 x 60 s here); the second
-    # signal cuts them short.
-    path = _topology(tmp_path, grace=60)
-    proc = subprocess.Popen(ML + ["run", str(path), "-o", os.devnull], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    # signal cuts them short. The output (a keyed view: printed at the end)
+    # and the summary are what one engine has at that moment; on 2 workers
+    # both were lost (the workers were killed with what they held).
+    path = _topology(tmp_path, grace=60, output='[output]\ncomponent = "stubborn"\nkey = ["n"]\n')
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen(ML + ["run", str(path), "-o", str(out), "--workers", str(workers)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = []
     try:
         for line in proc.stderr:  # progress lines: the bolt is working
@@ -144,6 +148,10 @@ def test_a_second_signal_stops_at_once_and_still_prints_the_summary(tmp_path):
     err = "".join(seen) + err
     assert proc.returncode == 130, err[-3000:]
     assert "SIGINT: stopping at once" in err and "[summary]" in err
+    assert "[summary]   stubborn: emitted" in err, err[-3000:]
+    assert "interrupted by SIGINT: the output is partial (the last tuple per key so far)" in err, err[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and all(type(r["n"]) is int for r in records), err[-3000:]  # (it had emitted some: progress)
     # Not a timed assert of speed: the graces alone would take 120 s or more.
     assert took < 60, f"the second signal did not cut the graces short ({took:.1f}s)"
 
