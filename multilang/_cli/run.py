@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -252,13 +253,32 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     control = WorkersControl()
     start = time.monotonic()
     latest: list[dict[str, Any]] = []  # the run's last snapshot, merged from the workers' (the view, the metrics)
+    lines = metrics is not None and metrics.writes_lines
+    # A snapshot is asked of the workers at the pace of the live view or of the metrics file, the
+    # quicker; each takes the first snapshot at or past each of its intervals (seconds into the run).
+    every = {"frame": progress.interval if progress is not None else 0.0, "line": metrics.interval if lines else 0.0}
+    due = {what: interval for what, interval in every.items() if interval}
+
+    def taken(what: str, elapsed: float) -> bool:
+        if elapsed < due[what]:
+            return False
+        while due[what] <= elapsed:
+            due[what] += every[what]
+        return True
 
     def on_snapshot(snap: dict[str, Any], last: bool) -> None:
         # As the embedded engine's view: a frame every interval and, on a terminal, the final one
-        # (LiveView.finish); the first, before the workers start, seeds the metrics only.
-        if progress is not None and latest and (progress.tty or not last):
-            progress.show(snap)
+        # (LiveView.finish); the first, before the workers start, seeds the metrics only. The metrics
+        # file: a line every interval, and the final one when the run ends (metrics.close).
+        seed = not latest
         latest[:] = [snap]
+        if seed:
+            return
+        elapsed = float(snap.get("elapsed_s") or 0.0)
+        if progress is not None and (progress.tty if last else taken("frame", elapsed)):
+            progress.show(snap)
+        if lines and not last and taken("line", elapsed):
+            metrics.write_line(control)
 
     if metrics is not None:
         metrics.snapshot = lambda _runtime: latest[0]
@@ -266,11 +286,11 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     async def go(nursery: Any) -> Any:
         nursery.start_soon(flush_every, out)
         if metrics is not None:
-            nursery.start_soon(metrics.run, control)
+            nursery.start_soon(functools.partial(metrics.run, control, lines=False))
         return await run_workers(topology, workers, on_output=lambda r: out.line(orjson.dumps(r)), duration=duration,
                                  until_done=until_done, control=control,
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
-                                 snapshot_every=progress.interval if progress is not None else 2.0,
+                                 snapshot_every=min(due.values(), default=2.0),
                                  on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples,
                                  log_level=log_level)
 

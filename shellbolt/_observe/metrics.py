@@ -327,6 +327,11 @@ class MetricsReporter:
     def __bool__(self) -> bool:
         return bool(self._files or self._sockets)
 
+    @property
+    def writes_lines(self) -> bool:
+        """It has a file to write a line to every :attr:`interval`."""
+        return bool(self._files)
+
     def add(self, spec: ConsumerSpec) -> None:
         if spec.kind == "json":
             self.add_file(spec.path or "", spec.source)
@@ -384,8 +389,10 @@ class MetricsReporter:
                 log.error("metrics file %s: %s; no more lines are written to it", path, exc.strerror or exc)
                 self._files = [(p, g) for p, g in self._files if g is not f]
 
-    async def run(self, runtime: Any) -> None:
-        """Serve the endpoints and write a line every interval, until cancelled."""
+    async def run(self, runtime: Any, *, lines: bool = True) -> None:
+        """Serve the endpoints and write a line every interval, until
+        cancelled. ``lines=False``: the caller calls :meth:`write_line` as
+        its snapshots come (host workers: a snapshot is asked of them)."""
         import trio
 
         async with trio.open_nursery() as nursery:
@@ -393,7 +400,7 @@ class MetricsReporter:
                 listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in self._sockets]
                 self._sockets = []  # the listeners own them now
                 nursery.start_soon(self._serve, listeners, runtime)
-            if self._files:
+            if self._files and lines:
                 while True:
                     await trio.sleep(self.interval)
                     self.write_line(runtime)

@@ -49,8 +49,8 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
     tmp = tmp_path / ("t" * (80 if workers == 3 else 1))
     tmp.mkdir()
     r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", str(workers), "--metrics-file",
-                        str(metrics)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "TMPDIR": str(tmp)})
+                        str(metrics), "-c", "topology.builtin.metrics.bucket.size.secs=0.25"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp)})
     assert r.returncode == 0, r.stderr[-2000:]
     assert list(tmp.iterdir()) == []  # its scratch folders (the pid folders, the state store's) removed
     expected = _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
@@ -62,7 +62,12 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
     assert "[summary] protocol: sentences batch; split batch; count batch+state" in r.stderr, r.stderr[-2000:]
     # (the live view: a frame every 2 s, as on one worker; a run this short may end before the first,
     # so its frames are checked by test_live_view.py's runs with --duration, on 1 and 2 workers)
-    last = orjson.loads(metrics.read_text().splitlines()[-1])  # the run's final counts
+    lines = [orjson.loads(line) for line in metrics.read_text().splitlines()]
+    # A line per interval (each at or past it: never the zeros of before the start) and the final one;
+    # on workers the lines came every 2 s, the live view's pace, each written twice at 1 s.
+    assert all(line["elapsed_s"] >= 0.25 * i for i, line in enumerate(lines[:-1], 1)), [ln["elapsed_s"] for ln in lines]
+    assert len({line["ts"] for line in lines}) == len(lines), [ln["elapsed_s"] for ln in lines]
+    last = lines[-1]  # the run's final counts
     assert last["trees"]["completed"] == 1080 and last["trees"]["in_flight"] == 0
     assert last["components"]["count"]["acked"] == sum(expected.values())
     assert {t["task"] for t in last["tasks"].values()} == {t for c in load_topology(
