@@ -149,7 +149,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     try:
         # (with the store's folder in its conf)
-        shipped = _shipped(topology, workers, {"record": recorder.path if recorder is not None else None,
+        shipped = _shipped(topology, {"record": recorder.path if recorder is not None else None,
                                                "log_level": log_level})
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",
@@ -493,7 +493,7 @@ def _pickled(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _shipped(topology: Topology, workers: int, run_args: dict[str, Any]) -> bytes:
+def _shipped(topology: Topology, run_args: dict[str, Any]) -> bytes:
     """What the workers get: this process's ``sys.path`` (the workers
     import an in-process component's module as this process did, the
     script's folder first), then the topology (pickled); or a TopologyError
@@ -509,11 +509,11 @@ def _shipped(topology: Topology, workers: int, run_args: dict[str, Any]) -> byte
             except (pickle.PicklingError, AttributeError, TypeError) as why:
                 where = f"{topology.source}: " if topology.source else ""
                 raise TopologyError(
-                    f"{where}--workers {workers}: {comp.kind} {comp.name!r} runs in the host's own process "
+                    f"{where}{comp.kind} {comp.name!r} runs in the host's own process "
                     f"({type(comp.impl).__name__}), and a host worker cannot be given it ({why}); run this topology "
-                    "with --workers 1, or make it a shell component, or a class or function of a module the "
-                    "workers can import") from None
-        raise TopologyError(f"--workers {workers}: the topology cannot be given to a host worker: {exc}") from None
+                    "in one process (the embedded engine: multilang run without --workers, or Runtime), or make it "
+                    "a shell component, or a class or function of a module the workers can import") from None
+        raise TopologyError(f"the topology cannot be given to a host worker: {exc}") from None
 
 
 def _how(code: int) -> str:
