@@ -618,7 +618,7 @@ async def _crash_stop(live: _Live, exc: Exception) -> NoReturn:
 async def _steps(p: Plan, live: _Live, proc: ShellProcess, max_frame: int, n: trio.Nursery) -> None:
     hs = p.handshake
     try:
-        early = await proc.start(n, hs.conf, hs.context)
+        early = await proc.start(n, hs.conf, hs.context, hs.extensions)  # (the recorded offer, §9.1)
     except ComponentCrashed as exc:
         raise _Stop(f"the command did not complete the handshake: {exc}") from None
     except Exception as exc:  # HeartbeatTimeout

@@ -103,6 +103,24 @@ def test_replaying_the_split_bolt_against_the_same_command_reports_no_difference
 
 
 @needs_ruby_node
+@pytest.mark.parametrize("component, command", [
+    ("count", ["node", "node/count_bolt.js"]),  # stateful, batch: its state frames (init, prepare, commit)
+    ("sentences", ["python", "python/sentence_spout.py", "data/alice.txt"]),  # a spout: next, ack, under batch
+])
+def test_the_stateful_count_bolt_and_the_spout_replay_with_no_difference_and_the_recorded_offer(
+        wordcount_recording, component, command):
+    # The replay offered no extension (it passed the recorded conf, and a conf key is no offer, §9.1):
+    # the count bolt then refused its state frames and the spout its batched commands (a trial).
+    rec = wordcount_recording
+    args = ["--task", str(busiest(rec, component))] if component == "count" else []
+    r = ml("replay", str(rec), "--component", component, *args, "--", *command)
+    assert r.returncode == 0 and r.stdout.startswith("no difference: "), r.stdout + r.stderr
+    assert "accepted the extensions" not in r.stderr, r.stderr  # (the same offer, the same answer)
+    if component == "sentences":
+        assert r.stdout.strip().endswith(" commands, 40 emits"), r.stdout
+
+
+@needs_ruby_node
 def test_replaying_a_changed_split_bolt_names_the_first_difference(wordcount_recording, tmp_path):
     rec = wordcount_recording
     task = busiest(rec, "split")
