@@ -165,14 +165,6 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             n_workers = used
     if until_done is None:  # (the default without --duration, on any number of workers)
         until_done = duration is None and max_tuples is None
-    if engine != "spark" and n_workers > 1 and max_tuples is not None:  # (before --record makes its directory)
-        from multilang.shellbolt import check_max_tuples
-
-        try:
-            check_max_tuples(topology, n_workers)
-        except TopologyError as exc:
-            click.echo(f"error: {exc}", err=True)
-            raise SystemExit(EXIT_USAGE) from None
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
     stopped_before_start()

@@ -95,6 +95,9 @@ class Runtime:
         self.spouts_stopped = False
         self.stopping = False
         self.emitted_by_spouts = 0  # tuples emitted by spouts, any stream (what max_tuples counts)
+        #: `next`s sent to shell spouts and not yet answered, within max_tuples: the room they may fill (each
+        #: spout task asks for the room left, and two asking at once must not both be given all of it)
+        self.nexts_out = 0
         self.max_tuples: int | None = None
         self.pid_dir = ""
         self._stop: trio.Event | None = None  # made by run(), inside trio
@@ -510,7 +513,7 @@ class Runtime:
         for no limit."""
         room = 1 << 30
         if not replay and self.max_tuples is not None:
-            room = self.max_tuples - self.emitted_by_spouts
+            room = self.max_tuples - self.emitted_by_spouts - self.nexts_out
         if self.checkpoints is not None and self.checkpoints.paused:  # a checkpoint waits for its cut (§9.7)
             return 0
         msp = self.max_spout_pending

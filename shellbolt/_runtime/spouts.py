@@ -203,17 +203,25 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 continue
             # Past --max-tuples a spout that has failed ids outstanding still
             # gets `next`: that is where a shell spout replays them.
-            room = rt.emit_room(self, replay=bool(self.fail_counts))
+            replaying = bool(self.fail_counts)
+            room = rt.emit_room(self, replay=replaying)
             if room:
                 # an emit the host refused (an error) was not nothing: no back-off for it
                 stats = self.stats
                 emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
                 n = min(burst, room)
+                out = 0 if replaying or rt.max_tuples is None else n  # (the room these nexts may fill)
                 self.asking = True  # a `next` out: its emits may start trees (a checkpoint's cut waits, workers)
+                rt.nexts_out += out
                 try:
                     await self._command(driver, *[Next()] * n)
                 finally:
                     self.asking = False
+                    if out:
+                        rt.nexts_out -= out
+                        for t in rt.tasks.values():  # (room they did not fill: another spout may take it)
+                            if t is not self and isinstance(t, SpoutTask):
+                                t.kick()
                 brought = stats.emitted - emitted
                 if pipelined and stats.errors == errors and brought <= n and brought + stats.skipped > skipped:
                     burst = min(burst * 2, most)

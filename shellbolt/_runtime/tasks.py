@@ -94,6 +94,8 @@ class RuntimeSeam(Protocol):
     hurry: Any
     #: tuples the spouts emitted, on any stream (what ``max_tuples`` counts)
     emitted_by_spouts: int
+    #: `next`s out to shell spouts within ``max_tuples`` (the room they may fill)
+    nexts_out: int
     #: ``--max-tuples``, or None
     max_tuples: int | None
     #: ``topology.max.spout.pending``, or None

@@ -31,7 +31,7 @@ from .link import socket_path
 from .view import merge
 from .wire import Frames, encode
 
-__all__ = ["run_workers", "WorkersControl", "check_max_tuples", "workers_for"]
+__all__ = ["run_workers", "WorkersControl", "max_tuples_shares", "workers_for"]
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -128,8 +128,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     (``Runtime.on_dead_letter``'s, sent on by the worker). ``recorder``:
     ``--record``'s :class:`Recorder`; each worker records its own tasks in its
     directory, and they are added to its :meth:`~Recorder.task_ids`.
-    ``max_tuples``: as ``Runtime.run``'s, counted by the worker that runs
-    the spouts (a TopologyError if they are on more than one). ``log_level``:
+    ``max_tuples``: as ``Runtime.run``'s, each worker's spouts stopping at
+    their share (:func:`max_tuples_shares`). ``log_level``:
     the workers log at it as :func:`setup_logging` does (the caller's own
     setup; None: they leave logging as Python leaves it)."""
     control = control or WorkersControl()
@@ -138,8 +138,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     if used < workers:
         log.warning("%d host workers for %d task(s): %d run, one per task", workers, used, used)
         workers = used
-    if max_tuples is not None:
-        check_max_tuples(topology, workers)
+    shares = max_tuples_shares(topology, workers, max_tuples) if max_tuples is not None else {}
     began = trio.current_time()
     if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
         on_snapshot(merge(topology, [], 0.0), False)
@@ -174,7 +173,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         async with trio.open_nursery() as nursery:
 
             async def start(w: _Worker) -> None:
-                limit = [] if max_tuples is None else [str(max(0, max_tuples - w.completed_before))]
+                # (the trees its dead processes' spouts completed count towards its share)
+                limit = [str(max(0, shares[w.index] - w.completed_before))] if w.index in shares else []
                 w.proc = await trio.lowlevel.open_process(
                     [sys.executable, "-m", "multilang.shellbolt._workers.worker", directory, str(w.index),
                      str(workers), *limit], start_new_session=True)
@@ -458,20 +458,23 @@ def workers_for(topology: Topology, workers: int) -> int:
     return max(1, min(workers, sum(len(c.tasks) for c in topology.components.values())))
 
 
-def check_max_tuples(topology: Topology, workers: int) -> None:
-    """--max-tuples counts the spouts' tuples of the whole run: one worker
-    counts them exactly if it runs every spout task (a TopologyError if not)."""
+def max_tuples_shares(topology: Topology, workers: int, max_tuples: int) -> dict[int, int]:
+    """--max-tuples on workers: each worker that runs spout tasks gets a
+    share of the limit in proportion to its spout tasks (the first ones one
+    more, until the shares add up), and its spouts stop at it, as one
+    engine's stop at the limit; worker -> share. A worker whose spouts run
+    dry before their share leaves the rest unused (one engine's other spout
+    tasks could have emitted it): at most ``max_tuples`` in all."""
     from .worker import placement
 
     where = placement(topology, workers)
-    spouts = {t: c.name for c in topology.components.values() if c.kind == "spout" for t in c.tasks}
-    on = sorted({where[t] for t in spouts})
-    if len(on) > 1:
-        tasks = ", ".join(f"{name}:{t} on worker {where[t]}" for t, name in sorted(spouts.items()))
-        src = f"{topology.source}: " if topology.source else ""
-        raise TopologyError(f"{src}--max-tuples with --workers {workers}: the spout tasks run on {len(on)} host "
-                            f"workers ({tasks}), and the limit is counted where the spouts run, by one worker; "
-                            "run with fewer workers or one spout task, or stop the run with --duration")
+    tasks = [where[t] for c in topology.components.values() if c.kind == "spout" for t in c.tasks]
+    per = {w: tasks.count(w) for w in sorted(set(tasks))}
+    total = sum(per.values())
+    shares = {w: max_tuples * n // total for w, n in per.items()}
+    for w in list(shares)[:max_tuples - sum(shares.values())]:
+        shares[w] += 1
+    return shares
 
 
 class _Shipping(pickle.Pickler):

@@ -17,7 +17,8 @@ import pytest
 import trio
 
 from multilang.errors import TopologyError
-from multilang.shellbolt import PythonBolt, PythonSpout, TopologyBuilder, load_topology, run_workers, workers_for
+from multilang.shellbolt import (PythonBolt, PythonSpout, TopologyBuilder, load_topology, max_tuples_shares,
+                                 run_workers, workers_for)
 from multilang.shellbolt._workers.worker import placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,19 +212,29 @@ def test_the_last_trees_commit_once_the_spout_runs_dry_not_at_the_interval(worke
     assert float(first.split()[1].rstrip("s;")) < 25.0, first
 
 
-def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
-    # --max-tuples is counted where the spouts run: by one worker, so not with spout tasks on two of them
-    toml = tmp_path / "two_spouts.toml"
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("limit", [1, 11])
+def test_max_tuples_with_several_spout_tasks_emits_the_limit_on_one_worker_or_several(tmp_path, limit, workers):
+    # On several workers it was refused: the limit was counted where the spouts run, by one worker. Each
+    # worker's spouts now stop at their share (5 spout tasks on 3 workers: 2, 2 and 1 of them). On one,
+    # the spout tasks each asked for the room left at once: 11 gave 13 or 14 trees.
+    toml = tmp_path / "five_spouts.toml"
     toml.write_text((EXAMPLES / "wordcount.toml").read_text().replace(
         'command = ["python", "python/sentence_spout.py", "data/alice.txt"]',
-        f'command = ["python", "{EXAMPLES}/python/sentence_spout.py", "{EXAMPLES}/data/alice.txt"]\nparallelism = 2'))
-    rec = tmp_path / "rec"
-    r = subprocess.run([*ML, "run", str(toml), "--workers", "2", "--max-tuples", "10", "--record", str(rec)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, r.stderr
-    assert (f"error: {toml}: --max-tuples with --workers 2: the spout tasks run on 2 host workers (sentences:"
-            in r.stderr and "the limit is counted where the spouts run, by one worker" in r.stderr), r.stderr
-    assert not rec.exists(), "refused before --record made its directory"
+        f'command = ["python", "{EXAMPLES}/python/sentence_spout.py", "{EXAMPLES}/data/alice.txt"]\nparallelism = 5')
+        .replace('"ruby/split_bolt.rb"', f'"{EXAMPLES}/ruby/split_bolt.rb"')
+        .replace('"node/count_bolt.js"', f'"{EXAMPLES}/node/count_bolt.js"'))
+    assert sorted(max_tuples_shares(load_topology(str(toml)), 3, 11).values()) == [2, 4, 5]
+    r = subprocess.run([*ML, "run", str(toml), "--workers", str(workers), "--max-tuples", str(limit), "--no-progress"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"trees completed {limit}, failed 0" in r.stderr, r.stderr[-3000:]
+    assert f"sentences: emitted {limit}, acked {limit}," in r.stderr, r.stderr[-3000:]
+    assert sum(orjson.loads(line)["count"] for line in r.stdout.splitlines()) == int(
+        re.search(r"split: emitted (\d+),", r.stderr)[1])  # every word of what was emitted, counted once
+
+
+def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
     for args, said in ((["-c", "topology.workers=two"],
                         "conf key 'topology.workers' must be a positive integer, got 'two'"),
                        (["--engine", "spark", "--workers", "2"], "--workers 2 applies to the embedded engine")):
