@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from typing import IO, Any, Iterator
@@ -92,11 +93,32 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
     """``-o FILE``: the run writes a hidden file beside FILE, moved over FILE
     when the run ends (its output so far, after a signal too). A run refused
     (SystemExit with code ``refused``), or a host that crashes, leaves FILE as it was: never empty
-    or half-written in place of the old one. ``-`` is stdout."""
+    or half-written in place of the old one. ``-`` is stdout. A FILE that is
+    not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is
+    written as the output comes: it is never replaced (a device node made a
+    plain file, as root could). A link to a file: the file is replaced, the
+    link kept."""
     if path == "-":
         yield sys.stdout
         return
     target = os.path.abspath(path)
+    try:
+        special = not stat.S_ISREG(os.stat(target).st_mode)
+    except OSError:  # (not there yet: made beside, as below)
+        special = False
+    if special:
+        try:
+            stream = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed below, after the run
+        except OSError as exc:
+            print(f"error: --output {path}: {exc.strerror or exc}", file=sys.stderr)
+            raise SystemExit(refused) from None
+        try:
+            yield stream
+        finally:
+            with contextlib.suppress(OSError):
+                stream.close()
+        return
+    target = os.path.realpath(target)
     try:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
                                    suffix=".partial")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -440,6 +443,29 @@ def test_a_run_replaces_the_output_file_and_a_killed_one_leaves_it_as_it_was(tmp
     counts = {r["word"]: r["count"] for r in json_lines(out.read_text())}
     assert counts == expected_wordcount()
     assert oct(out.stat().st_mode & 0o777) != oct(0o600), "made as open() makes a file, not private"
+
+
+def test_output_to_a_device_a_named_pipe_or_a_link_writes_through_it_and_replaces_none(tmp_path):
+    # -o /dev/null (or /dev/stdout) was moved over by the run's hidden file: as root, /dev/null became a
+    # plain file holding the output, and everything written to /dev/null after that filled /dev. (A
+    # FIFO stands for the device here: a test that broke /dev/null would break the machine's.)
+    fifo, link, target = tmp_path / "fifo", tmp_path / "link.jsonl", tmp_path / "target.jsonl"
+    os.mkfifo(fifo)
+    link.symlink_to(target)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))  # (opening a FIFO waits for a writer)
+    reader.start()
+    try:
+        for out in (fifo, link):
+            p = multilang("run", WORDCOUNT, "-o", str(out), "--no-progress", "--max-tuples", "5", timeout=120)
+            assert p.returncode == 0, p.stderr[-2000:]
+    finally:
+        if reader.is_alive():  # (the run failed before opening it: let the reader go)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=30)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink()
+    assert got and got[0] and sorted(got[0].splitlines()) == sorted(target.read_text().splitlines()), got
+    assert not list(tmp_path.glob(".*partial"))
 
 
 def test_pipe_with_several_fields_needs_json_input():
