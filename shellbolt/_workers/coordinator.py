@@ -35,8 +35,7 @@ __all__ = ["run_workers", "WorkersControl", "max_tuples_shares", "workers_for"]
 
 log = logging.getLogger("multilang.shellbolt")
 
-#: a worker that dies this many times in a row having got nothing done (it died within _UP_SECS of
-#: its start, or with no checkpoint committed since it last died) ends the run
+#: a worker that dies this many times in a row having got nothing done (_futile) ends the run
 _DEATHS = 3
 _UP_SECS = 2.0
 #: a message a worker does not take in this long: the worker is hung, and its connection is closed
@@ -85,7 +84,7 @@ class _Worker:
         self.completed_before = 0
         self.start_cpu = 0.0  # the CPU its process had used when it said hello (its interpreter and imports)
         self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
-        self.committed_at_death = -1  # the run's checkpoints committed when it last died
+        self.committed_at_hello = 0  # the run's checkpoints committed when its process said hello
         self.hello_at = 0.0  # when its process said hello
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
@@ -194,6 +193,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         if kind == "hello":
                             w = ws[msg[1]]
                             w.conn, w.start_cpu, w.hello_at = conn, msg[3], trio.current_time()
+                            w.committed_at_hello = ck.committed
                             await w.send(("epoch", ck.epoch, ck.store.txid or 0))
                             for m in list(said):
                                 await w.send(m)
@@ -253,12 +253,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return
                     # Killed: the others stop sending to it and fail their trees (replayed, at least once),
                     # then it starts again and they may send to it once it is back (peer_up).
-                    # A death that got nothing done: before its hello or soon after, or with checkpoints being
-                    # taken and none since its last death. Some in a row are a crash loop: say so, not loop.
-                    futile = (w.conn is None or trio.current_time() - w.hello_at < _UP_SECS
-                              or 0 < ck.committed == w.committed_at_death)
+                    # Some deaths in a row that got nothing done are a crash loop: say so, not loop.
+                    futile = _futile(w.conn is not None, trio.current_time() - w.hello_at, ck.committed,
+                                     w.committed_at_hello)
                     w.deaths = w.deaths + 1 if futile else 0
-                    w.committed_at_death = ck.committed
                     w.restarts += 1
                     w.conn, w.status = None, None
                     # (the checkpoints' count is exact, where they hold the acks: a status may be 50 ms old)
@@ -419,7 +417,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         r = w.result or {}
         for name, tasks in r.get("stats", {}).items():
             result.stats[name].tasks.update(tasks)
-        result.completed += r.get("completed", 0)
+        result.completed += r.get("completed", 0) + w.completed_before  # (and its dead processes' spouts')
         result.failed += r.get("failed", 0)
         result.timed_out += r.get("timed_out", 0)
         result.pending += r.get("pending", 0)
@@ -448,6 +446,20 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.workers_cpu = sum(result.worker_cpus)  # type: ignore[attr-defined]
     result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
     return result
+
+
+def _futile(said_hello: bool, lived: float, committed: int, committed_at_hello: int) -> bool:
+    """Whether a worker's process that died got nothing done: it died before
+    its hello, or no checkpoint committed while it ran where the run takes
+    them (``committed``: the run's so far), or, where it does not (yet), it
+    died within _UP_SECS of its hello. A worker killed every second or two
+    while checkpoints commit is restarted every time (the time alone called
+    such lives futile: a trial's run gave up after three)."""
+    if not said_hello:
+        return True
+    if committed > committed_at_hello:
+        return False
+    return committed > 0 or lived < _UP_SECS
 
 
 def workers_for(topology: Topology, workers: int) -> int:
