@@ -173,6 +173,7 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
 
             nursery.start_soon(watch)
             out = await fn(nursery)
+            await trio.sleep(0)  # (a signal the receiver holds already is taken, not dropped by the cancel)
             nursery.cancel_scope.cancel()
         return out
 

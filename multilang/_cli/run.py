@@ -230,6 +230,7 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
         out.line(orjson.dumps(record))
     out.flush()
     print_summary(result, time.monotonic() - start, dead_letter)
+    signum = signum or _signals.first  # (one that came while the output and the summary were written)
     if signum is not None:
         interrupted(signum, bool(topology.output.key))
     raise SystemExit(EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum))
