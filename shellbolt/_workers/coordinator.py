@@ -148,7 +148,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     try:
         # (with the store's folder in its conf)
         shipped = _shipped(topology, {"record": recorder.path if recorder is not None else None,
-                                               "log_level": log_level})
+                                      "log_level": log_level})
         # 0700: only this user's processes connect; short enough a path for the sockets "wmain", "w0" ...
         directory = scratch.make("multilang-workers-",
                                  max(len(socket_path("", "main")), len(socket_path("", workers - 1))))
