@@ -352,9 +352,7 @@ class Checkpointer:
         finally:
             self.paused = False
             self._waiting = set()
-            for t in rt.tasks.values():
-                if isinstance(t, SpoutTask):
-                    t.kick()
+            rt.kick_spouts()
 
     def _commit(self, store: StateStore, txid: int, covered: set[int], n_held: int) -> None:
         """Steps 3 and 4 for the trees of the cut (``covered``, whose acks are

@@ -684,6 +684,13 @@ class Runtime:
         """The ids this runtime's shell spouts replay past multilang.max.replays (replay_watch.py)."""
         return [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.replayed_past_max()]
 
+    def kick_spouts(self, but: Task | None = None) -> None:
+        """Every spout task (``but`` one) looks again at whether it may emit
+        (a checkpoint ended, room under --max-tuples came back)."""
+        for t in self.tasks.values():
+            if t is not but and isinstance(t, SpoutTask):
+                t.kick()
+
     def stop_spouts(self) -> None:
         """§5.4 step 1: every spout is deactivated (it emits nothing more)."""
         self.spouts_stopped = True

@@ -219,9 +219,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self.asking = False
                     if out:
                         rt.nexts_out -= out
-                        for t in rt.tasks.values():  # (room they did not fill: another spout may take it)
-                            if t is not self and isinstance(t, SpoutTask):
-                                t.kick()
+                        rt.kick_spouts(but=self)  # (room they did not fill: another spout may take it)
                 brought = stats.emitted - emitted
                 if pipelined and stats.errors == errors and brought <= n and brought + stats.skipped > skipped:
                     burst = min(burst * 2, most)

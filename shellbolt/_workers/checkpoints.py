@@ -8,6 +8,7 @@ writes (a restarted process's init, the skip of committed ids)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -132,15 +133,13 @@ class WorkerCheckpointer(Checkpointer):
             elif since is None or rt.emitted_by_spouts != seen:
                 since = now
             seen = rt.emitted_by_spouts
-            ready = since is not None and quiet is not None and now - since >= quiet
+            due = None if since is None or quiet is None else since + quiet  # (quiet enough from then on)
+            ready = due is not None and now >= due
             flags = (ready, bool(self.activity or self.held or self.view), self._committed_txid, self.epoch)
             if flags != sent:
                 self.link.to_main(("cp_flags", self.link.worker, flags))
                 sent = flags
-            if since is not None and quiet is not None and not ready:
-                with trio.move_on_at(since + quiet):
-                    await rt.wait_for_change()
-            else:
+            with trio.move_on_at(due if due is not None and not ready else math.inf):
                 await rt.wait_for_change()
 
     async def final(self) -> None:
@@ -186,7 +185,7 @@ class WorkerCheckpointer(Checkpointer):
         self.remote_held, self._told, self._dirty = {}, {}, set()
         self._asked = None
         self.paused = False
-        self._kick_spouts()
+        self.rt.kick_spouts()
 
     def failed_elsewhere(self, roots: list[int], worker: int) -> None:
         """Trees another worker owns failed: one a stateful task here took rolls everything back."""
@@ -216,7 +215,7 @@ class WorkerCheckpointer(Checkpointer):
     def resume(self) -> None:
         self.paused = False
         self._waiting = set()
-        self._kick_spouts()
+        self.rt.kick_spouts()
 
     async def prepare(self, txid: int) -> dict[str, Any] | None:
         rt, epoch = self.rt, self.epoch
@@ -306,11 +305,6 @@ class WorkerCheckpointer(Checkpointer):
         rt.settle()
         self.paused = False
         self._waiting = set()
-        self._kick_spouts()
+        self.rt.kick_spouts()
         rt.nudge()
-
-    def _kick_spouts(self) -> None:
-        for t in self.rt.tasks.values():
-            if isinstance(t, SpoutTask):
-                t.kick()
 
