@@ -209,8 +209,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             if on_dead_letter is not None:
                                 on_dead_letter(msg[1])
                         elif kind == "status":
-                            ws[msg[1]].status = msg[2]
-                            ws[msg[1]].completed = msg[2]["completed"]
+                            if w is not None and w.conn is conn:  # (not a dead process's, read late)
+                                w.status = msg[2]
+                                w.completed = msg[2]["completed"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
                             await ck.step(broadcast, workers, rollback)
@@ -259,9 +260,6 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     w.deaths = w.deaths + 1 if futile else 0
                     w.restarts += 1
                     w.conn, w.status = None, None
-                    # (the checkpoints' count is exact, where they hold the acks: a status may be 50 ms old)
-                    w.completed_before = max(ck.trees.get(w.index, 0), w.completed_before + w.completed)
-                    w.completed = 0
                     if w.deaths >= _DEATHS:
                         failures.append(f"host worker {w.index} died {w.deaths} times in a row having got nothing "
                                         f"done (the last time: pid {w.proc.pid}, {_how(code)}); its error, if it "
@@ -269,9 +267,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
                     log.warning("%s; every tree in flight is failed and replayed", cause)
-                    async with ck.lock:  # (a commit that went out reaches the others first)
-                        ck.abandon()  # (and none goes out after this: it would cover trees the others fail now)
-                        told = await broadcast(("peer_lost", w.index, cause), but=w)
+                    told = await _lost(ck, w, cause, broadcast)
                     with trio.move_on_after(10):
                         while not all(w.index in o.resets or o.conn is None for o in told):
                             await trio.sleep(0.01)
@@ -468,6 +464,24 @@ def workers_for(topology: Topology, workers: int) -> int:
     executors nothing to run, and no worker starts there; here such a worker
     would only cost an interpreter, and slow every other one's start."""
     return max(1, min(workers, sum(len(c.tasks) for c in topology.components.values())))
+
+
+async def _lost(ck: _Checkpoints, w: _Worker, cause: str, broadcast: Any) -> list[_Worker]:
+    """A worker's process died: the checkpoint being taken is abandoned, and
+    the others are told (``peer_lost``: each fails every tree it owns that no
+    commit covered); the workers told are returned. ``w.completed_before``
+    takes in the trees of its spouts that this process completed, which a
+    next process's ``--max-tuples`` share leaves out. They are counted once
+    no commit can go out any more: a commit that held the lock when the
+    death was seen covers some of them (its store write was under way), and
+    the next process's spout skips those ids as committed; counted before,
+    that process would emit as many fresh inputs too many."""
+    completed, w.completed = w.completed, 0
+    async with ck.lock:  # (a commit that went out reaches the others first)
+        ck.abandon()  # (and none goes out after this: it would cover trees the others fail now)
+        # (the checkpoints' count is exact, where they hold the acks; a status may be 50 ms old)
+        w.completed_before = max(ck.trees.get(w.index, 0), w.completed_before + completed)
+        return await broadcast(("peer_lost", w.index, cause), but=w)
 
 
 def max_tuples_shares(topology: Topology, workers: int, max_tuples: int) -> dict[int, int]:
