@@ -256,6 +256,7 @@ class Checkpointer:
         rt = self.rt
         while True:
             deadline = trio.current_time() + self.interval
+            why = "the interval passed"
             while trio.current_time() < deadline:
                 if not self.ready:  # no stateful process (yet): nothing to watch until one starts
                     self._first_ready = trio.Event()
@@ -267,10 +268,12 @@ class Checkpointer:
                     seen = rt.emitted_by_spouts
                     await trio.sleep(quiet)
                     if rt.emitted_by_spouts == seen and self.quiescent():
+                        why = f"the spouts were quiet {quiet:g} s and trees wait for it"
                         break
                     continue
                 with trio.move_on_at(deadline):
                     await rt.wait_for_change()
+            log.debug("a checkpoint begins: %s", why)
             await self.checkpoint()
 
     def _quiet_needed(self) -> float | None:

@@ -603,6 +603,8 @@ class _Checkpoints:
             flags = [f for f in self.flags.values() if f[2] == txid and f[3] == self.epoch]  # (this round's)
             quiet = len(flags) == workers and all(f[0] for f in flags)
             if (now - self.last >= self.interval or quiet) and any(f[1] for f in flags):
+                log.debug("a checkpoint begins: %s", "the spouts were quiet on every worker and trees wait for it"
+                          if quiet else "the interval passed")
                 self._epoch_at = self.epoch
                 self.state = "pausing"
                 self.cuts = set()
