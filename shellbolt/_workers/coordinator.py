@@ -293,6 +293,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     w.status = None
                     await w.send(("status", want))
                 await trio.sleep(_POLL)
+                if final:  # the last frame waits for every worker's part, however busy the machine
+                    with trio.move_on_after(_SEND_SECS):
+                        while any(w.status is None and w.conn is not None for w in ws):
+                            await trio.sleep(_POLL / 5)
                 st = [w.status for w in ws]
                 if want and all(s is not None and "part" in s for s in st):
                     assert on_snapshot is not None
