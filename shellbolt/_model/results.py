@@ -9,7 +9,7 @@ from typing import Any
 
 from multilang.errors import ComponentError
 
-__all__ = ["ComponentStats", "TaskStats", "DeadLetter", "DEAD_LETTER_SAMPLE", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
+__all__ = ["COUNTERS", "ComponentStats", "TaskStats", "DeadLetter", "DEAD_LETTER_SAMPLE", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
 
 
 class TaskStats:
@@ -43,7 +43,8 @@ class TaskStats:
         self.last_error_at = now
 
 
-_COUNTERS = ("emitted", "executed", "acked", "failed", "restarts", "errors", "expired", "dead_letters", "skipped")
+#: the counters of a task (TaskStats) that a component sums
+COUNTERS = ("emitted", "executed", "acked", "failed", "restarts", "errors", "expired", "dead_letters", "skipped")
 
 
 class ComponentStats:
@@ -74,7 +75,7 @@ class ComponentStats:
         return None if latest is None else latest.last_error
 
     def __repr__(self) -> str:
-        return "ComponentStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in _COUNTERS) + ")"
+        return "ComponentStats(" + ", ".join(f"{k}={getattr(self, k)}" for k in COUNTERS) + ")"
 
 
 def _summed(name: str) -> property:
@@ -82,7 +83,7 @@ def _summed(name: str) -> property:
                     doc=f"{name}: the sum over the component's tasks")
 
 
-for _name in _COUNTERS:
+for _name in COUNTERS:
     setattr(ComponentStats, _name, _summed(_name))
 del _name
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import trio
 
 from .._host import scratch
-from .._model.results import DEAD_LETTER_SAMPLE, DeadLetter, RunResult
+from .._model.results import COUNTERS, DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
@@ -30,6 +30,7 @@ from .._runtime.tasks import PlainComponentError
 from .link import socket_path
 from .view import merge
 from .wire import Frames, encode
+from .worker import placement
 
 __all__ = ["run_workers", "WorkersControl", "max_tuples_shares", "workers_for"]
 
@@ -37,6 +38,7 @@ log = logging.getLogger("multilang.shellbolt")
 
 #: a worker that dies this many times in a row having got nothing done (_futile) ends the run
 _DEATHS = 3
+_RESTARTS = COUNTERS.index("restarts")
 _UP_SECS = 2.0
 #: a message a worker does not take in this long: the worker is hung, and its connection is closed
 _SEND_SECS = 10.0
@@ -88,6 +90,20 @@ class _Worker:
         self.hello_at = 0.0  # when its process said hello
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
+        self.counters: dict[int, list[int]] = {}  # task id -> its COUNTERS, as of its process's last status
+        self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
+
+    def carry(self, tasks: list[int]) -> None:
+        """Its process died: what its tasks did, as of its last status, is
+        kept for the run's counters, and each task counts a restart (the
+        processes of its components start again with its next process)."""
+        zeros = [0] * len(COUNTERS)
+        for t in tasks:
+            kept = self.carried.setdefault(t, zeros.copy())
+            for i, n in enumerate(self.counters.get(t, zeros)):
+                kept[i] += n
+            kept[_RESTARTS] += 1
+        self.counters = {}
 
     async def send(self, msg: Any) -> bool:
         """Send a message; False if its connection is gone (it died: watch() sees it).
@@ -158,6 +174,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     with open(os.path.join(directory, "topology.pickle"), "wb") as f:
         f.write(shipped)
     ws = [_Worker(i) for i in range(workers)]
+    where = placement(topology, workers)
     failures: list[str] = []  # why the run gave up, of the workers themselves
     dead_sample: list[DeadLetter] = []  # the first dead letters, for the summary
     #: what every worker is told once the run stops ("stop", then "finish"), said again to one that says
@@ -211,7 +228,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif kind == "status":
                             if w is not None and w.conn is conn:  # (not a dead process's, read late)
                                 w.status = msg[2]
-                                w.completed = msg[2]["completed"]
+                                w.completed, w.counters = msg[2]["completed"], msg[2]["counters"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
                             await ck.step(broadcast, workers, rollback)
@@ -260,6 +277,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     w.deaths = w.deaths + 1 if futile else 0
                     w.restarts += 1
                     w.conn, w.status = None, None
+                    w.carry([t for t, at in where.items() if at == w.index])
                     if w.deaths >= _DEATHS:
                         failures.append(f"host worker {w.index} died {w.deaths} times in a row having got nothing "
                                         f"done (the last time: pid {w.proc.pid}, {_how(code)}); its error, if it "
@@ -301,9 +319,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 if want and all(s is not None and "part" in s for s in st):
                     assert on_snapshot is not None
                     parts = [s["part"] for s in st]  # type: ignore[index]
-                    on_snapshot(merge(topology, parts, trio.current_time() - began), final)
+                    on_snapshot(merge(topology, parts, trio.current_time() - began, carried(),
+                                      sum(w.completed_before for w in ws)), final)
                     next_snapshot = trio.current_time() + snapshot_every
                 return st
+
+            def carried() -> dict[int, list[int]]:
+                return {t: c for w in ws for t, c in w.carried.items()}
 
             async def until_quiet(stopping_run: bool) -> str:
                 """Poll the workers; step the checkpoints. Return why the run
@@ -413,10 +435,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     for w in ws:  # ... and what each worker emitted since, committed or not
         view.outputs_by_key.update((w.result or {}).get("view", {}))
     result = view.result()
+    component = {t: c.name for c in topology.components.values() for t in c.tasks}
     for w in ws:
         r = w.result or {}
         for name, tasks in r.get("stats", {}).items():
             result.stats[name].tasks.update(tasks)
+        for t, kept in w.carried.items():  # (and what its dead processes' tasks did)
+            stats = result.stats[component[t]].task(t)
+            for k, n in zip(COUNTERS, kept):
+                setattr(stats, k, getattr(stats, k) + n)
         result.completed += r.get("completed", 0) + w.completed_before  # (and its dead processes' spouts')
         result.failed += r.get("failed", 0)
         result.timed_out += r.get("timed_out", 0)
@@ -495,8 +522,6 @@ def max_tuples_shares(topology: Topology, workers: int, max_tuples: int) -> dict
     engine's stop at the limit; worker -> share. A worker whose spouts run
     dry before their share leaves the rest unused (one engine's other spout
     tasks could have emitted it): at most ``max_tuples`` in all."""
-    from .worker import placement
-
     where = placement(topology, workers)
     tasks = [where[t] for c in topology.components.values() if c.kind == "spout" for t in c.tasks]
     per = {w: tasks.count(w) for w in sorted(set(tasks))}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._model.results import COUNTERS
 from .._model.topology import Topology
 from .._observe.observe import SUMMED, blank_row, snapshot
 
@@ -37,10 +38,21 @@ def _latency(summaries: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     return {"p50": p50, "p99": max(p99s) if p99s else None, "count": count}
 
 
-def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
+def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float,
+          carried: dict[int, list[int]] | None = None, completed_before: int = 0) -> dict[str, Any]:
+    """The run's snapshot from the workers' parts. ``carried``: task id ->
+    the COUNTERS of its dead processes (a worker killed), added to its row;
+    ``completed_before``: the trees their spouts completed."""
     tasks: dict[str, dict[str, Any]] = {}
     for p in parts:
         tasks.update(p["tasks"])
+    for key, r in tasks.items():
+        kept = (carried or {}).get(r["task"])
+        if kept is not None:
+            tasks[key] = r = dict(r)
+            for k, n in zip(COUNTERS, kept):
+                if k in r:
+                    r[k] = (r[k] or 0) + n
     components: dict[str, dict[str, Any]] = {}
     for name, comp in topology.components.items():
         rows = [r for r in tasks.values() if r["component"] == name]
@@ -68,7 +80,7 @@ def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float) -> di
         "eta_s": None,
         "trees": {
             "in_flight": sum(t["in_flight"] for t in trees),
-            "completed": sum(t["completed"] for t in trees),
+            "completed": sum(t["completed"] for t in trees) + completed_before,
             "failed": sum(t["failed"] for t in trees),
             "timed_out": sum(t["timed_out"] for t in trees),
             "complete_latency_ms": _latency([c["complete_latency_ms"] for c in spouts]) or blank_row("spout", [])[

@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from .._model.results import COUNTERS
 from .._model.topology import Topology
 from . import view
 from .link import Link, RemoteTask, socket_path
@@ -65,6 +66,9 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
             "received": link.received, "pending": rt.acker.pending, "emitted": rt.emitted_by_spouts,
             "completed": rt.acker.stats["completed"], "failed": rt.acker.stats["failed"],
             "forever": rt.replayed_past_max(),  # (the main process's ReplayWatch: its trees are counted here)
+            # (its tasks' counters: if this process dies, the run's counts keep what it did)
+            "counters": {t: [getattr(s, k) for k in COUNTERS] for stats in rt.stats.values()
+                         for t, s in stats.tasks.items() if link.placement[t] == link.worker},
             **(cp.status() if cp is not None else {})}
 
 
