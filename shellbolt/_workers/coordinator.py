@@ -286,12 +286,17 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
                     log.warning("%s; every tree in flight is failed and replayed", cause)
                     told = await _lost(ck, w, cause, broadcast)
+                    epoch = ck.epoch
                     with trio.move_on_after(10):
                         while not all(w.index in o.resets or o.conn is None for o in told):
                             await trio.sleep(0.01)
                     for o in told:
                         o.resets.discard(w.index)
-                    await rollback(cause)  # its stateful tasks' changes since the last checkpoint are gone
+                    # Its stateful tasks' changes since the last checkpoint are gone: every worker rolls back,
+                    # unless one asked for it since peer_lost went out (a tree it failed for it had touched a
+                    # stateful task): that rollback reached every worker after peer_lost, and covers this.
+                    if ck.epoch == epoch:
+                        await rollback(cause)
                     await start(w)
 
             stopping = trio.Event()

@@ -290,6 +290,8 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
     sentences = len([ln for ln in path.read_text(encoding="utf-8").split("\n") if ln.strip(" \t\r\f\v")])
     assert summary["sentences"]["acked"] == sentences, summary
     assert summary["split"]["executed"] >= sentences and summary["count"]["executed"] >= sum(expected.values()), summary
+    if record:  # one rollback per worker killed (a worker's request and the death's own made two)
+        assert re.search(r"committed \(\d+ in this run, 2 rolled back\)", err), err[-2000:]
     killed = {"worker-0": ["sentences", "split", "count"], "worker-1": ["split", "count"]}
     for comp in {c for v in victims for c in killed.get(v, [v])}:
         assert summary[comp]["restarts"] >= 1, (comp, summary)
