@@ -50,6 +50,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         #: (at most _MAX_FAIL_IDS): a spout that never replays loses them (docs/STATE.md)
         self._awaiting_replay: dict[Any, tuple[Any, float]] = {}
         self._warned_not_replaying = False
+        self.held_past_limit = 0  # emits not delivered: --max-tuples reached, and not replays (_past_limit)
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id))
@@ -209,6 +210,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 # an emit the host refused (an error) was not nothing: no back-off for it
                 stats = self.stats
                 emitted, skipped, errors = stats.emitted, stats.skipped, stats.errors
+                skipped += self.held_past_limit  # (what --max-tuples held back was not nothing: _past_limit)
                 n = min(burst, room)
                 out = 0 if replaying or rt.max_tuples is None else n  # (the room these nexts may fill)
                 self.asking = True  # a `next` out: its emits may start trees (a checkpoint's cut waits, workers)
@@ -221,11 +223,12 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                         rt.nexts_out -= out
                         rt.kick_spouts(but=self)  # (room they did not fill: another spout may take it)
                 brought = stats.emitted - emitted
-                if pipelined and stats.errors == errors and brought <= n and brought + stats.skipped > skipped:
+                now_skipped = stats.skipped + self.held_past_limit
+                if pipelined and stats.errors == errors and brought <= n and brought + now_skipped > skipped:
                     burst = min(burst * 2, most)
                 else:
                     burst = 1
-                if stats.emitted + stats.skipped + stats.errors == emitted + skipped + errors:
+                if stats.emitted + now_skipped + stats.errors == emitted + skipped + errors:
                     self._empty_nexts += 1
                     self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
                     # Storm's spout wait strategy: back off while there is nothing to emit.
@@ -239,6 +242,28 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                 self.idle = self.pending_roots == 0 and self._empty_nexts >= 2
                 await self.rest()
 
+    def _past_limit(self, msg_id: Any, emitted: int) -> bool:
+        """``--max-tuples`` reached: an emit that is not the replay of a
+        failed input is not delivered (nor counted, acked or failed: the
+        run ends without it, and a resumed run emits it again). Past the
+        limit the spout still gets `next` while failed inputs are owed, and
+        a spout that queues its replays behind its fresh inputs (the
+        README's sentence spout) emits those first: after a rollback they
+        went through to the end of the input. With more failed ids
+        outstanding than are tracked, every emit goes through (no replay is
+        taken for a fresh input)."""
+        rt = self.runtime
+        if rt.max_tuples is None or emitted < rt.max_tuples:
+            return False
+        awaiting = self._awaiting_replay
+        if len(awaiting) >= _MAX_FAIL_IDS or msg_id is not None and id_key(msg_id) in awaiting:
+            return False
+        self.held_past_limit += 1
+        if self.held_past_limit == 1:
+            log.info("%s: --max-tuples reached; what it emits from now on other than replays of failed inputs is "
+                     "not delivered", self.where())
+        return True
+
     async def _handle(self, proc: ShellProcess, events: list[Any]) -> None:
         rt = self.runtime
         touched: set[Task] = set()
@@ -246,6 +271,10 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         for ev in events:
             t = type(ev)
             if t is Emit:
+                if self._past_limit(ev.id, rt.emitted_by_spouts):
+                    if ev.wants_task_ids and (reply := proc.task_ids_reply([])):
+                        replies.append(reply)
+                    continue
                 if self._awaiting_replay and ev.id is not None:
                     self._awaiting_replay.pop(id_key(ev.id), None)
                 ids = rt.route(self, ev, None, touched)
@@ -253,6 +282,15 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     replies.append(reply)  # §4.3: answered before the spout's next frame is read
             elif t is Batch:  # §9.5: a spout's emits carry message ids; routed as one burst where they can be
                 emits = ev.emits
+                if rt.max_tuples is not None:
+                    emitted, kept = rt.emitted_by_spouts, []
+                    for e in emits:
+                        if not self._past_limit(e[1], emitted):
+                            kept.append(e)
+                            emitted += 1  # (as routing it counts it)
+                    if not kept:
+                        continue
+                    emits = kept
                 if self._awaiting_replay:
                     for _values, msg_id, _stream in emits:
                         if msg_id is not None:

@@ -331,6 +331,36 @@ def test_max_tuples_with_the_spouts_worker_killed_counts_what_one_worker_counts(
     assert sorted(out.splitlines()) == sorted(one.stdout.splitlines())
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_tuples_holds_through_a_rollback_on_one_and_two_workers(tmp_path, corpus, workers):
+    """--max-tuples with a count process SIGKILLed after the first
+    checkpoint: the state rolls back, the spout is told of the failed
+    trees and still gets `next` past the limit to replay them. The
+    sentence spout queues its replays behind its fresh lines, so it emitted
+    those first: a trial's run went on to the end of its input (21,600
+    trees for --max-tuples 5000), exit 0. Past the limit only replays are
+    delivered: the run counts what the run without a kill counts."""
+    path, _ = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    # (a checkpoint per 10 sentences: the run lasts long enough for the kill to fall mid-run)
+    toml.write_text(toml.read_text().replace('"topology.max.spout.pending" = 200', '"topology.max.spout.pending" = 10'))
+    limit = "2500"
+    one = subprocess.run([*ML, "run", str(toml), "--no-progress", "--max-tuples", limit], capture_output=True,
+                         text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-3000:]
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", str(workers), "--max-tuples", limit)
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pids = _wait("count running", run, lambda: _processes(run, "count"))
+        os.kill(pids[0], signal.SIGKILL)
+        out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err[-3000:]
+    assert "state rolled back to" in err, err[-2000:]  # (the kill fell before the last trees were done)
+    assert f"trees completed {limit}," in err, err[-2000:]
+    assert sorted(out.splitlines()) == sorted(one.stdout.splitlines())
+
+
 @pytest.mark.parametrize("workers, stop", [(2, "duration"), (2, "SIGTERM")])
 def test_a_run_stopped_midway_and_run_again_counts_each_word_once(tmp_path, corpus, workers, stop):
     """A run on 2 workers stopped by --duration or by SIGTERM drains its trees and takes
