@@ -84,6 +84,8 @@ class _Worker:
         #: the trees its dead processes' spouts completed: with --max-tuples the next process may emit the
         #: rest (a tree of theirs that did not complete was failed, and its spout replays it)
         self.completed_before = 0
+        self.failed = 0  # the trees of its spouts that failed, as of its process's last status
+        self.failed_before = 0  # ... and of its dead processes'
         self.start_cpu = 0.0  # the CPU its process had used when it said hello (its interpreter and imports)
         self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
         self.committed_at_hello = 0  # the run's checkpoints committed when its process said hello
@@ -94,9 +96,10 @@ class _Worker:
         self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
 
     def carry(self, tasks: list[int]) -> None:
-        """Its process died: what its tasks did, as of its last status, is
-        kept for the run's counters, and each task counts a restart (the
-        processes of its components start again with its next process)."""
+        """Its process died: what its tasks did and its spouts' trees that
+        failed, as of its last status, are kept for the run's counters, and
+        each task counts a restart (the processes of its components start
+        again with its next process)."""
         zeros = [0] * len(COUNTERS)
         for t in tasks:
             kept = self.carried.setdefault(t, zeros.copy())
@@ -104,6 +107,8 @@ class _Worker:
                 kept[i] += n
             kept[_RESTARTS] += 1
         self.counters = {}
+        self.failed_before += self.failed
+        self.failed = 0
 
     async def send(self, msg: Any) -> bool:
         """Send a message; False if its connection is gone (it died: watch() sees it).
@@ -228,7 +233,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif kind == "status":
                             if w is not None and w.conn is conn:  # (not a dead process's, read late)
                                 w.status = msg[2]
-                                w.completed, w.counters = msg[2]["completed"], msg[2]["counters"]
+                                w.completed, w.failed, w.counters = (msg[2]["completed"], msg[2]["failed"],
+                                                                     msg[2]["counters"])
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
                             await ck.step(broadcast, workers, rollback)
@@ -257,6 +263,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 return [o for o in ws if o is not but and await o.send(msg)]
 
             async def rollback(cause: str) -> None:
+                ck.rollbacks_asked += 1  # (at once: a death's watcher sees it while this waits for the lock)
                 async with ck.lock:  # not between a checkpoint's write and its commit going out
                     ck.epoch += 1
                     ck.rollbacks += 1
@@ -285,8 +292,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return
                     cause = f"host worker {w.index} (pid {w.proc.pid}) died ({_how(code)}); restarted"
                     log.warning("%s; every tree in flight is failed and replayed", cause)
-                    told = await _lost(ck, w, cause, broadcast)
-                    epoch = ck.epoch
+                    told, asked = await _lost(ck, w, cause, broadcast)
                     with trio.move_on_after(10):
                         while not all(w.index in o.resets or o.conn is None for o in told):
                             await trio.sleep(0.01)
@@ -294,8 +300,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         o.resets.discard(w.index)
                     # Its stateful tasks' changes since the last checkpoint are gone: every worker rolls back,
                     # unless one asked for it since peer_lost went out (a tree it failed for it had touched a
-                    # stateful task): that rollback reached every worker after peer_lost, and covers this.
-                    if ck.epoch == epoch:
+                    # stateful task): that rollback reaches every worker after peer_lost, and covers this.
+                    if ck.rollbacks_asked == asked:
                         await rollback(cause)
                     await start(w)
 
@@ -325,7 +331,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     assert on_snapshot is not None
                     parts = [s["part"] for s in st]  # type: ignore[index]
                     on_snapshot(merge(topology, parts, trio.current_time() - began, carried(),
-                                      sum(w.completed_before for w in ws)), final)
+                                      {"completed": sum(w.completed_before for w in ws),
+                                       "failed": sum(w.failed_before for w in ws)}), final)
                     next_snapshot = trio.current_time() + snapshot_every
                 return st
 
@@ -450,7 +457,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for k, n in zip(COUNTERS, kept):
                 setattr(stats, k, getattr(stats, k) + n)
         result.completed += r.get("completed", 0) + w.completed_before  # (and its dead processes' spouts')
-        result.failed += r.get("failed", 0)
+        result.failed += r.get("failed", 0) + w.failed_before
         result.timed_out += r.get("timed_out", 0)
         result.pending += r.get("pending", 0)
         result.dead_letters += r.get("dead_letters", 0)
@@ -502,10 +509,12 @@ def workers_for(topology: Topology, workers: int) -> int:
     return max(1, min(workers, sum(len(c.tasks) for c in topology.components.values())))
 
 
-async def _lost(ck: _Checkpoints, w: _Worker, cause: str, broadcast: Any) -> list[_Worker]:
+async def _lost(ck: _Checkpoints, w: _Worker, cause: str, broadcast: Any) -> tuple[list[_Worker], int]:
     """A worker's process died: the checkpoint being taken is abandoned, and
     the others are told (``peer_lost``: each fails every tree it owns that no
-    commit covered); the workers told are returned. ``w.completed_before``
+    commit covered); the workers told are returned, with the rollbacks
+    asked for until then (one asked for after, by a worker as it takes in
+    the death, waits for the lock: it reaches every worker after peer_lost). ``w.completed_before``
     takes in the trees of its spouts that this process completed, which a
     next process's ``--max-tuples`` share leaves out. They are counted once
     no commit can go out any more: a commit that held the lock when the
@@ -517,7 +526,8 @@ async def _lost(ck: _Checkpoints, w: _Worker, cause: str, broadcast: Any) -> lis
         ck.abandon()  # (and none goes out after this: it would cover trees the others fail now)
         # (the checkpoints' count is exact, where they hold the acks; a status may be 50 ms old)
         w.completed_before = max(ck.trees.get(w.index, 0), w.completed_before + completed)
-        return await broadcast(("peer_lost", w.index, cause), but=w)
+        asked = ck.rollbacks_asked
+        return await broadcast(("peer_lost", w.index, cause), but=w), asked
 
 
 def max_tuples_shares(topology: Topology, workers: int, max_tuples: int) -> dict[int, int]:
@@ -622,6 +632,7 @@ class _Checkpoints:
         self.committed_outputs: list[dict[str, Any]] = []
         self.lock = trio.Lock()
         self.committed = self.rollbacks = 0
+        self.rollbacks_asked = 0  # run_workers' rollback() calls, counted before each waits for the lock
         self._epoch_at = 0
         #: worker -> the trees of its spouts that this run's checkpoints covered (completed: --max-tuples)
         self.trees: dict[int, int] = {}

@@ -39,10 +39,11 @@ def _latency(summaries: list[dict[str, Any] | None]) -> dict[str, Any] | None:
 
 
 def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float,
-          carried: dict[int, list[int]] | None = None, completed_before: int = 0) -> dict[str, Any]:
+          carried: dict[int, list[int]] | None = None, trees_before: dict[str, int] | None = None) -> dict[str, Any]:
     """The run's snapshot from the workers' parts. ``carried``: task id ->
     the COUNTERS of its dead processes (a worker killed), added to its row;
-    ``completed_before``: the trees their spouts completed."""
+    ``trees_before``: the trees their spouts completed and failed."""
+    before = trees_before or {}
     tasks: dict[str, dict[str, Any]] = {}
     for p in parts:
         tasks.update(p["tasks"])
@@ -80,8 +81,8 @@ def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float,
         "eta_s": None,
         "trees": {
             "in_flight": sum(t["in_flight"] for t in trees),
-            "completed": sum(t["completed"] for t in trees) + completed_before,
-            "failed": sum(t["failed"] for t in trees),
+            "completed": sum(t["completed"] for t in trees) + before.get("completed", 0),
+            "failed": sum(t["failed"] for t in trees) + before.get("failed", 0),
             "timed_out": sum(t["timed_out"] for t in trees),
             "complete_latency_ms": _latency([c["complete_latency_ms"] for c in spouts]) or blank_row("spout", [])[
                 "complete_latency_ms"],

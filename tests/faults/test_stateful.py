@@ -289,6 +289,8 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
                for m in re.finditer(r"^\[summary\]   (\w+): (.*)$", err, re.M)}
     sentences = len([ln for ln in path.read_text(encoding="utf-8").split("\n") if ln.strip(" \t\r\f\v")])
     assert summary["sentences"]["acked"] == sentences, summary
+    trees = re.search(r"trees completed (\d+), failed (\d+)", err)  # (the one spout's trees: its counters)
+    assert trees and [int(trees[1]), int(trees[2])] == [sentences, summary["sentences"]["failed"]], err[-2000:]
     assert summary["split"]["executed"] >= sentences and summary["count"]["executed"] >= sum(expected.values()), summary
     if record:  # one rollback per worker killed (a worker's request and the death's own made two)
         assert re.search(r"committed \(\d+ in this run, 2 rolled back\)", err), err[-2000:]
