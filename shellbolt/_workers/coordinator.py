@@ -514,9 +514,11 @@ async def _lost(ck: _Checkpoints, w: _Worker, cause: str, broadcast: Any) -> tup
     the others are told (``peer_lost``: each fails every tree it owns that no
     commit covered); the workers told are returned, with the rollbacks
     asked for until then (one asked for after, by a worker as it takes in
-    the death, waits for the lock: it reaches every worker after peer_lost). ``w.completed_before``
-    takes in the trees of its spouts that this process completed, which a
-    next process's ``--max-tuples`` share leaves out. They are counted once
+    the death, waits for the lock: it reaches every worker after peer_lost).
+
+    ``w.completed_before`` takes in the trees of its spouts that this
+    process completed, which a next process's ``--max-tuples`` share leaves
+    out. They are counted once
     no commit can go out any more: a commit that held the lock when the
     death was seen covers some of them (its store write was under way), and
     the next process's spout skips those ids as committed; counted before,
