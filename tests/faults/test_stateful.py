@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -307,20 +307,26 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
                 assert all(s.complete for s in log.sessions.values()) and not log.notes, (task, log.notes)
 
 
+def _max_tuples_reference(tmp_path: Path, corpus, limit: str = "2500") -> tuple[Path, Any, str]:
+    """The word count with a checkpoint per 10 sentences (max spout pending
+    10: a run long enough for a kill to fall mid-run), and its --max-tuples
+    run without a kill, on the embedded engine: what a run with kills counts."""
+    path, _ = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    toml.write_text(toml.read_text().replace('"topology.max.spout.pending" = 200', '"topology.max.spout.pending" = 10'))
+    one = subprocess.run([*ML, "run", str(toml), "--no-progress", "--max-tuples", limit], capture_output=True,
+                         text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-3000:]
+    return toml, one, limit
+
+
 def test_max_tuples_with_the_spouts_worker_killed_counts_what_one_worker_counts(tmp_path, corpus):
     """--max-tuples on 2 workers, the spout's worker (0) SIGKILLed after the
     first checkpoint: its next process may emit the limit less the trees its
     predecessor completed (the checkpoints say how many; the trees in flight
     were failed, and its spout replays them), so the run counts exactly the
     sentences the embedded engine's --max-tuples run counts."""
-    path, _ = corpus
-    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    # (a checkpoint per 10 sentences: the run lasts long enough for the kill to fall mid-run)
-    toml.write_text(toml.read_text().replace('"topology.max.spout.pending" = 200', '"topology.max.spout.pending" = 10'))
-    limit = "2500"
-    one = subprocess.run([*ML, "run", str(toml), "--no-progress", "--max-tuples", limit], capture_output=True,
-                         text=True, timeout=120)
-    assert one.returncode == 0, one.stderr[-3000:]
+    toml, one, limit = _max_tuples_reference(tmp_path, corpus)
     state = tmp_path / "state"
     run = _run_cli(toml, state, "--workers", "2", "--max-tuples", limit)
     with _reaped(run):
@@ -342,14 +348,7 @@ def test_max_tuples_holds_through_a_rollback_on_one_and_two_workers(tmp_path, co
     those first: a trial's run went on to the end of its input (21,600
     trees for --max-tuples 5000), exit 0. Past the limit only replays are
     delivered: the run counts what the run without a kill counts."""
-    path, _ = corpus
-    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    # (a checkpoint per 10 sentences: the run lasts long enough for the kill to fall mid-run)
-    toml.write_text(toml.read_text().replace('"topology.max.spout.pending" = 200', '"topology.max.spout.pending" = 10'))
-    limit = "2500"
-    one = subprocess.run([*ML, "run", str(toml), "--no-progress", "--max-tuples", limit], capture_output=True,
-                         text=True, timeout=120)
-    assert one.returncode == 0, one.stderr[-3000:]
+    toml, one, limit = _max_tuples_reference(tmp_path, corpus)
     state = tmp_path / "state"
     run = _run_cli(toml, state, "--workers", str(workers), "--max-tuples", limit)
     with _reaped(run):

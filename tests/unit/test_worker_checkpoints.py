@@ -16,24 +16,22 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ANSWER = {"changes": {}, "completed": [], "values": {}, "outputs": {}, "parallelism": {}}
 
 
-def test_a_checkpoint_answered_by_a_worker_that_then_died_is_not_committed_after_its_death_is_told(tmp_path):
-    """A worker answers the prepare and is killed; the main process sees
-    the death before it reads the answer. The others are told of the death
-    (each fails every tree it owns that no commit covered, and its spouts
-    replay them): the checkpoint must not be written after that, or it
-    covers trees being replayed, whose words are counted twice (seen once
-    in a trial: about 200 sentences, one max spout pending's worth, too
-    many). Nothing begins until the rollback that follows."""
+async def _rollback(cause):
+    raise AssertionError(f"not asked for here: {cause}")
+
+
+async def _to_prepare(ck, broadcast):
+    """Both workers quiet with something to checkpoint, then both at the cut: the prepare goes out."""
+    ck.flags = {0: (True, True, 0, 0), 1: (True, True, 0, 0)}
+    await ck.step(broadcast, 2, _rollback)
+    ck.cuts = {0, 1}
+    await ck.step(broadcast, 2, _rollback)
+
+
+def _run(tmp_path, steps):
+    """``steps(ck)`` against the main process's checkpoints of the README word count, on a real store."""
     topo = load_topology(str(EXAMPLES / "wordcount.toml"))
     topo.conf["topology.state.provider.config"] = {"dir": str(tmp_path / "state")}
-    sent: list[tuple] = []
-
-    async def broadcast(msg, but=None):
-        sent.append(msg)
-        return []
-
-    async def rollback(cause):
-        raise AssertionError(f"not asked for here: {cause}")
 
     async def main():
         ck = _Checkpoints(topo, None)
@@ -42,30 +40,44 @@ def test_a_checkpoint_answered_by_a_worker_that_then_died_is_not_committed_after
         finally:
             ck.close()
 
+    trio.run(main)
+
+
+def test_a_checkpoint_answered_by_a_worker_that_then_died_is_not_committed_after_its_death_is_told(tmp_path):
+    """A worker answers the prepare and is killed; the main process sees
+    the death before it reads the answer. The others are told of the death
+    (each fails every tree it owns that no commit covered, and its spouts
+    replay them): the checkpoint must not be written after that, or it
+    covers trees being replayed, whose words are counted twice (seen once
+    in a trial: about 200 sentences, one max spout pending's worth, too
+    many). Nothing begins until the rollback that follows."""
+    sent: list[tuple] = []
+
+    async def broadcast(msg, but=None):
+        sent.append(msg)
+        return []
+
     async def steps(ck):
-        ck.flags = {0: (True, True, 0, 0), 1: (True, True, 0, 0)}
-        await ck.step(broadcast, 2, rollback)
-        ck.cuts = {0, 1}
-        await ck.step(broadcast, 2, rollback)
+        await _to_prepare(ck, broadcast)
         assert [m[0] for m in sent] == ["cp_pause", "cp_prepare"]
         ck.prepared = {0: ANSWER, 1: ANSWER}  # both answers in, the second read after its worker's death was seen
         async with trio.open_nursery() as nursery:
             await ck.lock.acquire()  # (the death's handler holds it while it tells the others)
-            nursery.start_soon(ck.step, broadcast, 2, rollback)
+            nursery.start_soon(ck.step, broadcast, 2, _rollback)
             await trio.testing.wait_all_tasks_blocked()
             ck.abandon()
             ck.lock.release()
         assert ck.store.txid is None, "written after the others were told of the death"
         assert [m[0] for m in sent] == ["cp_pause", "cp_prepare"]
-        await ck.step(broadcast, 2, rollback)  # no new one before the rollback
+        await ck.step(broadcast, 2, _rollback)  # no new one before the rollback
         assert [m[0] for m in sent] == ["cp_pause", "cp_prepare"]
         ck.epoch += 1  # the rollback (run_workers' rollback(): a new epoch, every worker back to the last commit)
         ck.state = "idle"
         ck.flags = {0: (True, True, 0, 1), 1: (True, True, 0, 1)}
-        await ck.step(broadcast, 2, rollback)
+        await ck.step(broadcast, 2, _rollback)
         assert [m[0] for m in sent] == ["cp_pause", "cp_prepare", "cp_pause"]
 
-    trio.run(main)
+    _run(tmp_path, steps)
 
 
 def test_a_worker_killed_every_second_or_two_while_checkpoints_commit_is_not_a_crash_loop():
@@ -86,36 +98,21 @@ def test_a_worker_dead_while_a_checkpoint_waits_to_be_written_has_its_trees_in_t
     that covered some of those trees waited for the lock; the commit went
     out first, the next process's spout skipped those ids as committed, and
     emitted as many fresh sentences in their place."""
-    topo = load_topology(str(EXAMPLES / "wordcount.toml"))
-    topo.conf["topology.state.provider.config"] = {"dir": str(tmp_path / "state")}
     sent: list[tuple] = []
 
     async def broadcast(msg, but=None):
         sent.append(msg)
         return []
 
-    async def rollback(cause):
-        raise AssertionError(f"not asked for here: {cause}")
-
-    async def main():
-        ck = _Checkpoints(topo, None)
-        try:
-            await steps(ck)
-        finally:
-            ck.close()
-
     async def steps(ck):
-        ck.flags = {0: (True, True, 0, 0), 1: (True, True, 0, 0)}
-        await ck.step(broadcast, 2, rollback)
-        ck.cuts = {0, 1}
-        await ck.step(broadcast, 2, rollback)
+        await _to_prepare(ck, broadcast)
         three = [("sentences", 0, str(i)) for i in range(3)]
         ck.prepared = {0: {**ANSWER, "completed": three}, 1: ANSWER}
         w = _Worker(0)
         w.completed = 1  # its last status (50 ms old: the acks of the other two were released since)
         async with trio.open_nursery() as nursery:
             await ck.lock.acquire()  # (held a moment: a rollback going out, say)
-            nursery.start_soon(ck.step, broadcast, 2, rollback)  # the commit waits for the lock ...
+            nursery.start_soon(ck.step, broadcast, 2, _rollback)  # the commit waits for the lock ...
             await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(_lost, ck, w, "killed", broadcast)  # ... and then the death's handler
             await trio.testing.wait_all_tasks_blocked()
@@ -124,4 +121,4 @@ def test_a_worker_dead_while_a_checkpoint_waits_to_be_written_has_its_trees_in_t
         assert [m[0] for m in sent] == ["cp_pause", "cp_prepare", "cp_commit", "peer_lost"]
         assert w.completed_before == 3, "the next process would emit the trees of that commit again"
 
-    trio.run(main)
+    _run(tmp_path, steps)
