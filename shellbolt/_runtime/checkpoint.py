@@ -40,7 +40,7 @@ from .state_store import Checkpoint, StateStore, msg_key, open_store, provider_c
 from .tasks import PlainComponentError, RuntimeSeam, SpoutTask, Task, log
 
 
-__all__ = ["Checkpointer", "StatefulSink", "StateStoreFailed", "init_frames"]
+__all__ = ["Checkpointer", "StatefulSink", "StateStoreFailed", "init_frames", "rolled_back_to"]
 
 #: when every tree waits only for held acks and no spout may emit (the end of
 #: the input, or spouts held back by topology.max.spout.pending or
@@ -50,6 +50,11 @@ _QUIET = 0.002
 #: keys per init chunk (§9.7 chunks; each frame also stays under the frame limit)
 _CHUNK_KEYS = 1000
 _NO_ROOTS: frozenset[int] = frozenset()
+
+
+def rolled_back_to(txid: int | None) -> str:
+    """Where a rollback takes the state: the last committed checkpoint."""
+    return "the start (no checkpoint committed yet)" if txid is None else f"checkpoint {txid}"
 
 
 class Checkpointer:
@@ -439,8 +444,8 @@ class Checkpointer:
     def rollback(self, cause: str, *, quiet: bool = False) -> None:
         """Back to the last commit: every stateful process restores it, and
         every tree that touched one since is failed (and replayed). ``quiet``:
-        not logged (a host worker with no stateful task has no state to roll
-        back; the main process says why the run rolled back)."""
+        not logged (a host worker's: the main process says it once for
+        every worker)."""
         rt = self.rt
         self.epoch += 1
         self.rollbacks += 1
@@ -456,7 +461,7 @@ class Checkpointer:
         self._waiting = set()
         if self.view:
             self.view = {k: v for k, v in self.view.items() if roots.isdisjoint(v[1])}
-        where = "the start (no checkpoint committed yet)" if txid is None else f"checkpoint {txid}"
+        where = rolled_back_to(txid)
         why = Cause.make(f"rolled back to {where}: {cause}", blamed=False)
         fail_root = rt.acker.fail_root
         for r in roots:

@@ -175,7 +175,7 @@ class WorkerCheckpointer(Checkpointer):
         acker = self.rt.acker
         acker.epoch = epoch
         self.epoch = epoch - 1  # (+ 1 in rollback)
-        super().rollback(cause, quiet=not self.tasks)
+        super().rollback(cause, quiet=True)  # (the main process says it, once for every worker)
         why = f"rolled back to the last checkpoint: {cause}"
         for r in list(acker.roots):
             if r not in self.committed_pending:

@@ -25,6 +25,7 @@ from .._model.results import COUNTERS, DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
+from .._runtime.checkpoint import rolled_back_to
 from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
 from .link import socket_path
@@ -269,6 +270,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     ck.rollbacks += 1
                     ck.state = "idle"
                     await broadcast(("rollback", cause, ck.epoch))
+                    log.warning("state rolled back to %s on every host worker: %s",  # (once: the workers are quiet)
+                                rolled_back_to(ck.store.txid), cause)
 
             async def watch(w: _Worker) -> None:
                 while True:

@@ -282,7 +282,9 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
         out, err = run.communicate(timeout=180)
     assert run.returncode == 0, err[-3000:]
     assert {json.loads(ln)["word"]: json.loads(ln)["count"] for ln in out.splitlines()} == expected
-    assert "state rolled back to checkpoint" in err, err[-2000:]
+    # Said once per rollback, on any number of workers (each stateful worker said it too: twice on 2)
+    rolled = re.search(r"committed \(\d+ in this run, (\d+) rolled back\)", err)
+    assert rolled and err.count("state rolled back to checkpoint") == int(rolled[1]) >= 1, err[-3000:]
     # The summary's counters keep what the killed processes did (a killed worker's tasks' counts were
     # those of its last process only: split executed 5,850 of 11,100 sentences), and count their restarts.
     summary = {m[1]: {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", m[2])}
