@@ -376,6 +376,15 @@ class Acker:
             return True
         return self._remote_live(ids)
 
+    def pending_here(self, t: "int | TupleEdges") -> bool:
+        """Whether one of ``t``'s trees is one of this worker's, still
+        pending (an anchored token). :meth:`is_live` without another
+        worker's trees: those are their owner's to wait for (a run ends when
+        no worker has a tree pending, shellbolt/_workers)."""
+        if type(t) is int:
+            return t in self.roots
+        return not self.roots.keys().isdisjoint(t.ids)  # type: ignore[union-attr]
+
     def _remote_live(self, ids: Any) -> bool:
         """Whether one of roots ``ids`` is another worker's tree begun in this
         epoch (a rollback failed every earlier one): its owner decides."""

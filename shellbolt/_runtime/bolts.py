@@ -111,12 +111,14 @@ class ShellBoltTask(ShellTask):
         or an unanchored emit upstream) while the bolt still acks or fails
         within the message timeout. A tuple whose trees have finished, or a
         tick, holds nothing up: a bolt that never acks it must not keep a
-        run from ending (Storm's bolts ack ticks at will)."""
+        run from ending (Storm's bolts ack ticks at will). Nor does a tree
+        another host worker owns: that worker is busy while it is pending
+        (a run ends when every worker is done)."""
         if self.inbox:
             return True
         if not self.in_flight:
             return False
-        waited_for = self.sink.waited_for
+        waited_for = self.sink.waited_for_here
         settling = trio.current_time() - self._last_settled < self.message_timeout
         for token in self.in_flight.values():
             w = waited_for(token)

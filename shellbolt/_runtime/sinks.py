@@ -56,6 +56,11 @@ class BoltSink:
         unanchored emit upstream; the task waits while the bolt still settles)."""
         return self.live(token)
 
+    def waited_for_here(self, token: Any) -> bool | None:
+        """:meth:`waited_for`, where a tree another host worker owns is not
+        waited for here: its owner's run waits for it (the run's end)."""
+        return self.waited_for(token)
+
     def alone(self, token: Any) -> bool:
         """Whether the tuple must be written when the process holds nothing
         else (a suspect after a crash, §8.4). If so, the task writes it alone
@@ -100,6 +105,16 @@ class BoltSink:
         raise NotImplementedError
 
 
+def _waited(token: Any, live: Any) -> bool | None:
+    """A tick's token is waited for by nobody, a tuple without a tree by
+    nobody known (None), one with trees as ``live`` says."""
+    if token is TICK_EDGES:
+        return False
+    if type(token) is not int and not token.ids:
+        return None
+    return live(token)
+
+
 @dataclass(slots=True)
 class _Held:
     emit: Emit
@@ -125,11 +140,10 @@ class AckerSink(BoltSink):
     # -- queued tuples -----------------------------------------------------------------
 
     def waited_for(self, token: Any) -> bool | None:
-        if token is TICK_EDGES:
-            return False
-        if type(token) is not int and not token.ids:
-            return None
-        return self.acker.is_live(token)
+        return _waited(token, self.acker.is_live)
+
+    def waited_for_here(self, token: Any) -> bool | None:
+        return _waited(token, self.acker.pending_here)
 
     def isolating(self) -> bool:
         return bool(self._suspects)

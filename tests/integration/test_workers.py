@@ -311,3 +311,44 @@ def test_a_function_of_a_module_beside_the_script_runs_on_the_workers(tmp_path):
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stdout.split("\n")[0] == "True ['A', 'B', 'C', 'D', 'E', 'F']", r.stdout
+
+
+def test_a_bolt_that_never_acks_some_tuples_ends_the_run_on_workers_as_on_one(tmp_path):
+    """A bolt that keeps the word "nathan" for ever (never acks nor fails
+    it): its trees time out, TestWordSpout replays them up to
+    multilang.max.replays and then gives them up. The run ends, exit 1, with
+    the same counts on 2 workers as on 1: a tuple a bolt holds of a tree
+    another worker owns is that worker's to wait for (a trial's run on 2
+    workers never ended: the holding worker waited for trees long given up)."""
+    flux = tmp_path / "hold.yaml"
+    flux.write_text(f"""name: "hold"
+config:
+  topology.message.timeout.secs: 1
+  multilang.testwordspout.count: 30
+  multilang.testwordspout.seed: 3
+spouts:
+  - id: "words"
+    className: "org.apache.storm.testing.TestWordSpout"
+    parallelism: 2
+bolts:
+  - id: "tag"
+    className: "org.apache.storm.flux.wrappers.bolts.FluxShellBolt"
+    constructorArgs:
+      - ["{sys.executable}", "{ROOT / 'tests' / 'integration' / 'components' / 'tag_bolt.py'}", "--hold-on", "nathan"]
+      - ["task", "values"]
+    parallelism: 2
+streams:
+  - from: "words"
+    to: "tag"
+    grouping:
+      type: SHUFFLE
+""")
+    runs = [subprocess.run([*ML, "run", str(flux), "--workers", str(w), "--no-progress", "-o", os.devnull],
+                           capture_output=True, text=True, timeout=60) for w in (1, 2)]
+    for r in runs:
+        assert r.returncode == 1, r.stderr[-2000:]
+        assert "input(s) failed for good and were given up on" in r.stderr, r.stderr[-2000:]
+    trees = [re.search(r"trees completed (\d+), failed (\d+)", r.stderr) for r in runs]
+    assert trees[0] and trees[1] and trees[0].groups() == trees[1].groups(), [r.stderr[-1500:] for r in runs]
+    given_up = [re.search(r"(\d+) input\(s\) failed for good", r.stderr)[1] for r in runs]
+    assert given_up[0] == given_up[1] != "0"
