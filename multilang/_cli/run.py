@@ -244,6 +244,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
     out = Output(output)
     on_dead_letter, dead_file = dead_letter_writer(dead_letter)
     control = WorkersControl()
+    out.runtime = control  # (the output's reader gone: the run stops, as on one worker)
     start = time.monotonic()
     latest: list[dict[str, Any]] = []  # the run's last snapshot, merged from the workers' (the view, the metrics)
     lines = metrics is not None and metrics.writes_lines
