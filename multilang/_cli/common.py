@@ -135,8 +135,11 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
     and every process is closed without its grace periods (still reaped);
     the result is then None and the caller asks the runtime for what it
     has. A runtime whose ``abort()`` returns True (host workers) stops at
-    once by itself and returns its result; a third signal cancels it. Signals are received here rather than left to trio's
-    KeyboardInterrupt delivery, which could be lost while the run idled."""
+    once by itself, within a bounded time (the workers that do not answer
+    are killed), and returns its result: later signals do not cancel it,
+    which would lose the output the workers hold. Signals are received here
+    rather than left to trio's KeyboardInterrupt delivery, which could be
+    lost while the run idled."""
     import trio
 
     first: int | None = None
@@ -156,11 +159,13 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
                                    "again to stop at once)", err=True)
                         runtime.request_stop("signal")
                         return False
-                    if not at_once:
-                        click.echo(f"{name}: stopping at once", err=True)
-                        if runtime.abort():  # it stops at once by itself, with what it has: a third signal cancels
-                            at_once = True
-                            return False
+                    if at_once:  # (cancelled now, the workers' part of the output would be lost with them)
+                        click.echo(f"{name}: stopping at once already; the output so far follows", err=True)
+                        return False
+                    click.echo(f"{name}: stopping at once", err=True)
+                    if runtime.abort():  # it stops at once by itself, with what it has, in a bounded time
+                        at_once = True
+                        return False
                     nursery.cancel_scope.cancel()
                     return True
 
