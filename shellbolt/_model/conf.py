@@ -190,7 +190,8 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("topology.subprocess.timeout.secs", "a positive number (seconds) or null", _number(positive=True, null=True),
             None, "A process silent this long is dead (heartbeats); null: supervisor.worker.timeout.secs."),
     ConfKey("supervisor.worker.timeout.secs", _POS_SECS, _number(positive=True), 30,
-            "The heartbeat timeout when topology.subprocess.timeout.secs is null."),
+            "The heartbeat timeout when topology.subprocess.timeout.secs is null; and how long a host worker "
+            "may say nothing to the main process before it is killed and started again (docs/WORKERS.md)."),
     ConfKey("topology.tick.tuple.freq.secs", "a positive number (seconds) or null",
             _number(positive=True, null=True), None, "Send a tick tuple to each bolt task this often; null: no ticks."),
     ConfKey("topology.name", "a string", _str(), None, "The topology's name, as components see it in their conf."),

@@ -91,6 +91,7 @@ class _Worker:
         self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
         self.committed_at_hello = 0  # the run's checkpoints committed when its process said hello
         self.hello_at = 0.0  # when its process said hello
+        self.heard_at = 0.0  # when its process last said anything (supervisor.worker.timeout.secs)
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
         self.counters: dict[int, list[int]] = {}  # task id -> its COUNTERS, as of its process's last status
@@ -211,11 +212,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 frames = Frames()
                 w: _Worker | None = None
                 async for data in conn:
+                    if w is not None and w.conn is conn:
+                        w.heard_at = trio.current_time()
                     for msg in frames.feed(data):
                         kind = msg[0]
                         if kind == "hello":
                             w = ws[msg[1]]
                             w.conn, w.start_cpu, w.hello_at = conn, msg[3], trio.current_time()
+                            w.heard_at = w.hello_at
                             w.committed_at_hello = ck.committed
                             await w.send(("epoch", ck.epoch, ck.store.txid or 0))
                             for m in list(said):
@@ -315,6 +319,20 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 nursery.start_soon(watch, w)
             next_snapshot = began + snapshot_every
 
+            silent_secs = float(topology.conf.get("supervisor.worker.timeout.secs") or 30)
+
+            def kill_the_silent() -> None:
+                """Storm's supervisor: a worker that has said nothing for
+                supervisor.worker.timeout.secs (hung, stopped) is killed; watch()
+                starts it again, as after a kill -9 (or not, once the run stops)."""
+                now = trio.current_time()
+                for w in ws:
+                    if (w.conn is not None and w.result is None and w.proc is not None and w.proc.returncode is None
+                            and now - w.heard_at > silent_secs):
+                        log.warning("host worker %d (pid %d) has said nothing for %gs "
+                                    "(supervisor.worker.timeout.secs): killed", w.index, w.proc.pid, silent_secs)
+                        w.proc.kill()
+
             async def poll(final: bool = False) -> list[dict[str, Any] | None]:
                 """Every worker's status (None: no answer in time); with the
                 parts of the run's snapshot when one is due (on_snapshot)."""
@@ -329,6 +347,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     with trio.move_on_after(_SEND_SECS):
                         while any(w.status is None and w.conn is not None for w in ws):
                             await trio.sleep(_POLL / 5)
+                kill_the_silent()
                 st = [w.status for w in ws]
                 if want and all(s is not None and "part" in s for s in st):
                     assert on_snapshot is not None
@@ -420,7 +439,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             said.append(("abort",) if control.aborted else ("finish",))
             for w in ws:
                 await w.send(said[-1])
-            deadline = math.inf
+            deadline, asked = math.inf, trio.current_time()
             while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
                 if control.aborted and deadline == math.inf:  # what they have, within _ABORT_SECS
                     deadline = trio.current_time() + _ABORT_SECS
@@ -430,6 +449,12 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             await w.send(said[-1])
                 if trio.current_time() >= deadline:
                     break
+                if trio.current_time() - asked >= 1:  # (a worker that answers is alive: one that does not, hung)
+                    asked = trio.current_time()
+                    for w in ws:
+                        if w.result is None:
+                            await w.send(("status", False))
+                kill_the_silent()
                 await trio.sleep(_POLL / 5)
             for w in ws:
                 if w.proc is not None:

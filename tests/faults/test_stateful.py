@@ -317,6 +317,30 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
                 assert all(s.complete for s in log.sessions.values()) and not log.notes, (task, log.notes)
 
 
+def test_a_hung_worker_is_killed_and_restarted_and_the_counts_stay_exact(tmp_path, corpus):
+    """Storm's supervisor.worker.timeout.secs: a host worker stopped
+    (SIGSTOP: hung, answering nothing) after the first checkpoint is killed
+    once it has said nothing for that long, and started again; the run goes
+    on and each word is counted once. A trial's run stalled for good, and a
+    SIGTERM did not end it (the main process waited for the hung worker's
+    result)."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    toml.write_text(toml.read_text().replace('"topology.message.timeout.secs" = 30',
+                                             '"topology.message.timeout.secs" = 5'))
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2", "-c", "supervisor.worker.timeout.secs=2")
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pids = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))
+        os.kill(pids[0], signal.SIGSTOP)
+        out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err[-3000:]
+    assert f"host worker 1 (pid {pids[0]}) has said nothing for 2s (supervisor.worker.timeout.secs): killed" in err, \
+        err[-3000:]
+    assert _counts(out) == expected
+
+
 def _max_tuples_reference(tmp_path: Path, corpus, limit: int = 2500) -> tuple[Path, dict[str, int], str]:
     """The word count with a checkpoint per 10 sentences (max spout pending
     10: a run long enough for a kill to fall mid-run), and what its
