@@ -305,7 +305,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
         if metrics is not None:
             metrics.close(control if latest else None)  # the last line: the run's final counts
     signum = signum or _signals.first
-    if result is None:  # stopped at once by a third signal: the workers were killed
+    if result is None:  # (cancelled: no signal does that to a run on workers, but nothing is left to say then)
         out.flush()
         interrupted(signum or signal.SIGINT, bool(topology.output.key))
         raise SystemExit(exit_code(None, signum or signal.SIGINT))

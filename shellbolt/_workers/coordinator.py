@@ -417,6 +417,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         return "done"
                     seen = now if quiet else None
 
+            if duration is not None:  # (it counts from when every worker is up, as one engine's from its start)
+                while any(w.conn is None for w in ws) and not failures and control.reason is None:
+                    await trio.sleep(_POLL)
+                log.debug("every host worker is up: --duration's %gs count from now", duration)
             with trio.move_on_after(math.inf if duration is None else duration):
                 stopped_by = "duration"
                 stopped_by = await until_quiet(False)

@@ -170,6 +170,17 @@ def test_duration_on_workers_lasts_as_long_as_on_one_worker():
     assert "failed 0" in first, first
 
 
+def test_duration_on_workers_counts_from_when_the_workers_are_up():
+    # A trial's --duration 0.5 on 3 workers ended with no tree done (one worker: 600 to 700): the
+    # workers' start-up (an interpreter and its imports each) was counted in the duration.
+    r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--no-progress", "--duration", "1", "--workers", "3",
+                        "--log-level", "debug"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "every host worker is up: --duration's 1s count from now" in r.stderr, r.stderr[-3000:]
+    done = re.search(r"trees completed (\d+), failed 0", r.stderr)
+    assert done and int(done[1]) > 0, r.stderr[-3000:]
+
+
 def test_a_stop_said_before_the_workers_are_up_reaches_them_once_they_are(tmp_path):
     # A stop (--duration, a signal) was told only to the workers connected at the time: one still
     # starting never heard it, its spout emitted through the whole shutdown grace, and only then did
