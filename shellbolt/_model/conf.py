@@ -292,11 +292,14 @@ def _json(v: Any) -> str:
 
 
 def _show(v: Any) -> str:
+    """A value as the user wrote it (TOML, YAML, JSON: true, null), clipped."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"{str(v).lower()} (a boolean)"
     text = repr(v)
     if len(text) > 80:
         text = text[:77] + "..."
-    if isinstance(v, bool):
-        return f"{text} (a boolean)"
     if isinstance(v, (dict, list)):
         return f"{text} (a {'table' if isinstance(v, dict) else 'list'})"
     return text

@@ -353,7 +353,7 @@ def test_flux_file_with_a_stateful_bolt_keeps_and_resumes_its_state(tmp_path):
     assert again.returncode == 0 and counts(again.stdout) == COUNTS and skipped(again.stderr, "s") == 3
 
 
-@pytest.mark.parametrize("value, shown", [('"100"', "'100'"), ("0", "0"), ("true", "True (a boolean)"), ("1.5", "1.5")])
+@pytest.mark.parametrize("value, shown", [('"100"', "'100'"), ("0", "0"), ("true", "true (a boolean)"), ("1.5", "1.5")])
 def test_flux_checkpoint_interval_of_a_wrong_type_is_refused(tmp_path, value, shown):
     r = run(flux(tmp_path, value))
     usage_error(r, "flx.yaml: conf key 'topology.state.checkpoint.interval.ms' must be an integer from 1 to 86400000 "
@@ -367,7 +367,7 @@ BAD_CONF = [
     ("topology.state.checkpoint.interval.ms", "0", "0"),
     ("topology.state.checkpoint.interval.ms", "-1", "-1"),
     ("topology.state.checkpoint.interval.ms", "1.5", "1.5"),
-    ("topology.state.checkpoint.interval.ms", "true", "True (a boolean)"),
+    ("topology.state.checkpoint.interval.ms", "true", "true (a boolean)"),
     ("topology.state.checkpoint.interval.ms", '"1000"', "'1000'"),
     ("topology.state.checkpoint.interval.ms", "[1]", "[1] (a list)"),
     ("topology.state.provider", '"redis"', "'redis'"),

@@ -263,7 +263,8 @@ def test_overrides_are_checked_and_named(tmp_path):
 def test_bool_is_not_a_number():
     for key in ("topology.max.spout.pending", "topology.message.timeout.secs", "multilang.restart.budget",
                 "multilang.max.replays", "topology.acker.executors"):
-        assert "(a boolean)" in check_value(key, True)
+        assert check_value(key, True).endswith("got true (a boolean)")  # (as the file spells it, not Python)
+    assert check_value("topology.workers", None).endswith("got null")
 
 
 def test_conf_must_be_a_mapping_with_string_keys():
