@@ -106,7 +106,7 @@ def test_an_unbounded_spout_with_a_count_process_killed_stops_at_duration_with_e
                       spout=["python", str(COMPONENTS / "engine_endless_spout.py"), "0.002"])
     tmp = tmp_path / "tmp"  # (the run's temporary directory: what it leaves there)
     tmp.mkdir()
-    proc = _run([str(toml), "--duration", "15", "-c", "multilang.spark.max.tuples.per.trigger=400"],
+    proc = _run([str(toml), "--duration", "10", "-c", "multilang.spark.max.tuples.per.trigger=400"],
                 env={**ENV, "TMPDIR": str(tmp)})
     err = proc.stderr.decode()
     assert proc.returncode == 0, err[-3000:]
