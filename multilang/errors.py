@@ -18,9 +18,11 @@ __all__ = [
     "ComponentCrashed",
     "HeartbeatTimeout",
     "ComponentReportedError",
+    "last_stderr_line",
 ]
 
 _EXCERPT = 200
+_STDERR_TAIL = "\n  stderr tail:\n"  # (a ComponentError's section of the process's last stderr lines)
 
 
 def excerpt(data: bytes | str | None, limit: int = _EXCERPT) -> str:
@@ -106,8 +108,17 @@ class ComponentError(MultilangError):
         if last_frames:
             text += "\n  last frames from it:\n" + "\n".join(f"    {excerpt(f)}" for f in last_frames)
         if stderr_tail:
-            text += "\n  stderr tail:\n" + "\n".join(f"    {line}" for line in stderr_tail.splitlines())
+            text += _STDERR_TAIL + "\n".join(f"    {line}" for line in stderr_tail.splitlines())
         super().__init__(text)
+
+
+def last_stderr_line(error: BaseException | str) -> str | None:
+    """The last line a failed component wrote to its stderr, as a
+    :class:`ComponentError`'s text carries it (also once that text crossed
+    from a host worker), or None if it has no stderr tail."""
+    _, found, tail = str(error).partition(_STDERR_TAIL)
+    lines = [line.strip() for line in tail.splitlines() if line.strip()] if found else []
+    return lines[-1] if lines else None
 
 
 class ComponentCrashed(ComponentError):

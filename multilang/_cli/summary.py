@@ -7,6 +7,8 @@ from typing import Any
 import click
 import orjson
 
+from multilang.errors import last_stderr_line
+
 from .common import clip, json_text
 
 
@@ -69,5 +71,6 @@ def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = No
         click.echo(f"[summary] gave up: {err}", err=True)
     if result.gave_up:  # the one line that says why the run failed, last (its cause in the component's own words)
         lines = [ln.strip() for ln in str(result.gave_up[0]).splitlines() if ln.strip()]
-        said = f"; its stderr ended: {clip(lines[-1])}" if len(lines) > 1 else ""
+        stderr = last_stderr_line(result.gave_up[0])  # (not its last frames: they are no words of its)
+        said = f"; its stderr ended: {clip(stderr)}" if stderr is not None else ""
         click.echo(f"error: the run gave up: {lines[0] if lines else result.gave_up[0]}{said}", err=True)

@@ -248,6 +248,23 @@ def test_a_run_that_gives_up_on_a_crashing_component_ends_with_one_error_line_na
     assert "Traceback" not in last
 
 
+def test_a_component_that_dies_saying_nothing_is_not_quoted_from_its_last_frame(tmp_path):
+    # A trial's bolt exited (status 3) on its first tuple, writing nothing to stderr: the last line said
+    # "its stderr ended: b'{"pid":...}'", its handshake frame, from the error's "last frames" section.
+    (tmp_path / "die.py").write_text("import os\nfrom multilang import BasicBolt\n\n\nclass Die(BasicBolt):\n"
+                                     "    def process(self, tup):\n        os._exit(3)\n\n\nDie().run()\n")
+    topo = tmp_path / "t.toml"
+    topo.write_text(f'[spouts.spout]\ncommand = ["python", "{EXAMPLES / "python" / "sentence_spout.py"}", '
+                    f'"{EXAMPLES / "data" / "alice.txt"}"]\nfields = ["sentence"]\n'
+                    '[bolts.bolt]\ncommand = ["python", "die.py"]\nfields = ["x"]\n'
+                    'inputs = [{ source = "spout", grouping = "shuffle" }]\n')
+    r = multilang("run", str(topo), "--no-progress", "-o", os.devnull)
+    assert r.returncode == 1, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the run gave up: component 'bolt'") and "(exit status 3)" in last, last
+    assert "stderr ended" not in last and "pid" not in last.split("(exit status 3)")[1], last
+
+
 def test_run_missing_file_exits_2(tmp_path):
     p = multilang("run", str(tmp_path / "absent.toml"), timeout=30)
     assert p.returncode == 2
