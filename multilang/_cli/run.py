@@ -163,6 +163,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             click.echo(f"warning: {asked}: the topology has {used} task(s); {used} host worker(s) run, one per task",
                        err=True)
             n_workers = used
+    elif engine == "spark" and n_workers > 1:  # (a Flux file from Storm often sets it: not refused, not silently lost)
+        click.echo(f"warning: topology.workers {n_workers} applies to the embedded engine; on --engine spark the "
+                   "executors run the tasks", err=True)
     if until_done is None:  # (the default without --duration, on any number of workers)
         until_done = duration is None and max_tuples is None
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)

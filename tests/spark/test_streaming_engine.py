@@ -185,6 +185,10 @@ def test_flag_mistakes_are_usage_errors(tmp_path):
         assert proc.returncode == 2, proc.stderr.decode()[-2000:]
         assert message in proc.stderr.decode()
         assert "Traceback" not in proc.stderr.decode()
+    # topology.workers (a Flux file from Storm often sets it) is not refused on Spark, nor silently dropped
+    proc = _run([str(toml), "--remote", "sc://127.0.0.1:1", "-c", "topology.workers=2"], timeout=60)
+    assert proc.returncode == 2 and b"warning: topology.workers 2 applies to the embedded engine; on --engine spark " \
+        b"the executors run the tasks" in proc.stderr, proc.stderr.decode()[-2000:]
     local = subprocess.run(CLI + ["run", str(toml), "--checkpoint", str(tmp_path / "x")], capture_output=True,
                            env=ENV, timeout=60)
     assert local.returncode == 2 and b"--checkpoint applies to --engine spark" in local.stderr
