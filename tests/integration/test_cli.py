@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -492,25 +493,59 @@ def test_pipe_with_several_fields_needs_json_input():
     assert p.returncode == 2 and "--json-input" in p.stderr
 
 
-def test_when_the_reader_of_the_output_goes_away_pipe_stops_quietly_with_141(tmp_path):
-    # `multilang pipe ... | head -1`: exit 1 and nothing said, before.
-    data = tmp_path / "in.txt"
-    data.write_bytes(b"".join(b"w%d\n" % i for i in range(50_000)))
-    proc = subprocess.Popen(ML + ["pipe", "--", "python", str(ROOT / "examples/python/split_bolt.py")], cwd=ROOT,
-                            stdin=data.open("rb"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    first = None
+def _one_line_then_gone(proc: subprocess.Popen) -> tuple[bytes, str]:
+    """Read the first line of ``proc``'s output, close it (the reader goes
+    away, as ``| head -1``'s), and wait for the process: (line, stderr)."""
     try:
         first = proc.stdout.readline()
-        proc.stdout.close()  # the reader goes away
+        proc.stdout.close()
         err = proc.stderr.read().decode()
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return first, err
+
+
+def test_when_the_reader_of_the_output_goes_away_pipe_stops_quietly_with_141(tmp_path):
+    # `multilang pipe ... | head -1`: exit 1 and nothing said, before.
+    data = tmp_path / "in.txt"
+    data.write_bytes(b"".join(b"w%d\n" % i for i in range(50_000)))
+    proc = subprocess.Popen(ML + ["pipe", "--", "python", str(ROOT / "examples/python/split_bolt.py")], cwd=ROOT,
+                            stdin=data.open("rb"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first, err = _one_line_then_gone(proc)
     assert first == b'["w0"]\n'
     assert proc.returncode == 141, err[-2000:]
     assert "reader went away" in err and "Traceback" not in err
+
+
+def test_the_output_s_reader_gone_stops_a_run_on_workers_as_on_one(tmp_path):
+    """`multilang run ... --workers 2 | head -1`: the run stops, exit 141, as
+    on one worker (a trial's went on through its whole input, and with a
+    slow bolt for minutes)."""
+    corpus = tmp_path / "alice20.txt"
+    corpus.write_text((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8") * 20, encoding="utf-8")
+    toml = tmp_path / "split.toml"
+    toml.write_text(f"""[spouts.sentences]
+command = ["python", "{EXAMPLES / 'python' / 'sentence_spout.py'}", "{corpus}"]
+fields = ["sentence"]
+[bolts.split]
+command = ["ruby", "{EXAMPLES / 'ruby' / 'split_bolt.rb'}"]
+fields = ["word"]
+parallelism = 2
+inputs = [{{ source = "sentences", grouping = "shuffle" }}]
+[output]
+component = "split"
+""")
+    proc = subprocess.Popen([*ML, "run", str(toml), "--workers", "2", "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first, err = _one_line_then_gone(proc)
+    assert first.startswith(b'{"word":'), first
+    assert proc.returncode == 141, err[-2000:]
+    assert "reader went away" in err and "Traceback" not in err
+    trees = re.search(r"trees completed (\d+)", err)
+    assert trees and int(trees[1]) < 21_600, err[-2000:]  # stopped, not run through the 21,600 sentences
 
 
 RECORD_BOLT = [sys.executable, str(Path(__file__).parent / "components" / "record_bolt.py")]
