@@ -331,6 +331,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             and now - w.heard_at > silent_secs):
                         log.warning("host worker %d (pid %d) has said nothing for %gs "
                                     "(supervisor.worker.timeout.secs): killed", w.index, w.proc.pid, silent_secs)
+                        w.heard_at = now  # (said and done once: watch() sees the death)
                         w.proc.kill()
 
             async def poll(final: bool = False) -> list[dict[str, Any] | None]:
