@@ -681,8 +681,11 @@ class _Checkpoints:
         if self.state == "idle":
             txid = self.store.txid or 0
             flags = [f for f in self.flags.values() if f[2] == txid and f[3] == self.epoch]  # (this round's)
-            quiet = len(flags) == workers and all(f[0] for f in flags)
-            if (now - self.last >= self.interval or quiet) and any(f[1] for f in flags):
+            # (every worker's word of this round: one still starting after a death would not hear the pause,
+            # and the checkpoint would wait for its cut until a tree timed out)
+            everyone = len(flags) == workers
+            quiet = everyone and all(f[0] for f in flags)
+            if everyone and (now - self.last >= self.interval or quiet) and any(f[1] for f in flags):
                 log.debug("a checkpoint begins: %s", "the spouts were quiet on every worker and trees wait for it"
                           if quiet else "the interval passed")
                 self._epoch_at = self.epoch
