@@ -258,6 +258,18 @@ def _processes(run: subprocess.Popen, victim: str) -> list[int]:
     return [pid for pid in descendant_pids(run.pid) if running(pid) and re.search(VICTIMS[victim], cmdline(pid))]
 
 
+def _signalled_after_the_first_checkpoint(run: subprocess.Popen, state: Path, victim: str,
+                                         signum: int) -> tuple[int, str, str]:
+    """Once the run has committed its first checkpoint, ``signum`` to a
+    ``victim`` process (VICTIMS); then the run to its end: (pid, out, err)."""
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pid = _wait(f"{victim} running", run, lambda: _processes(run, victim))[0]
+        os.kill(pid, signum)
+        out, err = run.communicate(timeout=180)
+    return pid, out, err
+
+
 @pytest.mark.parametrize("workers, victims", [
     (1, ["split", "count"]), (2, ["split", "count"]), (2, ["worker-1", "worker-0"]),
 ], ids=["1-worker-split-count", "2-workers-split-count", "2-workers-each-worker"])
@@ -328,13 +340,9 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_counts_stay_exact(tmp_pat
     toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
     state = tmp_path / "state"
     run = _run_cli(toml, state, "--workers", "2", "-c", "supervisor.worker.timeout.secs=2")
-    with _reaped(run):
-        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
-        pids = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))
-        os.kill(pids[0], signal.SIGSTOP)
-        out, err = run.communicate(timeout=180)
+    pid, out, err = _signalled_after_the_first_checkpoint(run, state, "worker-1", signal.SIGSTOP)
     assert run.returncode == 0, err[-3000:]
-    assert f"host worker 1 (pid {pids[0]}) has said nothing for 2s (supervisor.worker.timeout.secs): killed" in err, \
+    assert f"host worker 1 (pid {pid}) has said nothing for 2s (supervisor.worker.timeout.secs): killed" in err, \
         err[-3000:]
     # No tree waited for its message timeout (30 s): a checkpoint begun while the worker was starting
     # again waited for its cut, which it never heard of, until the trees timed out.
@@ -364,11 +372,7 @@ def test_max_tuples_with_the_spouts_worker_killed_counts_what_one_worker_counts(
     toml, expected, limit = _max_tuples_reference(tmp_path, corpus)
     state = tmp_path / "state"
     run = _run_cli(toml, state, "--workers", "2", "--max-tuples", limit)
-    with _reaped(run):
-        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
-        pids = _wait("worker-0 running", run, lambda: _processes(run, "worker-0"))
-        os.kill(pids[0], signal.SIGKILL)
-        out, err = run.communicate(timeout=180)
+    _, out, err = _signalled_after_the_first_checkpoint(run, state, "worker-0", signal.SIGKILL)
     assert run.returncode == 0, err[-3000:]
     assert "host worker 0" in err and "died (killed by SIGKILL)" in err, err[-2000:]
     assert _counts(out) == expected
@@ -386,11 +390,7 @@ def test_max_tuples_holds_through_a_rollback_on_one_and_two_workers(tmp_path, co
     toml, expected, limit = _max_tuples_reference(tmp_path, corpus)
     state = tmp_path / "state"
     run = _run_cli(toml, state, "--workers", str(workers), "--max-tuples", limit)
-    with _reaped(run):
-        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
-        pids = _wait("count running", run, lambda: _processes(run, "count"))
-        os.kill(pids[0], signal.SIGKILL)
-        out, err = run.communicate(timeout=180)
+    _, out, err = _signalled_after_the_first_checkpoint(run, state, "count", signal.SIGKILL)
     assert run.returncode == 0, err[-3000:]
     assert "state rolled back to" in err, err[-2000:]  # (the kill fell before the last trees were done)
     assert f"trees completed {limit}," in err, err[-2000:]
