@@ -359,7 +359,9 @@ streams:
     for r in runs:
         assert r.returncode == 1, r.stderr[-2000:]
         assert "input(s) failed for good and were given up on" in r.stderr, r.stderr[-2000:]
-    trees = [re.search(r"trees completed (\d+), failed (\d+)", r.stderr) for r in runs]
-    assert trees[0] and trees[1] and trees[0].groups() == trees[1].groups(), [r.stderr[-1500:] for r in runs]
+    # (the trees completed, not the failed: on a busy machine a word's tree may also time out at 1 s, and
+    # be replayed and complete)
+    trees = [re.search(r"trees completed (\d+), failed \d+", r.stderr) for r in runs]
+    assert trees[0] and trees[1] and trees[0][1] == trees[1][1], [r.stderr[-1500:] for r in runs]
     given_up = [re.search(r"(\d+) input\(s\) failed for good", r.stderr)[1] for r in runs]
     assert given_up[0] == given_up[1] != "0"
