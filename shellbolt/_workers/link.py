@@ -92,6 +92,8 @@ class Link:
         self.runtime: Any = None
         self._out: dict[int, dict[int, list[Any]]] = {w: {} for w in range(workers) if w != worker}
         self._count = dict.fromkeys(self._out, 0)
+        #: peer -> how many times it was lost: a flush under way when it was counts its batch off no count
+        self._lives = dict.fromkeys(self._out, 0)
         self._wake = trio.Event()
         self._space = trio.Event()
         self._conns: dict[int, trio.SocketStream] = {}
@@ -139,6 +141,7 @@ class Link:
         self.down.add(peer)
         self._out[peer] = {}
         self._count[peer] = 0
+        self._lives[peer] += 1
         self.sent[peer] = self.received[peer] = 0
         conn = self._conns.pop(peer, None)
         if conn is not None:
@@ -220,14 +223,18 @@ class Link:
                 self._out[peer] = {}
                 n_rows = self._count[peer]  # (what put() counted into this batch)
                 n = n_rows + len(acks) + len(fails) + len(held) + len(failed_roots)
+                life = self._lives[peer]
                 try:
                     conn = await self._connect(peer)
                     await conn.send_all(encode((self.worker, batch, acks, fails, held, failed_roots)))
-                    if peer not in self.down:
-                        self.sent[peer] += n
+                    sent = True
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self._conns.pop(peer, None)  # it died: the main process will say so (peer_lost)
-                self._count[peer] = max(self._count[peer] - n_rows, 0)
+                    sent = False
+                if self._lives[peer] == life:  # (lost while this was sent: its counts started again without it)
+                    self._count[peer] -= n_rows
+                    if sent:
+                        self.sent[peer] += n
                 space, self._space = self._space, trio.Event()
                 space.set()
             await self.flush_main()
