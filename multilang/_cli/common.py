@@ -5,6 +5,7 @@ checks of a command line."""
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import math
 import os
@@ -182,6 +183,10 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
             nursery.cancel_scope.cancel()
         return out
 
+    # What start-up made (modules, classes, the topology) lives as long as the run: out of the cyclic
+    # collector's scans, which otherwise walk it again at every full collection (docs/PERFORMANCE.md).
+    gc.collect()
+    gc.freeze()
     try:
         result = trio.run(wrapper)
     except BaseExceptionGroup as eg:
