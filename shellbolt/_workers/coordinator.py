@@ -91,26 +91,34 @@ class _Worker:
         self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
         self.committed_at_hello = 0  # the run's checkpoints committed when its process said hello
         self.hello_at = 0.0  # when its process said hello
-        self.heard_at = 0.0  # when its process last said anything (supervisor.worker.timeout.secs)
+        #: when it was first asked for a status it has not answered (supervisor.worker.timeout.secs counts
+        #: from then: a wait of this process's own is no silence of the worker's)
+        self.asked_at: float | None = None
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
         self.counters: dict[int, list[int]] = {}  # task id -> its COUNTERS, as of its process's last status
         self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
 
-    def carry(self, tasks: list[int]) -> None:
+    def carry(self, tasks: list[int], restarted: bool = True) -> None:
         """Its process died: what its tasks did and its spouts' trees that
         failed, as of its last status, are kept for the run's counters, and
-        each task counts a restart (the processes of its components start
-        again with its next process)."""
+        each task counts a restart if the worker starts again (the processes
+        of its components start again with its next process)."""
         zeros = [0] * len(COUNTERS)
         for t in tasks:
             kept = self.carried.setdefault(t, zeros.copy())
             for i, n in enumerate(self.counters.get(t, zeros)):
                 kept[i] += n
-            kept[_RESTARTS] += 1
+            kept[_RESTARTS] += restarted
         self.counters = {}
         self.failed_before += self.failed
         self.failed = 0
+
+    async def ask_status(self, snapshot: bool) -> None:
+        """Ask for its status (with its part of the run's snapshot if ``snapshot``)."""
+        if self.asked_at is None:
+            self.asked_at = trio.current_time()
+        await self.send(("status", snapshot))
 
     async def send(self, msg: Any) -> bool:
         """Send a message; False if its connection is gone (it died: watch() sees it).
@@ -213,13 +221,13 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 w: _Worker | None = None
                 async for data in conn:
                     if w is not None and w.conn is conn:
-                        w.heard_at = trio.current_time()
+                        w.asked_at = None  # (it answers: not hung)
                     for msg in frames.feed(data):
                         kind = msg[0]
                         if kind == "hello":
                             w = ws[msg[1]]
                             w.conn, w.start_cpu, w.hello_at = conn, msg[3], trio.current_time()
-                            w.heard_at = w.hello_at
+                            w.asked_at = None
                             w.committed_at_hello = ck.committed
                             await w.send(("epoch", ck.epoch, ck.store.txid or 0))
                             for m in list(said):
@@ -281,7 +289,16 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 while True:
                     assert w.proc is not None
                     code = await w.proc.wait()
-                    if w.result is not None or stopping.is_set():
+                    if w.result is not None:
+                        return
+                    tasks = [t for t, at in where.items() if at == w.index]
+                    if stopping.is_set():  # not started again: what it did counts, its trees in flight stay pending
+                        log.warning("host worker %d (pid %d) died (%s) while the run stopped: not started again; "
+                                    "the trees in flight on it are not completed", w.index, w.proc.pid, _how(code))
+                        w.conn, w.status = None, None  # (nothing waits for its answers)
+                        w.carry(tasks, restarted=False)
+                        w.completed_before += w.completed
+                        w.completed = 0
                         return
                     # Killed: the others stop sending to it and fail their trees (replayed, at least once),
                     # then it starts again and they may send to it once it is back (peer_up).
@@ -291,7 +308,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     w.deaths = w.deaths + 1 if futile else 0
                     w.restarts += 1
                     w.conn, w.status = None, None
-                    w.carry([t for t, at in where.items() if at == w.index])
+                    w.carry(tasks)
                     if w.deaths >= _DEATHS:
                         failures.append(f"host worker {w.index} died {w.deaths} times in a row having got nothing "
                                         f"done (the last time: pid {w.proc.pid}, {_how(code)}); its error, if it "
@@ -323,15 +340,16 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
 
             def kill_the_silent() -> None:
                 """Storm's supervisor: a worker that has said nothing for
-                supervisor.worker.timeout.secs (hung, stopped) is killed; watch()
-                starts it again, as after a kill -9 (or not, once the run stops)."""
+                supervisor.worker.timeout.secs since it was asked for its status
+                (hung, stopped) is killed; watch() starts it again, as after a
+                kill -9 (or not, once the run stops)."""
                 now = trio.current_time()
                 for w in ws:
                     if (w.conn is not None and w.result is None and w.proc is not None and w.proc.returncode is None
-                            and now - w.heard_at > silent_secs):
+                            and w.asked_at is not None and now - w.asked_at > silent_secs):
                         log.warning("host worker %d (pid %d) has said nothing for %gs "
                                     "(supervisor.worker.timeout.secs): killed", w.index, w.proc.pid, silent_secs)
-                        w.heard_at = now  # (said and done once: watch() sees the death)
+                        w.asked_at = None  # (said and done once: watch() sees the death)
                         w.proc.kill()
 
             async def poll(final: bool = False) -> list[dict[str, Any] | None]:
@@ -342,11 +360,12 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 want = on_snapshot is not None and (final or trio.current_time() >= next_snapshot)
                 for w in ws:
                     w.status = None
-                    await w.send(("status", want))
+                    await w.ask_status(want)
                 await trio.sleep(_POLL)
                 if final:  # the last frame waits for every worker's part, however busy the machine
                     with trio.move_on_after(_SEND_SECS):
-                        while any(w.status is None and w.conn is not None for w in ws):
+                        while any(w.status is None and w.conn is not None and w.proc is not None
+                                  and w.proc.returncode is None for w in ws):
                             await trio.sleep(_POLL / 5)
                 kill_the_silent()
                 st = [w.status for w in ws]
@@ -458,7 +477,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     asked = trio.current_time()
                     for w in ws:
                         if w.result is None:
-                            await w.send(("status", False))
+                            await w.ask_status(False)
                 kill_the_silent()
                 await trio.sleep(_POLL / 5)
             for w in ws:

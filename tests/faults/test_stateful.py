@@ -350,6 +350,38 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_counts_stay_exact(tmp_pat
     assert _counts(out) == expected
 
 
+def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what_they_did(tmp_path, corpus):
+    """A host worker hangs (SIGSTOP) and the run is told to stop (SIGTERM):
+    the hung one is killed once silent for supervisor.worker.timeout.secs
+    and not started again, and the others end with their counts. A trial's
+    run waited 10 s for the dead worker's last status, took the healthy
+    worker's silence meanwhile for a hang and killed it too, and printed a
+    summary of zeros (exit 0). The state stays exact: a run resumed from
+    its state dir counts every word once."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    # (with the live view: its last frame waits for every worker's status)
+    run = _run_cli(toml, state, "--workers", "2", "-c", "supervisor.worker.timeout.secs=2", "--progress")
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pid = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
+        os.kill(pid, signal.SIGSTOP)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=180)
+    assert run.returncode == 143, err[-3000:]
+    assert f"host worker 1 (pid {pid}) has said nothing for 2s" in err, err[-3000:]
+    assert f"host worker 1 (pid {pid}) died (killed by SIGKILL) while the run stopped: not started again" in err, \
+        err[-3000:]
+    assert "host worker 0" not in err, err[-3000:]
+    sentences = re.search(r"^\[summary\]   sentences: emitted (\d+), acked (\d+)", err, re.M)
+    assert sentences and int(sentences[2]) > 0, err[-3000:]
+    resumed = _run_cli(toml, state)
+    out, err = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, err[-3000:]
+    assert _counts(out) == expected
+
+
 def _max_tuples_reference(tmp_path: Path, corpus, limit: int = 2500) -> tuple[Path, dict[str, int], str]:
     """The word count with a checkpoint per 10 sentences (max spout pending
     10: a run long enough for a kill to fall mid-run), and what its
