@@ -29,7 +29,7 @@ from .._runtime.checkpoint import rolled_back_to
 from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
 from .link import socket_path
-from .view import merge
+from .view import gone, merge
 from .wire import Frames, encode
 from .worker import placement
 
@@ -79,6 +79,8 @@ class _Worker:
         self.proc: trio.Process | None = None
         self.conn: trio.SocketStream | None = None
         self.status: dict[str, Any] | None = None
+        self.part: dict[str, Any] | None = None  # its part of the last snapshot it sent
+        self.read_all = trio.Event()  # its process's connection read to its end
         self.result: dict[str, Any] | None = None
         self.restarts = 0
         self.completed = 0  # the trees of its spouts that completed, as of its process's last status
@@ -206,6 +208,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             async def start(w: _Worker) -> None:
                 # (the trees its dead processes' spouts completed count towards its share)
                 limit = [str(max(0, shares[w.index] - w.completed_before))] if w.index in shares else []
+                w.read_all = trio.Event()
                 w.proc = await trio.lowlevel.open_process(
                     [sys.executable, "-m", "multilang.shellbolt._workers.worker", directory, str(w.index),
                      str(workers), *limit], start_new_session=True)
@@ -215,6 +218,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     await _serve(conn)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass  # a worker died: watch() sees it
+                finally:
+                    for w in ws:
+                        if w.conn is conn:
+                            w.read_all.set()
 
             async def _serve(conn: trio.SocketStream) -> None:
                 frames = Frames()
@@ -246,6 +253,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif kind == "status":
                             if w is not None and w.conn is conn:  # (not a dead process's, read late)
                                 w.status = msg[2]
+                                w.part = msg[2].get("part", w.part)
                                 w.completed, w.failed, w.counters = (msg[2]["completed"], msg[2]["failed"],
                                                                      msg[2]["counters"])
                         elif kind == "cp_flags":
@@ -289,6 +297,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 while True:
                     assert w.proc is not None
                     code = await w.proc.wait()
+                    if w.conn is not None:  # what it sent before it ended is read first: its result, if it sent one
+                        with trio.move_on_after(_SEND_SECS):
+                            await w.read_all.wait()
                     if w.result is not None:
                         return
                     tasks = [t for t, at in where.items() if at == w.index]
@@ -352,31 +363,28 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         w.asked_at = None  # (said and done once: watch() sees the death)
                         w.proc.kill()
 
-            async def poll(final: bool = False) -> list[dict[str, Any] | None]:
+            async def poll() -> list[dict[str, Any] | None]:
                 """Every worker's status (None: no answer in time); with the
                 parts of the run's snapshot when one is due (on_snapshot)."""
                 nonlocal next_snapshot
                 await trio.sleep(_POLL)
-                want = on_snapshot is not None and (final or trio.current_time() >= next_snapshot)
+                want = on_snapshot is not None and trio.current_time() >= next_snapshot
                 for w in ws:
                     w.status = None
                     await w.ask_status(want)
                 await trio.sleep(_POLL)
-                if final:  # the last frame waits for every worker's part, however busy the machine
-                    with trio.move_on_after(_SEND_SECS):
-                        while any(w.status is None and w.conn is not None and w.proc is not None
-                                  and w.proc.returncode is None for w in ws):
-                            await trio.sleep(_POLL / 5)
                 kill_the_silent()
                 st = [w.status for w in ws]
                 if want and all(s is not None and "part" in s for s in st):
-                    assert on_snapshot is not None
-                    parts = [s["part"] for s in st]  # type: ignore[index]
-                    on_snapshot(merge(topology, parts, trio.current_time() - began, carried(),
-                                      {"completed": sum(w.completed_before for w in ws),
-                                       "failed": sum(w.failed_before for w in ws)}), final)
+                    snapshot([s["part"] for s in st], False)  # type: ignore[index]
                     next_snapshot = trio.current_time() + snapshot_every
                 return st
+
+            def snapshot(parts: list[dict[str, Any]], last: bool) -> None:
+                assert on_snapshot is not None
+                on_snapshot(merge(topology, parts, trio.current_time() - began, carried(),
+                                  {"completed": sum(w.completed_before for w in ws),
+                                   "failed": sum(w.failed_before for w in ws)}), last)
 
             def carried() -> dict[int, list[int]]:
                 return {t: c for w in ws for t, c in w.carried.items()}
@@ -458,8 +466,6 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 with trio.move_on_after(grace):
                     await until_quiet(True)
             stopped_by = reason
-            if on_snapshot is not None and not control.aborted:
-                await poll(final=True)  # the last frame: the run's final counters
             said.append(("abort",) if control.aborted else ("finish",))
             for w in ws:
                 await w.send(said[-1])
@@ -480,6 +486,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             await w.ask_status(False)
                 kill_the_silent()
                 await trio.sleep(_POLL / 5)
+            if on_snapshot is not None and not control.aborted:  # the last frame: the run's final counters
+                # (each worker's part as it ended, from its result; one that died as the run stopped, its last)
+                parts = [(w.result or {}).get("part") or (gone(w.part) if w.part is not None else None) for w in ws]
+                if all(p is not None for p in parts):
+                    snapshot(parts, True)  # type: ignore[arg-type]
             for w in ws:
                 if w.proc is not None:
                     if w.result is None and control.aborted:

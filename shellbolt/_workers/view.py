@@ -17,7 +17,7 @@ from .._model.results import COUNTERS
 from .._model.topology import Topology
 from .._observe.observe import SUMMED, blank_row, snapshot
 
-__all__ = ["part", "merge"]
+__all__ = ["part", "gone", "merge"]
 
 
 def part(runtime: Any, worker: int, where: dict[int, int]) -> dict[str, Any]:
@@ -25,6 +25,16 @@ def part(runtime: Any, worker: int, where: dict[int, int]) -> dict[str, Any]:
     snap = snapshot(runtime)
     return {"tasks": {k: r for k, r in snap["tasks"].items() if where.get(r["task"]) == worker},
             "trees": snap["trees"], "stalled": snap["stalled"], "stall_secs": snap["stall_secs"]}
+
+
+def gone(last: dict[str, Any]) -> dict[str, Any]:
+    """The part of a worker that died as the run stopped (not started
+    again), from its ``last`` one: its rows without their counters, which
+    the run carries as of its last status (``merge``'s ``carried``), and no
+    trees (those of its spouts are counted before, ``trees_before``)."""
+    tasks = {k: {**r, **{c: 0 for c in COUNTERS if c in r}} for k, r in last["tasks"].items()}
+    return {**last, "tasks": tasks, "trees": {**last["trees"], "in_flight": 0, "completed": 0, "failed": 0,
+                                             "timed_out": 0}}
 
 
 def _latency(summaries: list[dict[str, Any] | None]) -> dict[str, Any] | None:

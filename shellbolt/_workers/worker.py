@@ -179,7 +179,8 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
             "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
             "view": rt.outputs_by_key, "extensions": result.extensions, "stateful": result.stateful,
             "repeated_failures": result.repeated_failures, "not_replayed": result.not_replayed,
-            "reused_ids": result.reused_ids, "recorded": sorted(rt.recorder.tasks) if rt.recorder else []}))
+            "reused_ids": result.reused_ids, "recorded": sorted(rt.recorder.tasks) if rt.recorder else [],
+            "part": view.part(rt, worker, where)}))  # (the run's last snapshot, if it ended before the others)
         nursery.cancel_scope.cancel()
 
 

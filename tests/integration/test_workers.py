@@ -365,3 +365,49 @@ streams:
     assert trees[0] and trees[1] and trees[0][1] == trees[1][1], [r.stderr[-1500:] for r in runs]
     given_up = [re.search(r"(\d+) input\(s\) failed for good", r.stderr)[1] for r in runs]
     assert given_up[0] == given_up[1] != "0"
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_a_component_that_gives_up_leaves_the_summarys_counts_in_the_metrics_last_line(tmp_path, workers):
+    """A bolt whose every process dies on its first tuple: the run gives up
+    (exit 1), and the metrics file's last line has the summary's counts, as
+    OBSERVE.md says. On workers it was the zeros of before the start: the
+    worker whose component gave up had ended, so the last frame never had
+    its part (a trial, 3 of 3)."""
+    crash = tmp_path / "crash_bolt.py"
+    crash.write_text("import os\nfrom multilang import Bolt\n\n\nclass Crash(Bolt):\n    def process(self, tup):\n"
+                     "        os._exit(3)\n\n\nCrash().run()\n")
+    toml = tmp_path / "crash.toml"
+    toml.write_text(f"""[topology]
+name = "crash"
+[topology.conf]
+"topology.max.spout.pending" = 200
+"multilang.restart.budget" = 1
+[spouts.sentences]
+command = ["python", "{EXAMPLES / 'python' / 'sentence_spout.py'}", "{EXAMPLES / 'data' / 'alice.txt'}"]
+fields = ["sentence"]
+[bolts.split]
+command = ["python", "{EXAMPLES / 'python' / 'split_bolt.py'}"]
+fields = ["word"]
+parallelism = 2
+inputs = [{{ source = "sentences", grouping = "shuffle" }}]
+[bolts.crash]
+command = ["python", "{crash}"]
+fields = ["word"]
+parallelism = 2
+inputs = [{{ source = "split", grouping = "shuffle" }}]
+""")
+    metrics = tmp_path / "metrics.jsonl"
+    r = subprocess.run([*ML, "run", str(toml), "--workers", str(workers), "--no-progress", "-o", os.devnull,
+                        "--metrics-file", str(metrics)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "giving up" in r.stderr, r.stderr[-2000:]
+    last = orjson.loads(metrics.read_text().splitlines()[-1])
+    trees = re.search(r"trees completed (\d+), failed (\d+)", r.stderr)
+    assert trees and [last["trees"]["completed"], last["trees"]["failed"]] == [int(trees[1]), int(trees[2])], \
+        (last["trees"], r.stderr[-2000:])
+    assert int(trees[2]) > 0
+    for m in re.finditer(r"^\[summary\]   (\w+): emitted (\d+), executed (\d+), acked (\d+), failed (\d+)", r.stderr,
+                         re.M):
+        row = last["components"][m[1]]
+        assert [row["emitted"], row["executed"], row["acked"], row["failed"]] == [int(m[i]) for i in range(2, 6)], \
+            (m[0], row)
