@@ -285,7 +285,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
 
             async def rollback(cause: str) -> None:
                 ck.rollbacks_asked += 1  # (at once: a death's watcher sees it while this waits for the lock)
+                epoch = ck.epoch
                 async with ck.lock:  # not between a checkpoint's write and its commit going out
+                    if ck.epoch != epoch:  # one asked for beside it went out first, since this was: it covers this
+                        return
                     ck.epoch += 1
                     ck.rollbacks += 1
                     ck.state = "idle"
