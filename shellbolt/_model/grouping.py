@@ -59,6 +59,9 @@ class Grouping:
     #: (fields, global, all): the Spark stages put each task's rows in one
     #: partition before the bolt runs
     keyed: ClassVar[bool] = False
+    #: only the target's tasks in the emitting task's process, if it has any
+    #: (host workers: the runtime of each worker builds it with its own tasks)
+    prefers_local: ClassVar[bool] = False
 
     __slots__ = ("target", "tasks", "field_index", "_next")
 
@@ -144,9 +147,13 @@ class ShuffleGrouping(Grouping):
 
 @register_grouping
 class LocalOrShuffleGrouping(ShuffleGrouping):
-    """Storm's local-or-shuffle: every task is local here, so a shuffle."""
+    """Storm's local-or-shuffle: a shuffle over the target's tasks in the
+    emitting task's worker, or over all of them where it has none. On one
+    worker (the embedded engine, a Spark stage) every task is local: a
+    shuffle."""
 
     kind, storm_type, flux_type = "local_or_shuffle", "LOCAL_OR_SHUFFLE", "LOCAL_OR_SHUFFLE"
+    prefers_local = True
     __slots__ = ()
 
 

@@ -20,7 +20,7 @@ from multilang.messages import DEFAULT_STREAM, SYSTEM_COMPONENT, SYSTEM_TASK, TI
 
 from .._host import scratch
 from .._model.acker import Acker, TupleEdges, roots_of
-from .._model.grouping import Grouping, Router, new_grouping
+from .._model.grouping import Grouping, Router, grouping_class, new_grouping
 from .._model.results import DEAD_LETTER_SAMPLE, ComponentStats, DeadLetter, RunResult, brief, hashable, short_repr, sort_key
 from .._model.topology import ANY_FIELDS, ComponentDef, Topology
 from .._observe.observe import RunObs, snapshot
@@ -158,8 +158,11 @@ class Runtime:
         for comp in topo.components.values():
             for inp in comp.inputs:
                 src_fields = topo.components[inp.source].outputs[inp.stream]
+                tasks = list(comp.tasks)
+                if placement is not None and grouping_class(inp.grouping).prefers_local:  # (this worker's, if any)
+                    tasks = [t for t in tasks if placement.where[t] == placement.worker] or tasks
                 self.router.add(inp.source, inp.stream, new_grouping(
-                    inp.grouping, comp.name, list(comp.tasks), [src_fields.index(f) for f in inp.fields]))
+                    inp.grouping, comp.name, tasks, [src_fields.index(f) for f in inp.fields]))
         out = topo.output
         self._key_index: list[int] | None = None
         if out.component and out.key:

@@ -411,3 +411,32 @@ inputs = [{{ source = "split", grouping = "shuffle" }}]
         row = last["components"][m[1]]
         assert [row["emitted"], row["executed"], row["acked"], row["failed"]] == [int(m[i]) for i in range(2, 6)], \
             (m[0], row)
+
+
+def test_local_or_shuffle_keeps_tuples_in_their_worker_where_it_has_a_target_task(tmp_path):
+    """Storm's local-or-shuffle: the split tasks in the spout's worker take
+    every sentence; on one worker (all local) both split tasks share them.
+    The counts are the same. On workers it was a plain shuffle: half the
+    sentences crossed to the other worker for nothing (a trial)."""
+    toml = tmp_path / "los.toml"
+    toml.write_text((EXAMPLES / "wordcount.toml").read_text().replace(
+        'source = "sentences", grouping = "shuffle"', 'source = "sentences", grouping = "local_or_shuffle"').replace(
+        '"python/', f'"{EXAMPLES}/python/').replace('"ruby/', f'"{EXAMPLES}/ruby/').replace(
+        '"node/', f'"{EXAMPLES}/node/').replace('"data/', f'"{EXAMPLES}/data/'))
+    topo = load_topology(str(toml))
+    where = placement(topo, 2)
+    (spout,) = topo.components["sentences"].tasks
+    local = [t for t in topo.components["split"].tasks if where[t] == where[spout]]
+    assert len(local) == 1  # (so the test means something: one split task beside the spout, one not)
+    executed, outputs = {}, {}
+    for n in (1, 2):
+        metrics = tmp_path / f"m{n}.jsonl"
+        r = subprocess.run([*ML, "run", str(toml), "--workers", str(n), "--no-progress", "--metrics-file", str(metrics)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        last = orjson.loads(metrics.read_text().splitlines()[-1])
+        executed[n] = {r["task"]: r["executed"] for r in last["tasks"].values() if r["component"] == "split"}
+        outputs[n] = sorted(r.stdout.splitlines())
+    assert outputs[1] == outputs[2]
+    assert all(executed[1].values()), executed  # one worker: a shuffle over both
+    assert executed[2] == {t: 1080 if t in local else 0 for t in topo.components["split"].tasks}, executed
