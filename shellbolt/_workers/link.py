@@ -128,10 +128,15 @@ class Link:
             await self._space.wait()
 
     async def send_main(self, msg: Any) -> None:
-        """A message to the main process (one sender at a time)."""
+        """A message to the main process (one sender at a time). If it is
+        gone (killed), nothing: the worker's control reads the end of its
+        connection and stops the worker."""
         assert self.main is not None
         async with self._main_lock:
-            await self.main.send_all(encode(msg))
+            try:
+                await self.main.send_all(encode(msg))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     def peer_lost(self, peer: int, cause: str) -> None:
         """Worker ``peer`` died (the main process says so): nothing more goes

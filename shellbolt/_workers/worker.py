@@ -98,7 +98,10 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
 
         rt.recorder = Recorder(run_args["record"])  # (its part: no recording.json)
     rt.acker.on_remote = link.wake
-    main = await trio.open_unix_socket(socket_path(directory, "main"))
+    try:
+        main = await trio.open_unix_socket(socket_path(directory, "main"))
+    except OSError:  # the main process is gone (killed while this one started): nothing to run for
+        return
     link.main = main
     result: Any = None
     async with trio.open_nursery() as nursery:

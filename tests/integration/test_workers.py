@@ -440,3 +440,16 @@ def test_local_or_shuffle_keeps_tuples_in_their_worker_where_it_has_a_target_tas
     assert outputs[1] == outputs[2]
     assert all(executed[1].values()), executed  # one worker: a shuffle over both
     assert executed[2] == {t: 1080 if t in local else 0 for t in topo.components["split"].tasks}, executed
+
+
+def test_a_worker_that_finds_its_main_process_gone_ends_without_a_traceback(tmp_path):
+    """The main process killed (kill -9) while a worker starts: the worker
+    finds no main socket to connect to and ends, quietly (a trial saw
+    ConnectionRefusedError tracebacks on the run's stderr, 2 of 3)."""
+    from multilang.shellbolt._workers.coordinator import _shipped
+
+    topo = load_topology(str(EXAMPLES / "wordcount.toml"))
+    (tmp_path / "topology.pickle").write_bytes(_shipped(topo, {"record": None, "log_level": None}))
+    r = subprocess.run([sys.executable, "-m", "multilang.shellbolt._workers.worker", str(tmp_path), "1", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
