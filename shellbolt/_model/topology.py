@@ -338,15 +338,20 @@ class Topology:
             return where
         return f"{self.source}: {where}" if where else self.source
 
+    def named(self, exc: TopologyError) -> TopologyError:
+        """``exc`` named with the file the topology came from (if any and
+        not named yet), as every topology error is."""
+        if self.source and not str(exc).startswith(f"{self.source}:"):
+            return TopologyError(f"{self.source}: {exc}")
+        return exc
+
     def validate(self) -> None:
         """Check everything a run would trip over (names, types, the conf of
         the topology and of each component, wiring); assign task ids."""
         try:
             self._validate()
         except TopologyError as exc:
-            if self.source and not str(exc).startswith(f"{self.source}:"):
-                raise TopologyError(f"{self.source}: {exc}") from None
-            raise
+            raise self.named(exc) from None
 
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name:

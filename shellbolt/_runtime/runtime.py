@@ -124,9 +124,8 @@ class Runtime:
         try:
             self.checkpoints = (None if not checkpointing else Checkpointer(self) if placement is None
                                 else placement.checkpointer(self))
-        except TopologyError as exc:  # named with the file it came from, as every topology error is
-            source = topology.source
-            raise (TopologyError(f"{source}: {exc}") if source and not str(exc).startswith(source) else exc) from None
+        except TopologyError as exc:  # (a named state store refused)
+            raise topology.named(exc) from None
         #: a resumed run, or a spout process restarted: (spout, msg id) -> whether a checkpoint committed it
         self._skip = self.checkpoints.skip if self.checkpoints is not None and self.checkpoints.resuming else None
         cp = self.checkpoints

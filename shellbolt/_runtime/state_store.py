@@ -227,8 +227,7 @@ class SqliteStore(StateStore):
                 except OSError:
                     os.close(self._lock_fd)
                     raise sqlite3.OperationalError("database is locked") from None
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                 timeout=_READER_PATIENCE if not shared else 5)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=_READER_PATIENCE)
             if not shared:
                 db.execute("PRAGMA locking_mode=EXCLUSIVE")
             app = db.execute("PRAGMA application_id").fetchone()[0]
@@ -245,6 +244,8 @@ class SqliteStore(StateStore):
             db.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
             db.execute("BEGIN IMMEDIATE")  # takes the exclusive lock now: a second run fails here, not later
             db.execute("COMMIT")
+            if shared:  # (opened: its commits may wait longer for the workers' reads than its open for another run)
+                db.execute("PRAGMA busy_timeout = 5000")
         except sqlite3.OperationalError as exc:
             why = ("another run is using it" if "locked" in str(exc) else
                    f"{exc}: SQLite cannot create or open a file there (a read-only or special file system, "

@@ -177,7 +177,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     from .._runtime.runtime import Runtime
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
-    ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
+    try:
+        ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
+    except TopologyError as exc:  # (a named state store refused)
+        raise topology.named(exc) from None
     try:
         # (with the store's folder in its conf)
         shipped = _shipped(topology, {"record": recorder.path if recorder is not None else None,
