@@ -109,9 +109,9 @@ class Acker:
         #: the run's rollback epoch (workers > 1): a root carries it (bits above the worker's), and a tuple
         #: of another worker's tree of an earlier epoch is not live: every tree then in flight was failed
         self.epoch = 0
-        #: roots of this acker's that failed since the last take (workers > 1): the other workers hear
-        #: of them, as a worker that touched one with a stateful task must roll back (§9.7)
-        self.failed_out: list[int] = []
+        #: (root, cause) of this acker's roots that failed since the last take (workers > 1): the other
+        #: workers hear of them, as a worker that touched one with a stateful task must roll back (§9.7)
+        self.failed_out: list[tuple[int, str | None]] = []
         self.roots: dict[int, Root] = {}
         # Acks of roots not (or no longer) registered: root -> [xor, drop-after].
         self._early: dict[int, list[Any]] = {}
@@ -349,7 +349,7 @@ class Acker:
             return
         if root is not None:
             if self.workers > 1:
-                self.failed_out.append(r)
+                self.failed_out.append((r, cause))
                 self.on_remote()
             if r in self.watch and self.watch_failed is None:
                 self.watch_failed = cause or "failed"

@@ -187,10 +187,15 @@ class WorkerCheckpointer(Checkpointer):
         self.paused = False
         self.rt.kick_spouts()
 
-    def failed_elsewhere(self, roots: list[int], worker: int) -> None:
-        """Trees another worker owns failed: one a stateful task here took rolls everything back."""
-        if not self.touched.isdisjoint(roots):
-            self.rollback(f"a tree that a stateful task took failed (owned by host worker {worker})")
+    def failed_elsewhere(self, failed: list[tuple[int, str | None]], worker: int) -> None:
+        """Trees another worker owns failed (root, cause): one a stateful task
+        here took rolls everything back, for its cause (a process lost, a
+        timeout), as on one worker."""
+        touched = self.touched
+        for r, cause in failed:
+            if r in touched:
+                self.rollback(cause or f"a tree that a stateful task took failed (owned by host worker {worker})")
+                return
 
     # -- the phases ------------------------------------------------------------------------
 

@@ -305,6 +305,10 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
     # Said once per rollback, on any number of workers (each stateful worker said it too: twice on 2)
     rolled = re.search(r"committed \(\d+ in this run, (\d+) rolled back\)", err)
     assert rolled and err.count("state rolled back to checkpoint") == int(rolled[1]) >= 1, err[-3000:]
+    if not victims[0].startswith("worker"):  # each says why: the process lost, on workers too (was: "a tree that
+        # a stateful task took failed (owned by host worker 0)")
+        lines = re.findall(r"state rolled back to checkpoint \d+[^:]*: (.*)", err)
+        assert all(re.match(r"(split|count):\d+'s process was lost", ln) for ln in lines), lines
     # The summary's counters keep what the killed processes did (a killed worker's tasks' counts were
     # those of its last process only: split executed 5,850 of 11,100 sentences), and count their restarts.
     summary = {m[1]: {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", m[2])}
@@ -327,6 +331,29 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
                 numbers = sorted(log.sessions)
                 assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) >= 2, (task, numbers)
                 assert all(s.complete for s in log.sessions.values()) and not log.notes, (task, log.notes)
+
+
+def test_a_count_process_lost_on_the_other_worker_is_named_as_the_rollbacks_cause(tmp_path, corpus):
+    """The count process of worker 1 (its trees are worker 0's, whose
+    spout began them) is SIGKILLed: the rollback says why, as on one
+    worker ("count:N's process was lost: ..."). A trial saw "a tree that a
+    stateful task took failed (owned by host worker 0)": the failure reached
+    worker 1 back from the tree's owner without its cause."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2")
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        worker = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
+        pid = _wait("its count process", run, lambda: [p for p in descendant_pids(worker)
+                                                       if running(p) and re.search(VICTIMS["count"], cmdline(p))])[0]
+        os.kill(pid, signal.SIGKILL)
+        out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err[-3000:]
+    assert _counts(out) == expected
+    lines = re.findall(r"state rolled back to checkpoint \d+ on every host worker: (.*)", err)
+    assert lines and all(re.match(rf"count:\d+'s process was lost: .*\(pid {pid}\)", ln) for ln in lines), lines
 
 
 def test_a_hung_worker_is_killed_and_restarted_and_the_counts_stay_exact(tmp_path, corpus):
