@@ -713,21 +713,24 @@ class Runtime:
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts
         the acks and fails owed to them, within the shutdown grace (§5.4).
-        A component that gave up cuts this short; nothing else does."""
+        A component that gave up cuts this short (on host workers, one of
+        another worker's: the main process stops the run for "gave_up");
+        nothing else does."""
         self.stop_spouts()
+        gave_up = bool(self.gave_up) or self._stopped_by == "gave_up"
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(grace):
             # A spout answering a `next` may still emit: its trees get the grace too.
-            while (self.acker.pending or not all(t.deactivated() for t in spouts)) and not self.gave_up:
+            while (self.acker.pending or not all(t.deactivated() for t in spouts)) and not gave_up:
                 await self.wait_for_change()
-            if self.checkpoints is not None and not self.gave_up:
+            if self.checkpoints is not None and not gave_up:
                 await self.checkpoints.final()
         # The acks and fails owed to spouts, also after the grace ran out: a
         # spout told "ack" commits its position; one left untold replays.
         self.settle()
         with trio.move_on_after(max(grace, 1.0)):
-            while any(t.notices for t in spouts) and not self.gave_up:
+            while any(t.notices for t in spouts) and not gave_up:
                 await self.wait_for_change()
 
     async def _expire_loop(self) -> None:

@@ -467,7 +467,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             said.append(("stop", reason))
             for w in ws:
                 await w.send(said[-1])
-            if stopped_by != "done":
+            if stopped_by not in ("done", "gave_up"):  # (a component that gave up stops the run at once, as on one)
                 grace = float(topology.conf.get("multilang.shutdown.grace.secs") or 0)
                 with trio.move_on_after(grace):
                     await until_quiet(True)

@@ -370,10 +370,12 @@ streams:
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_a_component_that_gives_up_leaves_the_summarys_counts_in_the_metrics_last_line(tmp_path, workers):
     """A bolt whose every process dies on its first tuple: the run gives up
-    (exit 1), and the metrics file's last line has the summary's counts, as
-    OBSERVE.md says. On workers it was the zeros of before the start: the
-    worker whose component gave up had ended, so the last frame never had
-    its part (a trial, 3 of 3)."""
+    (exit 1) at once, and the metrics file's last line has the summary's
+    counts, as OBSERVE.md says. On workers it was the zeros of before the
+    start: the worker whose component gave up had ended, so the last frame
+    never had its part (a trial, 3 of 3). And a worker that runs none of
+    the bolt's tasks drained its trees for the shutdown grace, as if the
+    run had been stopped (here 300 s: the run outlived the test's wait)."""
     crash = tmp_path / "crash_bolt.py"
     crash.write_text("import os\nfrom multilang import Bolt\n\n\nclass Crash(Bolt):\n    def process(self, tup):\n"
                      "        os._exit(3)\n\n\nCrash().run()\n")
@@ -383,6 +385,8 @@ name = "crash"
 [topology.conf]
 "topology.max.spout.pending" = 200
 "multilang.restart.budget" = 1
+"multilang.shutdown.grace.secs" = 300
+"topology.message.timeout.secs" = 300
 [spouts.sentences]
 command = ["python", "{EXAMPLES / 'python' / 'sentence_spout.py'}", "{EXAMPLES / 'data' / 'alice.txt'}"]
 fields = ["sentence"]
