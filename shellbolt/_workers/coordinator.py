@@ -89,6 +89,7 @@ class _Worker:
         self.completed_before = 0
         self.failed = 0  # the trees of its spouts that failed, as of its process's last status
         self.failed_before = 0  # ... and of its dead processes'
+        self.pending = 0  # the trees of its spouts in flight, as of its process's last status
         self.start_cpu = 0.0  # the CPU its process had used when it said hello (its interpreter and imports)
         self.deaths = 0  # deaths in a row that got nothing done (a crash loop)
         self.committed_at_hello = 0  # the run's checkpoints committed when its process said hello
@@ -259,6 +260,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 w.part = msg[2].get("part", w.part)
                                 w.completed, w.failed, w.counters = (msg[2]["completed"], msg[2]["failed"],
                                                                      msg[2]["counters"])
+                                w.pending = msg[2]["pending"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
                             await ck.step(broadcast, workers, rollback)
@@ -324,7 +326,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                      w.committed_at_hello)
                     w.deaths = w.deaths + 1 if futile else 0
                     w.restarts += 1
-                    w.conn, w.status = None, None
+                    w.conn, w.status, w.pending = None, None, 0  # (its trees are failed: peer_lost)
                     w.carry(tasks)
                     if w.deaths >= _DEATHS:
                         failures.append(f"host worker {w.index} died {w.deaths} times in a row having got nothing "
@@ -528,14 +530,17 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         result.completed += r.get("completed", 0) + w.completed_before  # (and its dead processes' spouts')
         result.failed += r.get("failed", 0) + w.failed_before
         result.timed_out += r.get("timed_out", 0)
-        result.pending += r.get("pending", 0)
+        result.pending += r["pending"] if w.result else w.pending  # (one dead at the stop: its trees abandoned)
         result.dead_letters += r.get("dead_letters", 0)
         result.gave_up.extend(PlainComponentError(text) for text in r.get("gave_up", []))
     result.gave_up.extend(PlainComponentError(text) for text in failures)
     result.stopped_by = stopped_by
     result.dead_letter_sample = dead_sample
     for w in ws:  # what each component's processes negotiated, from the workers that ran them
-        for name, exts in (w.result or {}).get("extensions", {}).items():
+        exts_of: dict[str, list[str]] = {}  # (one dead at the stop: as its last part's rows say)
+        for row in (w.part or {}).get("tasks", {}).values() if w.result is None else ():
+            exts_of.setdefault(row["component"], []).extend(row["extensions"])
+        for name, exts in (w.result or {}).get("extensions", exts_of).items():
             have = result.extensions.setdefault(name, [])
             have.extend(e for e in exts if e not in have)
     result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
