@@ -186,7 +186,9 @@ _MOMENTS = [
 @pytest.mark.parametrize("first, at, second, after", _MOMENTS,
                          ids=[f"{a.name}@{t}" + (f"+{b.name}@{d}" if b else "") for a, t, b, d in _MOMENTS])
 def test_any_signal_at_any_moment_ends_in_130_or_143_with_a_summary_and_no_traceback(first, at, second, after):
-    proc = subprocess.Popen(ML + ["run", "examples/wordcount.toml", "--no-progress"], cwd=ROOT,
+    # (--duration: the run lasts until a signal ends it, however fast the machine: the word count alone
+    # took 0.8 s, and a signal at 1 s came after its end)
+    proc = subprocess.Popen(ML + ["run", "examples/wordcount.toml", "--no-progress", "--duration", "60"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # Before the interpreter runs any code, a signal ends a process as its default action says: the
