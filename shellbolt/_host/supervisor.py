@@ -105,10 +105,11 @@ class RestartPolicy:
         times.append(now)
         while times and times[0] < now - self.window:
             times.popleft()
-        if len(times) > self.budget:
-            return GiveUp(count=len(times) - 1, budget=self.budget, window=self.window)
-        if self._idle_streak > self.budget:
-            return GiveUp(count=self._idle_streak - 1, budget=self.budget, window=self.window, in_a_row=True)
+        if len(times) > self.budget or self._idle_streak > self.budget:
+            times.pop()  # (a give-up is no restart: another task of the component counts the restarts only)
+            if self._idle_streak > self.budget:
+                return GiveUp(count=self._idle_streak - 1, budget=self.budget, window=self.window, in_a_row=True)
+            return GiveUp(count=len(times), budget=self.budget, window=self.window)
         delay = self._backoff
         self._backoff = min(delay * 2, self.max_backoff)
         return Restart(delay=delay, count=len(times), budget=self.budget, window=self.window)

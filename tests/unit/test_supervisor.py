@@ -110,6 +110,18 @@ def test_the_budget_is_shared_by_the_policies_of_one_component():
     assert isinstance(b.crashed(started=0, now=2), GiveUp)  # task b's first crash, the component's second
 
 
+def test_a_give_up_is_not_counted_as_a_restart_of_the_component():
+    """Two tasks of a component with a budget of 2: a's third crash gives
+    up; b's next crash gives up too, after the 2 restarts there were (it
+    said 3: a's give-up was counted as one)."""
+    times = RestartPolicy(2, 60.0).times
+    a, b = RestartPolicy(2, 60.0, times=times), RestartPolicy(2, 60.0, times=times)
+    assert isinstance(a.crashed(started=0, now=1), Restart)
+    assert isinstance(b.crashed(started=0, now=1.1), Restart)
+    assert a.crashed(started=1.2, now=2) == GiveUp(count=2, budget=2, window=60.0)
+    assert b.crashed(started=1.3, now=2.1) == GiveUp(count=2, budget=2, window=60.0)
+
+
 def test_processes_that_do_no_work_give_up_however_slowly_they_die():
     # 30 s each (a hang until the subprocess timeout): two fit in the 60 s
     # window, so the window alone would restart them for ever.
