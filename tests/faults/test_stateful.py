@@ -395,7 +395,8 @@ def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what
     toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
     state = tmp_path / "state"
     # (with the live view: its last frame waits for every worker's status)
-    run = _run_cli(toml, state, "--workers", "2", "-c", "supervisor.worker.timeout.secs=2", "--progress")
+    # (6 s: on a loaded machine the healthy worker still answers well within it; its kill is what is checked)
+    run = _run_cli(toml, state, "--workers", "2", "-c", "supervisor.worker.timeout.secs=6", "--progress")
     with _reaped(run):
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         pid = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
@@ -403,7 +404,7 @@ def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=180)
     assert run.returncode == 143, err[-3000:]
-    assert f"host worker 1 (pid {pid}) has said nothing for 2s" in err, err[-3000:]
+    assert f"host worker 1 (pid {pid}) has said nothing for 6s" in err, err[-3000:]
     assert f"host worker 1 (pid {pid}) died (killed by SIGKILL) while the run stopped: not started again" in err, \
         err[-3000:]
     assert "host worker 0" not in err, err[-3000:]
