@@ -7,6 +7,7 @@ the trees it held time out and are replayed (at least once)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import math
@@ -165,6 +166,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     their share (:func:`max_tuples_shares`). ``log_level``:
     the workers log at it as :func:`setup_logging` does (the caller's own
     setup; None: they leave logging as Python leaves it)."""
+    # The run's own conf (_Checkpoints writes a temporary store's folder into it, for the workers): the
+    # caller's topology is left as it was, and a second run of it does not resume from this one's store.
+    topology = dataclasses.replace(topology, conf=dict(topology.conf))
     control = control or WorkersControl()
     until_done = until_done or max_tuples is not None  # (as Runtime.run: the trees of the limit are waited for)
     used = workers_for(topology, workers)

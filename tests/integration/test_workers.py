@@ -5,6 +5,7 @@ with 1 worker and 2, are in tests/faults/test_stateful.py."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 import trio
 
 from multilang.errors import TopologyError
-from multilang.shellbolt import (PythonBolt, PythonSpout, TopologyBuilder, load_topology, max_tuples_shares,
+from multilang.shellbolt import (PythonBolt, PythonSpout, Runtime, TopologyBuilder, load_topology, max_tuples_shares,
                                  run_workers, workers_for)
 from multilang.shellbolt._workers.worker import placement
 
@@ -95,6 +96,29 @@ def test_more_workers_than_tasks_run_one_worker_per_task_and_say_so():
     out: list = []
     result = trio.run(lambda: run_workers(b.create_topology({}), 3, on_output=out.append))
     assert result.ok and [o["w"] for o in out] == ["a", "b", "c"]
+
+
+def test_one_topology_run_again_runs_again_on_workers_and_on_one_worker():
+    # run_workers wrote its temporary state store's folder into the caller's topology.conf: a later run
+    # of the same Topology object took it as a named store, and one after an embedded run resumed from
+    # that run's last checkpoint: 0 trees, the old counts printed as new (and the folder was left behind).
+    topology = load_topology(str(EXAMPLES / "wordcount.toml"))
+    conf = copy.deepcopy(topology.conf)
+    expected = _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
+    for workers in (2, 1, 2):
+        out: dict = {}
+
+        def keep(record: dict) -> None:
+            out[record["word"]] = record["count"]
+
+        if workers == 1:
+            result = trio.run(lambda: Runtime(topology, on_output=keep).run(until_done=True))
+        else:
+            result = trio.run(lambda: run_workers(topology, workers, on_output=keep))
+        for record in result.outputs:
+            keep(record)
+        assert result.ok and result.completed == 1080 and out == expected, (workers, result.completed)
+        assert topology.conf == conf
 
 
 @pytest.mark.parametrize("workers", [2, 3])
