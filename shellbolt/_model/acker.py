@@ -108,7 +108,7 @@ class Acker:
         self.on_remote: Callable[[], None] = _nothing
         #: the run's rollback epoch (workers > 1): a root carries it (bits above the worker's), and a tuple
         #: of another worker's tree of an earlier epoch is not live: every tree then in flight was failed
-        self.epoch = 0
+        self.epoch = 0  # (a property: it sets what is_live tells another worker's live trees by)
         #: (root, cause) of this acker's roots that failed since the last take (workers > 1): the other
         #: workers hear of them, as a worker that touched one with a stateful task must roll back (§9.7)
         self.failed_out: list[tuple[int, str | None]] = []
@@ -364,17 +364,34 @@ class Acker:
         if r in self.roots:
             self._complete(r)
 
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        # A root's id modulo n * _EPOCHS is its epoch's slot and its owner's (new_root): the slots of
+        # this epoch's trees of the other workers, which is_live takes as live (their owners decide).
+        n = self.workers
+        self._slot_mod = n * _EPOCHS
+        self._remote_slots = frozenset((epoch % _EPOCHS) * n + w for w in range(n) if w != self.worker)
+
     def is_live(self, t: "int | TupleEdges") -> bool:
         """False if ``t`` belongs to trees that have all completed, failed or
         timed out: delivering it would only do work nobody waits for (and,
         once its tree is replayed, do it twice). An unanchored tuple (no
-        roots) is always live."""
+        roots) is always live; so is one of another worker's tree begun in
+        this epoch (a rollback failed every earlier one): its owner decides.
+        (Asked per tuple, on every worker: no call but this one.)"""
         if type(t) is int:
-            return t in self.roots or self._remote_live((t,))
+            return t in self.roots or t % self._slot_mod in self._remote_slots
+        roots, m, slots = self.roots, self._slot_mod, self._remote_slots
         ids = t.ids  # type: ignore[union-attr]
-        if not ids or not self.roots.keys().isdisjoint(ids):
-            return True
-        return self._remote_live(ids)
+        for r in ids:  # (one, mostly)
+            if r in roots or r % m in slots:
+                return True
+        return not ids
 
     def pending_here(self, t: "int | TupleEdges") -> bool:
         """Whether one of ``t``'s trees is one of this worker's, still
@@ -384,18 +401,6 @@ class Acker:
         if type(t) is int:
             return t in self.roots
         return not self.roots.keys().isdisjoint(t.ids)  # type: ignore[union-attr]
-
-    def _remote_live(self, ids: Any) -> bool:
-        """Whether one of roots ``ids`` is another worker's tree begun in this
-        epoch (a rollback failed every earlier one): its owner decides."""
-        n = self.workers
-        if n == 1:
-            return False
-        w, epoch = self.worker, self.epoch % _EPOCHS
-        for r in ids:
-            if r % n != w and (r // n) % _EPOCHS == epoch:
-                return True
-        return False
 
     def expire(self, now: float) -> int:
         """Fail every tree past its deadline; returns how many."""

@@ -52,6 +52,32 @@ def test_an_ack_of_another_workers_root_goes_to_its_owner_and_completes_the_tree
     assert a.drain() == ([(1, "m")], [])
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 4), seed=st.integers(0, 2**32), epochs=st.lists(st.integers(0, 600), min_size=2, max_size=4))
+def test_another_workers_tree_is_live_while_its_epoch_is_the_runs(n, seed, epochs):
+    # A tuple of another worker's tree is live (its owner decides) while the run's rollback epoch is the
+    # one its root was drawn in; after a rollback (a new epoch) it is not: every such tree was failed.
+    # Epochs are told apart modulo 256 (one 256 rollbacks old would pass for live).
+    ackers = _ackers(n, seed)
+    drawn = []  # (root, owner, epoch it was drawn in)
+    for e in epochs:
+        for w, a in enumerate(ackers):
+            a.epoch = e
+            drawn += [(a.new_root(), w, e) for _ in range(5)]
+    for w, a in enumerate(ackers):
+        for e in epochs:
+            a.epoch = e
+            for r, owner, drawn_in in drawn:
+                want = owner != w and drawn_in % 256 == e % 256
+                assert a.is_live(r) is want and a.is_live(edges_of(r)) is want, (w, e, owner, drawn_in)
+                mixed = edges_of(r)
+                mixed.ids[ackers[w].new_root()] = 1  # with a root of this worker's, not registered: as alone
+                assert a.is_live(mixed) is want
+    registered = ackers[0].spout_root(1, "m", T0)
+    assert ackers[0].is_live(registered) and ackers[0].is_live(edges_of(registered))
+    assert ackers[0].is_live(edges_of(registered).__class__())  # unanchored: always live
+
+
 def test_a_fail_of_another_workers_root_fails_it_once_at_its_owner_with_its_cause():
     a, b = _ackers(2, 3)
     root, (edge, edge2) = a.spout_emit(7, "m", 2, T0)
