@@ -482,7 +482,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for w in ws:
                 await w.send(said[-1])
             deadline, asked = math.inf, trio.current_time()
-            while any(w.result is None and w.proc is not None and w.proc.returncode is None for w in ws):
+
+            def ending(w: _Worker) -> bool:
+                """Still running, or ended with what it sent not read yet (its result, sent just before
+                it ended: the last frame below is built from it)."""
+                if w.result is not None or w.proc is None:
+                    return False
+                return w.proc.returncode is None or w.conn is not None and not w.read_all.is_set()
+
+            while any(ending(w) for w in ws):
                 if control.aborted and deadline == math.inf:  # what they have, within _ABORT_SECS
                     deadline = trio.current_time() + _ABORT_SECS
                     if said[-1] != ("abort",):  # (a second signal while they finish)
