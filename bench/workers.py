@@ -28,8 +28,11 @@ this process), this process's own CPU ("main s": with workers, the main
 process's, which writes every checkpoint to the store; with 1, the whole
 engine's), the checkpoints taken ("cps"), and the busiest worker's share
 of the workers' CPU (1/N when they share the work evenly; the spouts'
-worker also runs the spout and acks every tree its spouts began). Every run
-must print the same counts as a plain count of the corpus.
+worker also runs the spout and acks every tree its spouts began). Then the
+host CPU per word's ratio round by round (each round's run to the same
+round's run of the fewest workers: a drift of the machine's speed over the
+rounds cancels), its median and range. Every run must print the same counts
+as a plain count of the corpus.
 
 Targets (issue 35): on 2 cores, host CPU per word with 2 workers at most
 1.25x that of 1 worker, and 2 workers at least as fast as 1; on 8 cores or
@@ -170,6 +173,10 @@ def main() -> None:
         row["cpu_per_word_ratio"] = round(row["host_cpu_us_per_word"] / base["host_cpu_us_per_word"], 3)
         row["running_cpu_ratio"] = round(row["running_cpu_us_per_word"] / base["running_cpu_us_per_word"], 3)
         row["speedup"] = round(base["wall_s"] / row["wall_s"], 3)
+        # (each round's ratio to the base's run of the same round: a machine's drift over the rounds cancels)
+        paired = sorted((r["host_cpu"] / r["words"]) / (b["host_cpu"] / b["words"])
+                        for r, b in zip(runs[n], runs[counts[0]]))
+        row["cpu_per_word_ratio_by_round"] = [round(x, 3) for x in paired]
     if args.json:
         print(json.dumps(report))
     else:
@@ -185,6 +192,10 @@ def main() -> None:
                   f"{r.get('cpu_per_word_ratio', 1.0):>6.3f} {r['running_cpu_us_per_word']:>16.2f} "
                   f"{r.get('running_cpu_ratio', 1.0):>6.3f} {r['start_cpu_s']:>8.2f} {r['main_cpu_s']:>7.2f} "
                   f"{r['checkpoints']:>5} {r.get('speedup', 1.0):>8.3f} {r['busiest_worker_share']:>8.3f}")
+        for n in counts[1:]:
+            by_round = report["by"][n]["cpu_per_word_ratio_by_round"]
+            print(f"host CPU per word, {n} workers / {counts[0]}, round by round: median "
+                  f"{statistics.median(by_round):.3f}x, from {by_round[0]:.3f}x to {by_round[-1]:.3f}x")
         for e in errors:
             print("error:", e)
     raise SystemExit(1 if errors else 0)
