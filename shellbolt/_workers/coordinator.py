@@ -118,6 +118,14 @@ class _Worker:
         self.failed_before += self.failed
         self.failed = 0
 
+    def ending(self) -> bool:
+        """Its process runs, or ended with what it sent not read yet (its
+        result, sent just before it ended: the run's last frame is built
+        from it)."""
+        if self.result is not None or self.proc is None:
+            return False
+        return self.proc.returncode is None or self.conn is not None and not self.read_all.is_set()
+
     async def ask_status(self, snapshot: bool) -> None:
         """Ask for its status (with its part of the run's snapshot if ``snapshot``)."""
         if self.asked_at is None:
@@ -482,15 +490,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for w in ws:
                 await w.send(said[-1])
             deadline, asked = math.inf, trio.current_time()
-
-            def ending(w: _Worker) -> bool:
-                """Still running, or ended with what it sent not read yet (its result, sent just before
-                it ended: the last frame below is built from it)."""
-                if w.result is not None or w.proc is None:
-                    return False
-                return w.proc.returncode is None or w.conn is not None and not w.read_all.is_set()
-
-            while any(ending(w) for w in ws):
+            while any(w.ending() for w in ws):
                 if control.aborted and deadline == math.inf:  # what they have, within _ABORT_SECS
                     deadline = trio.current_time() + _ABORT_SECS
                     if said[-1] != ("abort",):  # (a second signal while they finish)
