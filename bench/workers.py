@@ -42,7 +42,6 @@ more, 4 workers at least 3.5x the sentences per second of 1.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import re
@@ -89,7 +88,7 @@ def with_pending(path: Path, pending: int | None) -> None:
 
 
 def run_once(path: Path, workers: int) -> dict:
-    from multilang.shellbolt import Runtime, load_topology, run_workers
+    from multilang.shellbolt import Runtime, load_topology, prepare_gc, run_workers
 
     topo = load_topology(path)
     outputs: dict[str, int] = {}
@@ -97,8 +96,7 @@ def run_once(path: Path, workers: int) -> dict:
     def keep(record: dict) -> None:
         outputs[record["word"]] = record["count"]
 
-    gc.collect()
-    gc.freeze()  # (as multilang run does before it runs a topology: multilang/_cli/common.py, run_trio)
+    prepare_gc()  # (as multilang run does before it runs a topology: multilang/_cli/common.py, run_trio)
     c0, t0 = _cpu(), time.perf_counter()
     if workers == 1:
         result = trio.run(lambda: Runtime(topo, on_output=keep).run(until_done=True))

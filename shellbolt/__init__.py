@@ -61,6 +61,7 @@ _HOME: dict[str, tuple[str, str]] = {
     **{n: ("_runtime.state_store", n) for n in ("Checkpoint", "StateStore", "provider_config")},
     **{n: ("_observe.ratelog", n) for n in ("RateLimitedLog", "kind_of")},
     "setup_logging": ("_observe.logs", "setup_logging"),
+    "prepare_gc": ("_runtime.collector", "prepare_gc"),
     **{n: ("_observe.observe", n) for n in ("snapshot", "blank_row")},
     # the CLI's
     **{n: ("_observe.metrics", n) for n in ("CONSUMER_KEY", "MetricsReporter")},

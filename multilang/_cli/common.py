@@ -5,7 +5,6 @@ checks of a command line."""
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import math
 import os
@@ -184,9 +183,10 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
         return out
 
     # What start-up made (modules, classes, the topology) lives as long as the run: out of the cyclic
-    # collector's scans, which otherwise walk it again at every full collection (docs/PERFORMANCE.md).
-    gc.collect()
-    gc.freeze()
+    # collector's scans, which run less often (docs/PERFORMANCE.md).
+    from multilang.shellbolt import prepare_gc
+
+    prepare_gc()
     try:
         result = trio.run(wrapper)
     except BaseExceptionGroup as eg:

@@ -11,7 +11,6 @@ process died: no orphan keeps running)."""
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import signal
@@ -23,6 +22,7 @@ import trio
 
 from .._model.results import COUNTERS
 from .._model.topology import Topology
+from .._runtime.collector import prepare_gc
 from . import view
 from .link import Link, RemoteTask, socket_path
 from .wire import Frames
@@ -90,8 +90,7 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
     # other outputs go to the main process as they come.
     rt = Runtime(topology, on_output=link.output, placement=Placement(worker, workers, where, link))
     link.runtime = rt
-    gc.collect()
-    gc.freeze()  # (start-up's objects out of the collector's scans, as in the main process: docs/PERFORMANCE.md)
+    prepare_gc()  # (as the main process does: docs/PERFORMANCE.md)
     rt.on_dead_letter = lambda letter: link.to_main(("dead", letter))  # the main process writes --dead-letter's file
     if run_args.get("record"):  # --record: this worker's tasks, in the main process's recording
         from .._replay.record import Recorder
