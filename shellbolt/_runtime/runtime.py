@@ -451,6 +451,15 @@ class Runtime:
         """The output view's changes that a checkpoint just committed (§9.7)."""
         self.outputs_by_key.update(updates)
 
+    def view_so_far(self) -> dict[Any, dict[str, Any]]:
+        """The keyed output view as a run that ends now shows it: the last
+        record per key, committed or not (one a checkpoint has not covered
+        yet is shown, and marked nowhere)."""
+        view = self.outputs_by_key
+        if self.checkpoints is not None and self.checkpoints.view:
+            view = {**view, **{k: r for k, (r, _) in self.checkpoints.view.items()}}
+        return view
+
     # -- acker results -------------------------------------------------------------
 
     def nudge(self) -> None:
@@ -767,10 +776,7 @@ class Runtime:
                 if isinstance(t, SpoutTask) and (ids := t.not_replayed())]
 
     def result(self) -> RunResult:
-        view = self.outputs_by_key
-        if self.checkpoints is not None and self.checkpoints.view:  # not committed yet: shown, marked nowhere
-            view = {**view, **{k: r for k, (r, _) in self.checkpoints.view.items()}}
-        outputs = list(view.values())
+        outputs = list(self.view_so_far().values())
         if self._key_index is not None:
             outputs.sort(key=lambda r: [sort_key(r[k]) for k in self.topology.output.key or []])
         repeated = [r for t in self.tasks.values() if isinstance(t, SpoutTask) for r in t.repeated_failures()]

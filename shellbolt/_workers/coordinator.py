@@ -101,6 +101,7 @@ class _Worker:
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
         self.counters: dict[int, list[int]] = {}  # task id -> its COUNTERS, as of its process's last status
+        self.extensions: dict[int, list[str]] = {}  # shell task id -> what its process negotiated, as of then
         self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
 
     def carry(self, tasks: list[int], restarted: bool = True) -> None:
@@ -272,6 +273,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 w.part = msg[2].get("part", w.part)
                                 w.completed, w.failed, w.counters = (msg[2]["completed"], msg[2]["failed"],
                                                                      msg[2]["counters"])
+                                w.extensions = msg[2]["extensions"]
                                 w.pending = msg[2]["pending"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
@@ -478,6 +480,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             stopping.set()  # (a worker that dies from now on is not started again)
             # (done with --max-tuples: the spouts stopped at the limit, as the embedded engine says)
             reason = "max_tuples" if stopped_by == "done" and max_tuples is not None else stopped_by
+            log.debug("the run stops (%s): every worker's spouts stop, and a worker that dies is not started "
+                      "again", reason)
             said.append(("stop", reason))
             for w in ws:
                 await w.send(said[-1])
@@ -506,16 +510,19 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             await w.ask_status(False)
                 kill_the_silent()
                 await trio.sleep(_POLL / 5)
-            if on_snapshot is not None and not control.aborted:  # the last frame: the run's final counters
+            for w in ws:
+                if w.proc is not None:
+                    if w.result is None and control.aborted:  # (silent past the abort's deadline)
+                        w.proc.kill()
+                    await w.proc.wait()
+            with trio.move_on_after(_SEND_SECS):  # (watch() carries what one that died without its result did)
+                while any(w.result is None and w.conn is not None for w in ws):
+                    await trio.sleep(_POLL / 5)
+            if on_snapshot is not None:  # the last frame: the run's final counters, stopped at once or not
                 # (each worker's part as it ended, from its result; one that died as the run stopped, its last)
                 parts = [(w.result or {}).get("part") or (gone(w.part) if w.part is not None else None) for w in ws]
                 if all(p is not None for p in parts):
                     snapshot(parts, True)  # type: ignore[arg-type]
-            for w in ws:
-                if w.proc is not None:
-                    if w.result is None and control.aborted:
-                        w.proc.kill()
-                    await w.proc.wait()
             nursery.cancel_scope.cancel()
     finally:
         for w in ws:
@@ -549,9 +556,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.stopped_by = stopped_by
     result.dead_letter_sample = dead_sample
     for w in ws:  # what each component's processes negotiated, from the workers that ran them
-        exts_of: dict[str, list[str]] = {}  # (one dead at the stop: as its last part's rows say)
-        for row in (w.part or {}).get("tasks", {}).values() if w.result is None else ():
-            exts_of.setdefault(row["component"], []).extend(row["extensions"])
+        exts_of: dict[str, list[str]] = {}  # (one dead at the stop: as its last status says)
+        for t, exts in w.extensions.items() if w.result is None else ():
+            exts_of.setdefault(component[t], []).extend(exts)
         for name, exts in (w.result or {}).get("extensions", exts_of).items():
             have = result.extensions.setdefault(name, [])
             have.extend(e for e in exts if e not in have)

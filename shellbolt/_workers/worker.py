@@ -70,6 +70,9 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
             # (its tasks' counters: if this process dies, the run's counts keep what it did)
             "counters": {t: [getattr(s, k) for k in COUNTERS] for stats in rt.stats.values()
                          for t, s in stats.tasks.items() if link.placement[t] == link.worker},
+            # (and what its shell tasks' processes negotiated: the summary's protocol line)
+            "extensions": {t: list(task.obs.extensions) for t, task in rt.tasks.items()
+                           if link.placement[t] == link.worker and task.comp.is_shell},
             **(cp.status() if cp is not None else {})}
 
 
@@ -179,7 +182,7 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
             "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
-            "view": rt.outputs_by_key, "extensions": result.extensions, "stateful": result.stateful,
+            "view": rt.view_so_far(), "extensions": result.extensions, "stateful": result.stateful,
             "repeated_failures": result.repeated_failures, "not_replayed": result.not_replayed,
             "reused_ids": result.reused_ids, "recorded": sorted(rt.recorder.tasks) if rt.recorder else [],
             "part": view.part(rt, worker, where)}))  # (the run's last snapshot, if it ended before the others)

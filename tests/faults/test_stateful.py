@@ -21,6 +21,7 @@ import signal
 import sqlite3
 import subprocess
 import tempfile
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -578,3 +579,95 @@ def test_two_runs_cannot_share_a_state_dir(tmp_path, corpus, workers):
         os.killpg(first.pid, signal.SIGKILL)
         first.communicate()
 
+
+
+def _slow_split_toml(tmp_path: Path, corpus: Path) -> Path:
+    """The README's word count with a Python split that takes 20 ms a
+    sentence: a stop's drain of max spout pending (200) sentences lasts
+    seconds, whatever the machine."""
+    split = tmp_path / "slow_split.py"
+    split.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(EXAMPLES / "python")!r})
+        from split_bolt import words
+        from multilang import BasicBolt
+
+        class SlowSplit(BasicBolt):
+            def process(self, tup):
+                time.sleep(0.02)
+                for w in words(tup.values[0]):
+                    self.emit([w])
+
+        SlowSplit().run()
+    """))
+    toml = wordcount_toml(tmp_path, corpus, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    ruby = f'["ruby", "{EXAMPLES / "ruby" / "split_bolt.rb"}"]'
+    assert ruby in toml.read_text()
+    toml.write_text(toml.read_text().replace(ruby, json.dumps(["python", str(split)])))
+    return toml
+
+
+def _stopping(run: subprocess.Popen, seen: list[str]) -> None:
+    """SIGINT to the run, and its stderr read up to the line that says it stops."""
+    assert run.stderr is not None
+    run.send_signal(signal.SIGINT)
+    for line in run.stderr:
+        seen.append(line)
+        if "SIGINT: stopping (" in line:
+            return
+    raise AssertionError("the run never said it stops: " + "".join(seen)[-3000:])
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_second_signal_while_the_trees_drain_prints_every_count_so_far(tmp_path, corpus, workers):
+    """Stopped at once by a second SIGINT while a stop drains: the output is
+    the last count per word so far, committed or not, so its counts add up
+    to the words the count bolt counted (its emits, in the summary), and the
+    metrics file's last line holds the summary's counts. On 2 workers a
+    trial's run printed only what the last checkpoint had committed (4,767
+    words of 6,503), and the metrics file's one line was the zeros of
+    before the start."""
+    path, _ = corpus
+    toml = _slow_split_toml(tmp_path, path)
+    state, metrics = tmp_path / "state", tmp_path / "metrics.jsonl"
+    run = _run_cli(toml, state, "--workers", workers, "--metrics-file", str(metrics))
+    seen: list[str] = []
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        _stopping(run, seen)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=180)
+    err = "".join(seen) + err
+    assert run.returncode == 130, err[-3000:]
+    assert "SIGINT: stopping at once" in err, err[-3000:]
+    emitted = re.search(r"^\[summary\]   count: emitted (\d+), executed", err, re.M)
+    assert emitted, err[-3000:]
+    assert sum(_counts(out).values()) == int(emitted[1]), err[-3000:]
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert last["components"]["count"]["emitted"] == int(emitted[1]), (last["components"], err[-3000:])
+
+
+def test_the_spouts_worker_killed_while_the_run_stops_keeps_its_protocol_line(tmp_path, corpus):
+    """The spout's worker (0) killed while a stop drains: the summary says
+    what its spout's process negotiated as of its last status, as for a
+    worker killed mid-run (a trial's said "sentences standard")."""
+    path, _ = corpus
+    toml = _slow_split_toml(tmp_path, path)
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2", "--log-level", "debug")
+    seen: list[str] = []
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pid = _processes(run, "worker-0")[0]
+        _stopping(run, seen)
+        assert run.stderr is not None
+        for line in run.stderr:  # (the main process has taken the stop in: a death is not restarted from now)
+            seen.append(line)
+            if "the run stops (signal)" in line:
+                break
+        os.kill(pid, signal.SIGKILL)
+        out, err = run.communicate(timeout=180)
+    err = "".join(seen) + err
+    assert run.returncode == 130, err[-3000:]
+    assert f"host worker 0 (pid {pid}) died (killed by SIGKILL) while the run stopped" in err, err[-3000:]
+    assert "[summary] protocol: sentences batch; split batch; count batch+state" in err, err[-3000:]
