@@ -113,6 +113,10 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             topology = load_flux(topology_file, filter_file, os.environ if env_filter else None, overrides=overrides)
         elif filter_file is not None or env_filter:
             raise TopologyError("--filter and -e/--env-filter apply to Flux YAML files (.yaml/.yml) only")
+        elif topology_file.endswith(".py"):
+            raise TopologyError(f"{topology_file}: a Python file; multilang run takes a TOML or Flux YAML "
+                                "(.yaml/.yml) topology file. A topology built in Python runs as its own script "
+                                "(README, \"Topologies from Python\")")
         else:
             topology = load_topology(topology_file, overrides)
         if engine == "spark":

@@ -186,6 +186,15 @@ def test_run_bad_topology_exits_2_naming_the_problem(tmp_path, toml, needle):
     assert p.stdout == ""
 
 
+def test_run_of_a_python_script_says_what_run_takes(tmp_path):
+    path = tmp_path / "topology.py"  # (a trial's first try: the README builds topologies in Python too)
+    path.write_text("from multilang.shellbolt import TopologyBuilder\nbuilder = TopologyBuilder()\n")
+    p = multilang("run", str(path), "--workers", "2", timeout=30)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert f"{path}: a Python file; multilang run takes a TOML or Flux YAML (.yaml/.yml) topology file" in p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+
+
 @pytest.mark.parametrize("args, message", [
     (["--engine", "spark", "--master", "local[0]"], "error: --master 'local[0]': a Spark master URL is"),
     (["--engine", "spark", "--master", "local-cluster[0,1,1024]"], "error: --master 'local-cluster[0,1,1024]'"),
