@@ -69,8 +69,10 @@ def numbered_spout(n: int, *, fmt: str | None = None, per_next: int = 1, state: 
 
 def faulty_bolt(*, fault: str | None = None, after: int = 0, once: Path | None = None, startup: str | None = None,
                 sleep: float = 0.0, fields: Iterable[str] = ("n",), flood_line: int | None = None,
-                gate: Path | None = None) -> ShellBolt:
+                gate: Path | None = None, copies: int = 1) -> ShellBolt:
     argv = ["python", str(FAULTY_BOLT)]
+    if copies != 1:
+        argv += ["--copies", str(copies)]
     if fault:
         argv += ["--fault", fault, "--after", str(after)]
     if startup:

@@ -2,7 +2,7 @@
 
 Usage: python faulty_bolt.py [--fault MODE] [--after N] [--once MARKER]
                              [--startup MODE] [--sleep S] [--flood-line N]
-                             [--gate FILE]
+                             [--gate FILE] [--copies N]
 
 Normal behaviour: each input tuple is emitted again, unchanged, anchored to
 itself on the default stream (``need_task_ids`` false), then acked; ticks
@@ -40,6 +40,8 @@ only in the first process that gets there (see _raw.fire). Modes:
 first process only): ``exit:CODE`` after reading the handshake, ``hang``
 (never reply), ``no_pid_file`` (reply without creating the pid file).
 ``--sleep S`` sleeps before handling each tuple (a slow bolt).
+``--copies N`` emits each tuple N times before its ack (a split of a long
+line: more output than a slow bolt downstream takes).
 ``--stubborn`` ignores SIGTERM, ignores EOF on stdin (keeps sleeping) and
 starts a child process (``sleep 600``): only SIGKILL to its process group
 ends both.
@@ -61,6 +63,7 @@ p.add_argument("--after", type=int, default=0)
 p.add_argument("--once")
 p.add_argument("--startup")
 p.add_argument("--sleep", type=float, default=0.0)
+p.add_argument("--copies", type=int, default=1)
 p.add_argument("--flood-line", type=int, default=1000)
 p.add_argument("--stubborn", action="store_true")
 p.add_argument("--gate")  # hold the first tuple until FILE exists (the test's event, not a time)
@@ -148,7 +151,7 @@ def serve(messages, hs) -> None:
                     out = frame(emit) + frame(ack)
                 write(out)
                 continue
-        write(frame(emit) + frame(ack))
+        write(frame(emit) * ARGS.copies + frame(ack))
 
 
 def misbehave(fault: str, tid, values, emit, ack, limit: int) -> bytes:
