@@ -159,12 +159,18 @@ class Acker:
         return out
 
     def apply_remote(self, acks: dict[int, int], fails: list[tuple[int, str | None]]) -> None:
-        """Acks and fails of this acker's roots, from the other workers."""
+        """Acks and fails of this acker's roots, from the other workers: the
+        fails first. A batch folds a tree's acks and keeps no order between
+        them and its fails, and a tree is failed before its last ack can
+        come: a bolt's emit the host refuses fails the input's tree, and the
+        bolt's ack of that input follows (the one engine fails the tree, and
+        ignores the ack). Acks first, the tree completed, and its input was
+        lost without a replay."""
+        for r, cause in fails:
+            self.fail_root(r, cause)
         ack_root = self._ack_root
         for r, x in acks.items():
             ack_root(r, x)
-        for r, cause in fails:
-            self.fail_root(r, cause)
 
     # -- spout side ---------------------------------------------------------
 

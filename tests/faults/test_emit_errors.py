@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import trio
 
 from faults_support import (
     assert_nothing_lost,
@@ -23,7 +24,8 @@ from faults_support import (
     run_topology,
     task_ids,
 )
-from multilang.shellbolt import TopologyBuilder
+from multilang.shellbolt import TopologyBuilder, run_workers
+from multilang.shellbolt._workers.worker import placement
 from multilang.testing import assert_no_orphans
 
 # Task ids are assigned in component-name order: "bolt" is task 1, "spout" 2.
@@ -63,6 +65,32 @@ def test_bolt_emit_error_drops_the_tuple_fails_its_tree_and_keeps_the_process(fa
     assert CASES[fault] in logs[0]
     assert "tree failed" in logs[0]
     assert_no_orphans(run)
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["at-least-once", "hold-emits"])
+@pytest.mark.parametrize("fault", list(CASES))
+def test_on_two_workers_a_refused_emit_fails_its_tree_at_the_spouts_worker_and_the_input_comes_back(fault, hold,
+                                                                                                   marker):
+    """The same on 2 host workers, the bolt (task 1) on worker 0 and the
+    spout (task 2) on worker 1: the refused emit's fail and the bolt's ack
+    of its input reach the tree's owner in one batch, and the tree fails
+    there, as on one worker. A trial's run acked it, and the input was
+    lost, exit 0 (4 runs of 4, one per kind of refused emit)."""
+    n = 200
+    b = TopologyBuilder()
+    b.set_spout("spout", numbered_spout(n, per_next=5))
+    b.set_bolt("bolt", faulty_bolt(fault=fault, after=20, once=marker),
+               conf={"multilang.hold.emits.until.ack": hold}).shuffle_grouping("spout")
+    topo = build(b, **{"topology.max.spout.pending": 50})
+    assert placement(topo, 2) == {1: 0, 2: 1}
+    out: list = []
+    res = trio.run(lambda: run_workers(topo, 2, on_output=out.append))
+    assert res.ok and res.failed == 1 and res.completed == n, res
+    events = [(r["event"], r["msg_id"]) for r in out if r["component"] == "spout" and r["stream"] == "events"]
+    failed = [m for e, m in events if e == "failed"]
+    assert len(failed) == 1 and {m for e, m in events if e == "acked"} == set(range(n)), events[-20:]
+    assert Counter(r["n"] for r in out if r["component"] == "bolt") == Counter(range(n))
+    assert res.stats["bolt"].errors == 1 and res.stats["bolt"].restarts == 0
 
 
 def test_spout_emit_to_an_undeclared_stream_is_failed_back_to_the_spout_and_replayed(marker, caplog):

@@ -90,6 +90,24 @@ def test_a_fail_of_another_workers_root_fails_it_once_at_its_owner_with_its_caus
     assert a.drain() == ([], []) and a.pending == 0
 
 
+def test_a_tree_failed_then_acked_in_one_batch_to_its_owner_fails_there_as_on_one_acker():
+    """A bolt on worker 1 emits anchored to its input and the host refuses
+    the emit (wrong arity, say): the input's tree is failed; then the bolt
+    acks the input. Both reach the owner in one batch, the acks folded and
+    the fail listed: the tree fails (its spout replays it), as on one
+    acker. A trial's run on 2 workers completed it: the input was lost."""
+    a, b = _ackers(2, 4)
+    root, (edge,) = a.spout_emit(7, "m", 1, T0)
+    one = Acker(30.0, rand=random.Random(4).getrandbits)
+    one_root, (one_edge,) = one.spout_emit(7, "m", 1, T0)
+    for acker, t in ((b, edge), (one, one_edge)):
+        acker.fail(t, "emitted 2 values on stream 'default', which declares 1 fields")
+        acker.ack(t)
+    a.apply_remote(*b.take_remote()[0])
+    assert a.drain() == one.drain() == ([], [(7, "m")])
+    assert a.pending == one.pending == 0
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_random_trees_over_workers_complete_at_their_owner_exactly_at_their_last_ack(data):
