@@ -391,6 +391,13 @@ class Topology:
                 raise TopologyError(
                     f"output key {missing} not among the fields {comp.outputs[stream]} of {out.component!r}/{stream}"
                 )
+            takers = sorted({c.name for c in self.components.values()
+                             for i in c.inputs if i.source == out.component and i.stream == stream})
+            if takers:  # (a run would print nothing, and say nothing: a trial's keyed count did)
+                raise TopologyError(
+                    f"output: {out.component!r}/{stream} is subscribed by {', '.join(map(repr, takers))}: a run's "
+                    "output is the tuples no component subscribes to; name a component whose emits nothing takes "
+                    "(the last bolt)")
 
     def _validate_component(self, c: ComponentDef) -> None:
         where = f"{c.kind} {c.name!r}"

@@ -174,8 +174,19 @@ def test_a_string_conf_key_given_digits_is_told_to_quote_them(tmp_path, command)
          fields = ["a"]
          """, "command must be a non-empty list"),
         ("[spouts.s\n", "not valid TOML"),
+        ("""
+         [spouts.s]
+         command = ["python", "x.py"]
+         fields = ["a"]
+         [bolts.b]
+         command = ["python", "y.py"]
+         fields = ["a"]
+         inputs = [{ source = "s" }]
+         [output]
+         component = "s"
+         """, "output: 's'/default is subscribed by 'b': a run's output is the tuples no component subscribes to"),
     ],
-    ids=["unknown-source", "missing-field", "command-string", "bad-toml"],
+    ids=["unknown-source", "missing-field", "command-string", "bad-toml", "output-subscribed"],
 )
 def test_run_bad_topology_exits_2_naming_the_problem(tmp_path, toml, needle):
     path = tmp_path / "bad.toml"

@@ -667,7 +667,7 @@ def test_two_runs_at_once_on_one_state_dir_the_second_is_refused_at_once(tmp_pat
 
 def test_state_dir_without_a_stateful_bolt_says_so(tmp_path):
     toml = wc_toml(tmp_path, count_cmd=[PY, str(EXAMPLES / "python" / "split_bolt.py")],
-                   output='[output]\ncomponent = "split"\n')
+                   output='[output]\ncomponent = "count"\n')
     toml.write_text(toml.read_text().replace('fields = ["word", "count"]', 'fields = ["word"]'))
     r = run(toml, "--state-dir", "state")
     assert r.returncode == 0, r.stderr
