@@ -230,6 +230,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     burst = 1
                 if stats.emitted + now_skipped + stats.errors == emitted + skipped + errors:
                     self._empty_nexts += 1
+                    if self._empty_nexts == 2:
+                        self.dry_since = trio.current_time()
                     self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
                     # Storm's spout wait strategy: back off while there is nothing to emit.
                     await self.rest(idle_sleep)
@@ -454,6 +456,7 @@ class PythonSpoutTask(SpoutTask):
                         break
             if len(got) < fresh:
                 self._exhausted = True
+                self.dry_since = trio.current_time()
             seq = self._seq
             for values in got:
                 values_of[seq] = values

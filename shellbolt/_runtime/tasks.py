@@ -298,6 +298,9 @@ class SpoutTask(Task):
         self.notices: deque[Any] = deque()  # acks and fails to deliver to the spout
         self.pending_roots = 0
         self.idle = False
+        #: when ``at_rest()`` last became ``"dry"`` (trio time): its tenth of the checkpoint interval
+        #: is counted from then (checkpoint.py, _quiet_needed)
+        self.dry_since = 0.0
         #: its emits' values are hashed with their ids for the checkpoints (Runtime sets it, §9.7)
         self.hash_inputs = False
         #: replays of a failing input (host spouts), or of an emit the host refuses (shell spouts)

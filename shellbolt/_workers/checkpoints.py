@@ -126,13 +126,13 @@ class WorkerCheckpointer(Checkpointer):
         since: float | None = None  # since when the spouts here have been quiet (no emit)
         seen = -1
         while True:
-            quiet = self._quiet_for_checkpoint()
             now = trio.current_time()
-            if quiet is None:
-                since = None
-            elif since is None or rt.emitted_by_spouts != seen:
+            if since is None or rt.emitted_by_spouts != seen:
                 since = now
             seen = rt.emitted_by_spouts
+            quiet = self._quiet_for_checkpoint(since)
+            if quiet is None:
+                since = None
             due = None if since is None or quiet is None else since + quiet  # (quiet enough from then on)
             ready = due is not None and now >= due
             flags = (ready, bool(self.activity or self.held or self.view), self._committed_txid, self.epoch)
@@ -145,7 +145,7 @@ class WorkerCheckpointer(Checkpointer):
     async def final(self) -> None:
         return None  # the main process took the last one before it said finish (or could not: at least once)
 
-    def _quiet_for_checkpoint(self) -> float | None:
+    def _quiet_for_checkpoint(self, since: float) -> float | None:
         """How long the spouts here must stay quiet before a checkpoint (the
         embedded engine's rule), or None: wait for the interval. None too
         while a tree the last checkpoint committed still waits for its acks
@@ -156,7 +156,7 @@ class WorkerCheckpointer(Checkpointer):
             self.committed_pending = {r for r in self.committed_pending if r in roots}
             if self.committed_pending:
                 return None
-        return self._quiet_needed()
+        return self._quiet_needed(since)
 
     def rollback(self, cause: str) -> None:
         """Asked for here (a stateful process lost, a watched tree failed):
