@@ -36,15 +36,20 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("hold", [False, True], ids=["at-least-once", "hold-emits"])
-@pytest.mark.parametrize("fault", list(CASES))
-def test_bolt_emit_error_drops_the_tuple_fails_its_tree_and_keeps_the_process(fault, hold, marker, caplog):
-    n = 200
+def _refusing_bolt(n: int, fault: str, hold: bool, marker):
+    """A spout of 0..n-1 into a bolt whose 21st tuple's emit the host refuses (``fault``, once)."""
     b = TopologyBuilder()
     b.set_spout("spout", numbered_spout(n, per_next=5))
     b.set_bolt("bolt", faulty_bolt(fault=fault, after=20, once=marker),
                conf={"multilang.hold.emits.until.ack": hold}).shuffle_grouping("spout")
-    topo = build(b, **{"topology.max.spout.pending": 50})
+    return build(b, **{"topology.max.spout.pending": 50})
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["at-least-once", "hold-emits"])
+@pytest.mark.parametrize("fault", list(CASES))
+def test_bolt_emit_error_drops_the_tuple_fails_its_tree_and_keeps_the_process(fault, hold, marker, caplog):
+    n = 200
+    topo = _refusing_bolt(n, fault, hold, marker)
     assert task_ids(topo, "bolt") == [1]
     run = run_topology(topo)
     res = run.result
@@ -75,13 +80,9 @@ def test_on_two_workers_a_refused_emit_fails_its_tree_at_the_spouts_worker_and_t
     spout (task 2) on worker 1: the refused emit's fail and the bolt's ack
     of its input reach the tree's owner in one batch, and the tree fails
     there, as on one worker. A trial's run acked it, and the input was
-    lost, exit 0 (4 runs of 4, one per kind of refused emit)."""
+    lost, exit 0 (6 runs of 6, every kind of refused emit)."""
     n = 200
-    b = TopologyBuilder()
-    b.set_spout("spout", numbered_spout(n, per_next=5))
-    b.set_bolt("bolt", faulty_bolt(fault=fault, after=20, once=marker),
-               conf={"multilang.hold.emits.until.ack": hold}).shuffle_grouping("spout")
-    topo = build(b, **{"topology.max.spout.pending": 50})
+    topo = _refusing_bolt(n, fault, hold, marker)
     assert placement(topo, 2) == {1: 0, 2: 1}
     out: list = []
     res = trio.run(lambda: run_workers(topo, 2, on_output=out.append))

@@ -607,15 +607,20 @@ def _slow_split_toml(tmp_path: Path, corpus: Path) -> Path:
     return toml
 
 
-def _stopping(run: subprocess.Popen, seen: list[str]) -> None:
-    """SIGINT to the run, and its stderr read up to the line that says it stops."""
+def _stderr_until(run: subprocess.Popen, seen: list[str], text: str) -> None:
+    """The run's stderr read (into ``seen``) up to a line with ``text``."""
     assert run.stderr is not None
-    run.send_signal(signal.SIGINT)
     for line in run.stderr:
         seen.append(line)
-        if "SIGINT: stopping (" in line:
+        if text in line:
             return
-    raise AssertionError("the run never said it stops: " + "".join(seen)[-3000:])
+    raise AssertionError(f"the run never said {text!r}: " + "".join(seen)[-3000:])
+
+
+def _stopping(run: subprocess.Popen, seen: list[str]) -> None:
+    """SIGINT to the run, and its stderr read up to the line that says it stops."""
+    run.send_signal(signal.SIGINT)
+    _stderr_until(run, seen, "SIGINT: stopping (")
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -660,11 +665,7 @@ def test_the_spouts_worker_killed_while_the_run_stops_keeps_its_protocol_line(tm
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         pid = _processes(run, "worker-0")[0]
         _stopping(run, seen)
-        assert run.stderr is not None
-        for line in run.stderr:  # (the main process has taken the stop in: a death is not restarted from now)
-            seen.append(line)
-            if "the run stops (signal)" in line:
-                break
+        _stderr_until(run, seen, "the run stops (signal)")  # (taken in: a death is not restarted from now)
         os.kill(pid, signal.SIGKILL)
         out, err = run.communicate(timeout=180)
     err = "".join(seen) + err
