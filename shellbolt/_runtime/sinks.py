@@ -211,12 +211,22 @@ class AckerSink(BoltSink):
         if not held:
             ack([pop(tid) for tid in tids])
             return
-        tokens = []
+        tokens, stale = [], []
         for tid in tids:
-            if tid in held:
-                self._release(task, tid, touched)
+            if tid in held and not self._release(task, tid, touched):
+                stale.append(pop(tid))
+                continue
             tokens.append(pop(tid))
         ack(tokens)
+        if stale:
+            # Its emits were dropped (its trees are over): its ack would say the tree is done without
+            # them. On one engine the tree is gone and the fail is nothing. On host workers it is another
+            # worker's tree of an epoch this one has rolled back past, and its owner may not have yet: an
+            # ack there would complete the tree with its words lost; failed, it is replayed (§5.3).
+            cause = f"{task.where()} acked it after its tree failed or was rolled back: its held emits were dropped"
+            fail = self.acker.fail
+            for token in stale:
+                fail(token, cause)
 
     def failed(self, task: Task, tid: str, cause: str) -> None:
         edges = task.in_flight.pop(tid)
@@ -261,14 +271,15 @@ class AckerSink(BoltSink):
         in_flight.clear()
         self.runtime.settle()
 
-    def _release(self, task: Task, tid: str, touched: set[Task]) -> None:
+    def _release(self, task: Task, tid: str, touched: set[Task]) -> bool:
         """Hold mode: the input ``tid`` (still in flight) was acked, so the
         emits anchored to it go out now, before the ack reaches the acker
         (the tree must not complete in between), in the order they were
         emitted; the runs of elements held as they came each as one
         :meth:`Runtime.route_batch`. An emit whose every tree has meanwhile
         failed or timed out is dropped: the replay will emit it again, and
-        releasing it too would be a duplicate (§5.3, no delivery after expiry)."""
+        releasing it too would be a duplicate (§5.3, no delivery after expiry).
+        Returns whether the input's trees were live (its emits went out)."""
         rt, is_live, in_flight = self.runtime, self.acker.is_live, task.in_flight
         live = is_live(in_flight[tid])
         run: list[list[Any]] = []
@@ -292,6 +303,7 @@ class AckerSink(BoltSink):
             rt.route(task, held.emit, anchors, touched, targets=held.targets)
         if run:
             self._release_run(task, tid, run, live, touched)
+        return live
 
     def _release_run(self, task: Task, tid: str, run: list[list[Any]], live: bool, touched: set[Task]) -> None:
         """One run of held elements on one stream, anchored to ``tid`` alone:
