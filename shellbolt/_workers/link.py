@@ -231,7 +231,7 @@ class Link:
                 life = self._lives[peer]
                 try:
                     conn = await self._connect(peer)
-                    await conn.send_all(encode((self.worker, batch, acks, fails, held, failed_roots)))
+                    await conn.send_all(encode((self.worker, rt.acker.epoch, batch, acks, fails, held, failed_roots)))
                     sent = True
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     self._conns.pop(peer, None)  # it died: the main process will say so (peer_lost)
@@ -267,7 +267,13 @@ class Link:
         tasks = rt.tasks
         async with stream:
             async for data in stream:
-                for sender, batch, acks, fails, held, failed_roots in frames.feed(data):
+                for sender, epoch, batch, acks, fails, held, failed_roots in frames.feed(data):
+                    # Sent after a rollback that this worker has not heard of yet (each worker hears the main
+                    # process's on its own connection): taken once it has. Before it, a new tree's tuple was
+                    # dropped here as another worker's of an unknown epoch (and timed out), and an ack of an
+                    # old tree whose emits the sender had dropped could complete it (its input then lost).
+                    while rt.acker.epoch < epoch:
+                        await rt.wait_for_change()
                     if sender in self.down:
                         continue  # from a process of it that died: its trees were failed
                     touched: set[Task] = set()

@@ -140,6 +140,8 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                         link.peer_up(msg[1])
                     elif rt.checkpoints is not None:
                         await _checkpoint(msg)
+                    if msg[0] == "epoch":
+                        told.set()
 
         async def _checkpoint(msg: Any) -> None:
             cp = rt.checkpoints
@@ -168,8 +170,12 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                 cp.started_at(msg[2])
 
         running = trio.CancelScope()
+        # The run's rollback epoch is the main process's first word, waited for: a tree that a worker
+        # started again after a rollback began before it would be taken for stale by the others.
+        told = trio.Event()
         nursery.start_soon(control)
         with running:
+            await told.wait()
             result = await rt.run(max_tuples=limit)  # until the main process says stop
         if running.cancelled_caught:  # (every process closed without its graces, and reaped)
             result = rt.result()
