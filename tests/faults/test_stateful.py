@@ -402,8 +402,9 @@ def test_a_sentence_acked_on_a_worker_that_rolled_back_first_is_replayed_not_los
     the rollback, completed the tree without its words, and the sentence
     was never replayed: CI counted 117 of 120 for most words. Worker 0 is
     stopped (SIGSTOP) while the rollback reaches worker 1 and the ack is
-    sent, and goes on with both waiting (which it reads first is trio's
-    pick): three times, and the counts must be exact."""
+    sent, and goes on with both waiting (which it read first was trio's
+    pick: the old code lost words in 7 runs of 7), three times; the counts
+    must be exact."""
     text = (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8") * 6  # (enough for the three)
     path = tmp_path / "alice6.txt"
     path.write_text(text, encoding="utf-8")
