@@ -106,6 +106,11 @@ class Acker:
         self._remote_fails: dict[int, list[tuple[int, str | None]]] = {}
         #: called when a message for another worker is queued and none was (its link sends them)
         self.on_remote: Callable[[], None] = _nothing
+        #: other workers' roots known to have failed (a tuple of one failed here, or its owner said so):
+        #: their tuples here are stale, as those of a root this acker dropped -> when to forget it (two
+        #: message timeouts on; a rollback's new epoch makes every one of them stale anyway)
+        self._dead: dict[int, float] = {}
+        self._now = 0.0  # the latest time seen by expire()
         #: the run's rollback epoch (workers > 1): a root carries it (bits above the worker's), and a tuple
         #: of another worker's tree of an earlier epoch is not live: every tree then in flight was failed
         self.epoch = 0  # (a property: it sets what is_live tells another worker's live trees by)
@@ -115,7 +120,6 @@ class Acker:
         self.roots: dict[int, Root] = {}
         # Acks of roots not (or no longer) registered: root -> [xor, drop-after].
         self._early: dict[int, list[Any]] = {}
-        self._now = 0.0  # the latest time seen by expire()
         #: (spout_task, msg_id) of trees completed / failed since last drained.
         self._acked: list[tuple[int, Any]] = []
         self._failed: list[tuple[int, Any]] = []
@@ -351,6 +355,9 @@ class Acker:
         root = self.roots.pop(r, None)
         if root is None and self.workers > 1 and r % self.workers != self.worker:
             self._remote_fails.setdefault(r % self.workers, []).append((r, cause))
+            self._dead[r] = self._now + 2 * self.timeout
+            if r in self.watch and self.watch_failed is None:  # (touched here: rolls back, not waiting for its owner)
+                self.watch_failed = cause or "failed"
             self.on_remote()
             return
         if root is not None:
@@ -362,6 +369,17 @@ class Acker:
             self.stats["failed"] += 1
             self._failed.append((root.spout_task, root.msg_id))
             self._causes.append(cause)
+
+    def failed_elsewhere(self, failed: list[tuple[int, str | None]]) -> None:
+        """Trees of other workers that failed, (root, cause) as their owner
+        says (``failed_out``): their tuples here are stale from now on. (Taken
+        for live, a tuple of one that reached a stateful task after the word
+        was counted twice, once more by the replay: no rollback was due.)"""
+        forget = self._now + 2 * self.timeout
+        dead, me, n = self._dead, self.worker, self.workers
+        for r, _ in failed:
+            if r % n != me:
+                dead[r] = forget
 
     def complete_root(self, r: int) -> None:
         """Take tree ``r`` as complete whatever acks are still to come: a
@@ -382,20 +400,22 @@ class Acker:
         n = self.workers
         self._slot_mod = n * _EPOCHS
         self._remote_slots = frozenset((epoch % _EPOCHS) * n + w for w in range(n) if w != self.worker)
+        self._dead = {}  # (every earlier epoch's tree is stale by its slot)
 
     def is_live(self, t: "int | TupleEdges") -> bool:
         """False if ``t`` belongs to trees that have all completed, failed or
         timed out: delivering it would only do work nobody waits for (and,
         once its tree is replayed, do it twice). An unanchored tuple (no
         roots) is always live; so is one of another worker's tree begun in
-        this epoch (a rollback failed every earlier one): its owner decides.
+        this epoch (a rollback failed every earlier one), unless it is known
+        to have failed (:meth:`failed_elsewhere`): its owner decides.
         (Asked per tuple, on every worker: no call but this one.)"""
         if type(t) is int:
-            return t in self.roots or t % self._slot_mod in self._remote_slots
-        roots, m, slots = self.roots, self._slot_mod, self._remote_slots
+            return t in self.roots or t % self._slot_mod in self._remote_slots and t not in self._dead
+        roots, m, slots, dead = self.roots, self._slot_mod, self._remote_slots, self._dead
         ids = t.ids  # type: ignore[union-attr]
         for r in ids:  # (one, mostly)
-            if r in roots or r % m in slots:
+            if r in roots or r % m in slots and r not in dead:
                 return True
         return not ids
 
@@ -419,6 +439,9 @@ class Acker:
         if self._early:
             for r in [r for r, (_, deadline) in self._early.items() if deadline <= now]:
                 del self._early[r]
+        if self._dead:
+            for r in [r for r, forget in self._dead.items() if forget <= now]:
+                del self._dead[r]
         return len(late)
 
     def _complete(self, r: int) -> None:

@@ -745,6 +745,7 @@ class Runtime:
     async def _expire_loop(self) -> None:
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         replay_within = 3 * self.acker.timeout  # a spout that has not re-emitted a failed id by then: warned once
+        self.acker.expire(trio.current_time())  # (from the start: the acker's clock dates what it keeps aside)
         while True:
             await trio.sleep(1.0)
             for t in spouts:

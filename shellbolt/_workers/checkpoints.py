@@ -222,8 +222,21 @@ class WorkerCheckpointer(Checkpointer):
         self._waiting = set()
         self.rt.kick_spouts()
 
-    async def prepare(self, txid: int) -> dict[str, Any] | None:
-        rt, epoch = self.rt, self.epoch
+    async def prepare(self, txid: int, sent: dict[int, dict[int, int]]) -> dict[str, Any] | None:
+        """Step 4 (docs/WORKERS.md). ``sent``: what each worker had sent each
+        peer when it reached the cut. This one first takes everything its
+        peers sent it by then: among it, the failures of their trees (a tree
+        that failed at its owner, having touched a stateful task here, rolls
+        back; prepared at once, its effect was committed, and its replay
+        counted it again)."""
+        rt, epoch, link = self.rt, self.epoch, self.link
+        me = link.worker
+        due = {peer: by[me] for peer, by in sent.items() if peer != me and me in by}
+        while (any(link.received[peer] < n for peer, n in due.items()) and self.epoch == epoch
+               and self._asked is None):
+            await rt.wait_for_change()
+        if self.epoch != epoch or self._asked is not None:  # (a failure among them rolls back)
+            return None
         self._txid_asked = txid
         self._answers = {}
         self.activity = False

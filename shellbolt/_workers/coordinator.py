@@ -288,7 +288,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 await ck.step(broadcast, workers, rollback)
                         elif kind == "cut":
                             if msg[2] == ck.epoch:
-                                ck.cuts.add(msg[1])
+                                ck.cuts[msg[1]] = msg[3]
                                 await ck.step(broadcast, workers, rollback)
                         elif kind == "rollback":
                             if msg[1] == ck.epoch:  # (asked for once per epoch, by whoever saw it first)
@@ -720,7 +720,8 @@ class _Checkpoints:
         self.last = trio.current_time()
         self.txid = self.store.txid or 0
         self.prepared: dict[int, Any] = {}  # worker -> its answer to the prepare of txid (None: it could not)
-        self.cuts: set[int] = set()  # the workers that reached the cut of the checkpoint being taken
+        #: the workers that reached the cut of the checkpoint being taken -> what each had sent each peer then
+        self.cuts: dict[int, dict[int, int]] = {}
         #: worker -> (its spouts quiet long enough for a checkpoint ahead of the interval, something waits
         #: for a checkpoint, its committed txid, its epoch): WorkerCheckpointer.run
         self.flags: dict[int, tuple[bool, bool, int, int]] = {}
@@ -750,7 +751,7 @@ class _Checkpoints:
                           if quiet else "the interval passed")
                 self._epoch_at = self.epoch
                 self.state = "pausing"
-                self.cuts = set()
+                self.cuts = {}
                 await broadcast(("cp_pause",))
             return
         if self.state == "pausing":
@@ -758,7 +759,7 @@ class _Checkpoints:
                 self.txid += 1
                 self.prepared = {}
                 self.state = "preparing"
-                await broadcast(("cp_prepare", self.txid))
+                await broadcast(("cp_prepare", self.txid, self.cuts))
             return
         if self.state == "preparing" and len(self.prepared) == workers:
             answers = list(self.prepared.values())

@@ -95,6 +95,7 @@ class Link:
         #: peer -> how many times it was lost: a flush under way when it was counts its batch off no count
         self._lives = dict.fromkeys(self._out, 0)
         self._wake = trio.Event()
+        self._flush_done = trio.Event()  # set as each flush ends
         self._space = trio.Event()
         self._conns: dict[int, trio.SocketStream] = {}
         #: peer -> deliveries and acker messages sent to it / received from it, since it (re)started
@@ -166,6 +167,16 @@ class Link:
     def peer_up(self, peer: int) -> None:
         self.down.discard(peer)
         self.wake()
+
+    async def flushed(self) -> dict[int, int]:
+        """What has been sent to each peer (counted as :attr:`received`
+        counts it there), once a flush begun after this call has ended:
+        everything queued for the peers before it is in it."""
+        for _ in range(2):  # (the flush under way may have taken its messages before the last were queued)
+            done = self._flush_done
+            self.wake()
+            await done.wait()
+        return dict(self.sent)
 
     def held(self, owner: int, root: int, xor: int) -> None:
         self._held.setdefault(owner, []).append((root, xor))
@@ -242,6 +253,8 @@ class Link:
                         self.sent[peer] += n
                 space, self._space = self._space, trio.Event()
                 space.set()
+            done, self._flush_done = self._flush_done, trio.Event()
+            done.set()
             await self.flush_main()
 
     async def flush_main(self) -> None:
@@ -295,9 +308,12 @@ class Link:
                     if acks or fails:
                         rt.acker.apply_remote(acks, fails)
                         rt.settle()
-                    if failed_roots and cp is not None:
-                        cp.failed_elsewhere(failed_roots, sender)
+                    if failed_roots:
+                        rt.acker.failed_elsewhere(failed_roots)  # (their tuples here are stale from now on)
+                        if cp is not None:
+                            cp.failed_elsewhere(failed_roots, sender)
                     self.received[sender] += n
+                    rt.nudge()  # (a prepare may wait for this peer's messages: WorkerCheckpointer.prepare)
                     for t in touched:
                         t.kick()
                     for t in touched:

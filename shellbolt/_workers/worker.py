@@ -152,15 +152,20 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                 async def cut(epoch: int) -> None:  # said as soon as it holds (the main process waits for all)
                     while cp.epoch == epoch and cp.paused:
                         if cp.status()["cut"]:
-                            await link.send_main(("cut", worker, epoch))
-                            return
+                            # With what it has sent each peer, once sent: the failures of its trees among it
+                            # (each peer takes them before it prepares: WorkerCheckpointer.prepare).
+                            sent = await link.flushed()
+                            if cp.epoch == epoch and cp.paused and cp.status()["cut"]:
+                                await link.send_main(("cut", worker, epoch, sent))
+                                return
+                            continue
                         with trio.move_on_after(0.005):
                             await rt.wait_for_change()
                 nursery.start_soon(cut, cp.epoch)
             elif kind == "cp_prepare":
-                async def prepare(txid: int) -> None:
-                    await link.send_main(("prepared", worker, txid, await cp.prepare(txid)))
-                nursery.start_soon(prepare, msg[1])
+                async def prepare(txid: int, sent: dict[int, dict[int, int]]) -> None:
+                    await link.send_main(("prepared", worker, txid, await cp.prepare(txid, sent)))
+                nursery.start_soon(prepare, msg[1], msg[2])
             elif kind == "cp_commit":
                 cp.commit(msg[1])
             elif kind == "rollback":

@@ -866,3 +866,63 @@ def test_a_spout_held_back_by_max_pending_beside_a_dry_shell_spout_gets_its_chec
     quick = [w for w in whys if "quiet 0.002 s" in w]
     # 3,050 trees at 50 per checkpoint: about 60, all but the first few after 2 ms
     assert len(quick) >= 40, whys[:10]
+
+
+def test_on_two_workers_a_tuple_of_a_tree_that_failed_elsewhere_is_not_counted(tmp_path):
+    # A trial's topology: each number goes to a bolt that fails the tens once (their spout replays them)
+    # and to a slower one whose emits a stateful count counts. A ten's tree failed at its owner (the
+    # spout's worker, 1) before its other branch reached the count, so no rollback was due; the other
+    # worker still took that branch's tuples for live (another worker's tree, of this epoch) and counted
+    # them, and the replay counted them again: 2 for several of the tens, in 3 runs of 12. The one
+    # engine drops a failed tree's tuples; so must every worker, once the owner says it failed.
+    comps = tmp_path / "comps.py"
+    comps.write_text(
+        "import sys, time\n"
+        "from collections import deque\n"
+        "from multilang import Bolt, BasicBolt, Spout, StatefulBolt\n\n"
+        "class Nums(Spout):\n"
+        "    def initialize(self, conf, context):\n"
+        "        self.queue = deque(range(100))\n"
+        "    def next_tuple(self):\n"
+        "        if self.queue:\n"
+        "            n = self.queue.popleft()\n"
+        "            self.emit([n], msg_id=n)\n"
+        "    def fail(self, msg_id):\n"
+        "        self.queue.append(msg_id)\n\n"
+        "class FailTensOnce(Bolt):\n"
+        "    def initialize(self, conf, context):\n"
+        "        self.seen = set()\n"
+        "    def process(self, tup):\n"
+        "        n = tup.values[0]\n"
+        "        if n % 10 == 0 and n not in self.seen:\n"
+        "            self.seen.add(n)\n"
+        "            self.fail(tup)\n"
+        "        else:\n"
+        "            self.ack(tup)\n\n"
+        "class SlowTag(BasicBolt):\n"
+        "    def process(self, tup):\n"
+        "        time.sleep(0.01)\n"
+        "        self.emit([f'n{tup.values[0]}'])\n\n"
+        "class Count(StatefulBolt):\n"
+        "    def process(self, tup):\n"
+        "        self.state.put(tup.values[0], self.state.get(tup.values[0], 0) + 1)\n"
+        "        self.emit([tup.values[0], self.state.get(tup.values[0])])\n\n"
+        "{'nums': Nums, 'fail': FailTensOnce, 'tag': SlowTag, 'count': Count}[sys.argv[1]]().run()\n")
+    py = ["python", str(comps)]
+    # Placed by task id, round-robin (docs/WORKERS.md): count 1, 2 on workers 0, 1; fail 3 on 0; nums 4 on 1;
+    # tag 5 on 0. So the tens fail on worker 0, their trees are worker 1's, and half the keys count on 0.
+    topo = tmp_path / "t.toml"
+    topo.write_text('[topology]\nname = "tens"\n[topology.conf]\n"topology.max.spout.pending" = 50\n'
+                    f'[spouts.nums]\ncommand = {toml_str(py + ["nums"])}\nfields = ["n"]\n'
+                    f'[bolts.fail]\ncommand = {toml_str(py + ["fail"])}\nfields = ["n"]\n'
+                    'inputs = [{ source = "nums" }]\n'
+                    f'[bolts.tag]\ncommand = {toml_str(py + ["tag"])}\nfields = ["key"]\n'
+                    'inputs = [{ source = "nums" }]\n'
+                    f'[bolts.count]\ncommand = {toml_str(py + ["count"])}\nfields = ["key", "count"]\nparallelism = 2\n'
+                    'inputs = [{ source = "tag", grouping = "fields", fields = ["key"] }]\n'
+                    '[output]\ncomponent = "count"\nkey = ["key"]\n')
+    proc = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", "2"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = {json.loads(line)["key"]: json.loads(line)["count"] for line in proc.stdout.splitlines()}
+    assert counts == {f"n{n}": 1 for n in range(100)}, proc.stderr[-3000:]
