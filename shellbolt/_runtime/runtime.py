@@ -728,6 +728,10 @@ class Runtime:
         self.stop_spouts()
         gave_up = bool(self.gave_up) or self._stopped_by == "gave_up"
         grace = float(self.topology.conf.get("multilang.shutdown.grace.secs") or 0)
+        if self.placement is not None:
+            # A host worker: the main process gave the trees their grace across every worker before it
+            # said finish (shellbolt/_workers). Waiting for them again here stopped a run in twice the grace.
+            grace = 0.0
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         with trio.move_on_after(grace):
             # A spout answering a `next` may still emit: its trees get the grace too.
