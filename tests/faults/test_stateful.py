@@ -363,6 +363,16 @@ def test_a_count_process_lost_on_the_other_worker_is_named_as_the_rollbacks_caus
                                   "stateful process was lost while it was taken", ln) for ln in lines), lines
 
 
+def _with_python_split(tmp_path: Path, corpus: Path, split: Path) -> Path:
+    """The README's word count over ``corpus`` with the Python ``split``
+    script in place of the Ruby split (held emits, as the README's)."""
+    toml = wordcount_toml(tmp_path, corpus, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    ruby = f'["ruby", "{EXAMPLES / "ruby" / "split_bolt.rb"}"]'
+    assert ruby in toml.read_text()
+    toml.write_text(toml.read_text().replace(ruby, json.dumps(["python", str(split)])))
+    return toml
+
+
 def _gated_split_toml(tmp_path: Path, corpus: Path, gate: Path) -> Path:
     """The README's word count with a Python split (held emits, as the
     README's) that, while ``gate`` exists, keeps each sentence unacked after
@@ -387,11 +397,7 @@ def _gated_split_toml(tmp_path: Path, corpus: Path, gate: Path) -> Path:
 
         GatedSplit().run()
     """))
-    toml = wordcount_toml(tmp_path, corpus, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    ruby = f'["ruby", "{EXAMPLES / "ruby" / "split_bolt.rb"}"]'
-    assert ruby in toml.read_text()
-    toml.write_text(toml.read_text().replace(ruby, json.dumps(["python", str(split)])))
-    return toml
+    return _with_python_split(tmp_path, corpus, split)
 
 
 def test_a_sentence_acked_on_a_worker_that_rolled_back_first_is_replayed_not_lost(tmp_path):
@@ -677,11 +683,7 @@ def _slow_split_toml(tmp_path: Path, corpus: Path) -> Path:
 
         SlowSplit().run()
     """))
-    toml = wordcount_toml(tmp_path, corpus, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    ruby = f'["ruby", "{EXAMPLES / "ruby" / "split_bolt.rb"}"]'
-    assert ruby in toml.read_text()
-    toml.write_text(toml.read_text().replace(ruby, json.dumps(["python", str(split)])))
-    return toml
+    return _with_python_split(tmp_path, corpus, split)
 
 
 def _stderr_until(run: subprocess.Popen, seen: list[str], text: str) -> None:
