@@ -15,15 +15,17 @@ run from this process with each number of workers, round-robin (1, 2, 1,
 
 * 1 worker: the embedded engine in this process (``Runtime``), what
   ``multilang run`` does by default;
-* N > 1: ``run_workers``: N host worker processes and this process as the
-  main one (it drives the checkpoints and writes the state store).
+* N > 1: ``run_workers``: N host worker processes, forked from a fork
+  server as ``multilang run`` forks them, and this process as the main one
+  (it drives the checkpoints and writes the state store).
 
 Reported per number of workers, as the median of the rounds: wall seconds,
 sentences per second, and the host's CPU per word: this process's CPU plus
 the workers' own (the components' processes are not counted, they are the
-same in every variant), with the workers' start-up (a Python interpreter and
-its imports each, about 0.15 s of CPU, paid once per run) and
-without it ("running"; the embedded engine's imports were paid before, in
+same in every variant) and the fork server's, with the workers' start-up
+(the fork server's CPU and each worker's until its hello: a few ms each; a
+worker started as a new interpreter would pay about 0.13 s for its imports)
+and without it ("running"; the embedded engine's imports were paid before, in
 this process), this process's own CPU ("main s": with workers, the main
 process's, which writes every checkpoint to the store; with 1, the whole
 engine's), the checkpoints taken ("cps"), and the busiest worker's share
@@ -88,7 +90,7 @@ def with_pending(path: Path, pending: int | None) -> None:
 
 
 def run_once(path: Path, workers: int) -> dict:
-    from multilang.shellbolt import Runtime, load_topology, prepare_gc, run_workers
+    from multilang.shellbolt import ForkServer, Runtime, load_topology, prepare_gc, run_workers
 
     topo = load_topology(path)
     outputs: dict[str, int] = {}
@@ -104,10 +106,11 @@ def run_once(path: Path, workers: int) -> dict:
         start = 0.0
         busiest = 1.0
     else:
-        result = trio.run(lambda: run_workers(topo, workers, on_output=keep))
+        with ForkServer.start() as server:  # (as multilang run does: multilang/_cli/run.py)
+            result = trio.run(lambda: run_workers(topo, workers, on_output=keep, fork_server=server))
         main = _cpu() - c0
-        host = main + result.workers_cpu  # type: ignore[attr-defined]
-        start = result.workers_start_cpu  # type: ignore[attr-defined]
+        host = main + result.workers_cpu + result.fork_server_cpu  # type: ignore[attr-defined]
+        start = result.workers_start_cpu + result.fork_server_cpu  # type: ignore[attr-defined]
         busiest = max(result.worker_cpus) / result.workers_cpu  # type: ignore[attr-defined]
     wall = time.perf_counter() - t0
     for record in result.outputs:

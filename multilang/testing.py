@@ -77,6 +77,7 @@ __all__ = [
     "gone",
     "running",
     "cmdline",
+    "process_name",
     "assert_no_orphans",
     "wait_until",
     "TopologyRun",
@@ -610,6 +611,16 @@ def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def process_name(pid: int) -> str:
+    """The process's name (``/proc/PID/comm``: what ``top`` and ``pgrep``
+    show; a host worker's is ``multilang-wN``), "" if gone."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().decode(errors="replace").strip()
     except OSError:
         return ""
 

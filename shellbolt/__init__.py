@@ -50,6 +50,7 @@ _HOME: dict[str, tuple[str, str]] = {
     **{n: ("_model.conf", n) for n in ("SCHEMA", "ProcessConf", "check_value")},
     "Runtime": ("_runtime.runtime", "Runtime"),
     **{n: ("_workers.coordinator", n) for n in ("run_workers", "WorkersControl", "max_tuples_shares", "workers_for")},
+    "ForkServer": ("_workers.forkserver", "ForkServer"),
     # the seam for engines: what a task, a sink and a process host offer
     **{n: ("_runtime.tasks", n) for n in ("Task", "SpoutTask", "Delivery", "plain_emit", "component_error")},
     "ShellBoltTask": ("_runtime.bolts", "ShellBoltTask"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import signal
@@ -293,8 +294,9 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
                                  on_snapshot=on_snapshot if progress is not None or metrics is not None else None,
                                  snapshot_every=min(due.values(), default=2.0),
                                  on_dead_letter=on_dead_letter, recorder=recorder, max_tuples=max_tuples,
-                                 log_level=log_level)
+                                 log_level=log_level, fork_server=server)
 
+    server = _fork_server()
     try:
         result, signum = run_trio(go, control)
     except KeyboardInterrupt:
@@ -311,12 +313,28 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
             progress.close()
         if metrics is not None:
             metrics.close(control if latest else None)  # the last line: the run's final counts
+        if server is not None:
+            server.close()
     signum = signum or _signals.first
     if result is None:  # (cancelled: no signal does that to a run on workers, but nothing is left to say then)
         out.flush()
         interrupted(signum or signal.SIGINT, bool(topology.output.key))
         raise SystemExit(exit_code(None, signum or signal.SIGINT))
     _ended(topology, out, result, signum, start, dead_letter)
+
+
+def _fork_server() -> Any:
+    """The workers' fork server (docs/WORKERS.md), started before the run's
+    event loop; None where this process cannot fork one (no ``os.fork``, or
+    a thread running): each worker is then a new interpreter."""
+    from multilang.shellbolt import ForkServer
+
+    try:
+        return ForkServer.start()
+    except (RuntimeError, OSError, AttributeError) as exc:  # (AttributeError: a system without os.fork)
+        logging.getLogger("multilang.shellbolt").debug("no fork server (%s): each host worker starts as a new "
+                                                       "interpreter", exc)
+        return None
 
 
 def _metrics_reporter(topology: Any, engine: str, file: str | None, port: int | None, host: str | None) -> Any:

@@ -29,6 +29,7 @@ from .._model.topology import Topology
 from .._runtime.checkpoint import rolled_back_to
 from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
+from .forkserver import LOST, ForkedProcess, ForkServer
 from .link import socket_path
 from .view import gone, merge
 from .wire import Frames, encode
@@ -77,7 +78,7 @@ class WorkersControl:
 class _Worker:
     def __init__(self, index: int) -> None:
         self.index = index
-        self.proc: trio.Process | None = None
+        self.proc: trio.Process | ForkedProcess | None = None
         self.conn: trio.SocketStream | None = None
         self.status: dict[str, Any] | None = None
         self.part: dict[str, Any] | None = None  # its part of the last snapshot it sent
@@ -159,7 +160,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                       on_snapshot: Callable[[dict[str, Any], bool], None] | None = None,
                       snapshot_every: float = 2.0,
                       on_dead_letter: Callable[[DeadLetter], None] | None = None,
-                      recorder: Any = None, max_tuples: int | None = None, log_level: str | None = None) -> RunResult:
+                      recorder: Any = None, max_tuples: int | None = None, log_level: str | None = None,
+                      fork_server: ForkServer | None = None) -> RunResult:
     """Run ``topology`` on ``workers`` host worker processes (docs/WORKERS.md).
     ``on_snapshot(snapshot, last)``: called with the run's snapshot (the live
     view's, the metrics'; view.py) every ``snapshot_every`` seconds from the
@@ -174,7 +176,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     ``max_tuples``: as ``Runtime.run``'s, each worker's spouts stopping at
     their share (:func:`max_tuples_shares`). ``log_level``:
     the workers log at it as :func:`setup_logging` does (the caller's own
-    setup; None: they leave logging as Python leaves it)."""
+    setup; None: they leave logging as Python leaves it). ``fork_server``:
+    the workers' processes are forked from it (:class:`ForkServer`, started
+    before ``trio.run``); without one, each is a new interpreter."""
     # The run's own conf (_Checkpoints writes a temporary store's folder into it, for the workers): the
     # caller's topology is left as it was, and a second run of it does not resume from this one's store.
     topology = dataclasses.replace(topology, conf=dict(topology.conf))
@@ -226,9 +230,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 # (the trees its dead processes' spouts completed count towards its share)
                 limit = [str(max(0, shares[w.index] - w.completed_before))] if w.index in shares else []
                 w.read_all = trio.Event()
-                w.proc = await trio.lowlevel.open_process(
-                    [sys.executable, "-m", "multilang.shellbolt._workers.worker", directory, str(w.index),
-                     str(workers), *limit], start_new_session=True)
+                args = [directory, str(w.index), str(workers), *limit]
+                w.proc = await fork_server.spawn(args) if fork_server is not None else None
+                if w.proc is None:
+                    if fork_server is not None:
+                        log.warning("host worker %d starts as a new interpreter: %s", w.index,
+                                    f"the fork server (pid {fork_server.pid}) is gone" if fork_server.gone else
+                                    f"the fork server could not fork it ({fork_server.error})")
+                    w.proc = await trio.lowlevel.open_process(
+                        [sys.executable, "-m", "multilang.shellbolt._workers.worker", *args], start_new_session=True)
 
             async def serve(conn: trio.SocketStream) -> None:
                 try:
@@ -364,6 +374,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
 
             stopping = trio.Event()
             nursery.start_soon(accept)
+            if fork_server is not None:
+                await nursery.start(fork_server.serve)
             for w in ws:
                 await start(w)
                 nursery.start_soon(watch, w)
@@ -577,6 +589,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.worker_cpus = [(w.result or {}).get("cpu", 0.0) for w in ws]  # type: ignore[attr-defined]
     result.workers_cpu = sum(result.worker_cpus)  # type: ignore[attr-defined]
     result.workers_start_cpu = sum(w.start_cpu for w in ws if w.result)  # type: ignore[attr-defined]
+    result.fork_server_cpu = fork_server.cpu if fork_server is not None else 0.0  # type: ignore[attr-defined]
     return result
 
 
@@ -685,6 +698,8 @@ def _shipped(topology: Topology, run_args: dict[str, Any]) -> bytes:
 
 
 def _how(code: int) -> str:
+    if code == LOST:
+        return "its exit status lost with its fork server"
     if code >= 0:
         return f"exit code {code}"
     try:

@@ -1,6 +1,7 @@
 """A host worker process: ``python -m multilang.shellbolt._workers.worker DIR WORKER WORKERS [LIMIT]``
 (LIMIT: the spout tuples this process may emit, ``--max-tuples`` less the
-trees its predecessors' spouts completed).
+trees its predecessors' spouts completed), or the same forked by a fork
+server (forkserver.py) and given those arguments.
 
 It reads the topology the main process pickled in DIR, runs its share of
 the tasks (Storm's even scheduler: :func:`placement`) with a runtime whose
@@ -27,7 +28,7 @@ from . import view
 from .link import Link, RemoteTask, socket_path
 from .wire import Frames
 
-__all__ = ["Placement", "placement", "main"]
+__all__ = ["Placement", "placement", "main", "name_process"]
 
 
 def placement(topology: Topology, workers: int) -> dict[int, int]:
@@ -50,6 +51,15 @@ class Placement:
         from .checkpoints import WorkerCheckpointer
 
         return WorkerCheckpointer(runtime, self.link)
+
+
+def name_process(name: str) -> None:
+    """This process's name (``/proc/self/comm``, at most 15 bytes), where the system has one."""
+    try:
+        with open("/proc/self/comm", "w", encoding="ascii") as f:
+            f.write(name[:15])
+    except OSError:
+        pass
 
 
 def _cpu() -> float:
@@ -200,9 +210,13 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
         nursery.cancel_scope.cancel()
 
 
-def main() -> None:
-    directory, worker, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    limit = int(sys.argv[4]) if len(sys.argv) > 4 else None
+def main(args: list[str] | None = None) -> None:
+    """``args``: DIR WORKER WORKERS [LIMIT] (default: the command line's; a
+    fork server gives them: forkserver.py)."""
+    args = sys.argv[1:] if args is None else args
+    directory, worker, workers = args[0], int(args[1]), int(args[2])
+    limit = int(args[3]) if len(args) > 3 else None
+    name_process(f"multilang-w{worker}")  # (what top and pgrep show; ps shows the command line)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns the signals and says stop
     trio.run(_run, directory, worker, workers, limit)
 

@@ -30,7 +30,8 @@ from typing import Any, Iterator
 import pytest
 
 from faults_support import EXAMPLES, ML, needs_node, needs_ruby
-from multilang.testing import Seen, cmdline, current_pid, descendant_pids, run_topology, running
+from multilang.testing import (Seen, cmdline, current_pid, descendant_pids, process_name, run_topology,
+                               running)
 from multilang.shellbolt._model.topology import load_topology
 from multilang.shellbolt._replay.record import read_task
 from multilang.testing import wait_until
@@ -250,13 +251,15 @@ def _wait(what: str, proc: subprocess.Popen, pred, timeout: float = 120):
     return got
 
 
-#: the processes a kill test kills, by their command lines (only this run's: its descendants)
-VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "worker-0": r"_workers\.worker \S+ 0 2( \d+)?$",
-           "worker-1": r"_workers\.worker \S+ 1 2( \d+)?$"}  # (DIR WORKER WORKERS [LIMIT])
+#: the processes a kill test kills (only this run's: its descendants), by their names and command lines: a
+#: host worker's name is multilang-wN (forked by the fork server, its command line is the main process's)
+VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "worker-0": r"^multilang-w0 ", "worker-1": r"^multilang-w1 ",
+           "fork-server": r"^multilang-fork "}
 
 
 def _processes(run: subprocess.Popen, victim: str) -> list[int]:
-    return [pid for pid in descendant_pids(run.pid) if running(pid) and re.search(VICTIMS[victim], cmdline(pid))]
+    return [pid for pid in descendant_pids(run.pid)
+            if running(pid) and re.search(VICTIMS[victim], f"{process_name(pid)} {cmdline(pid)}")]
 
 
 def _signalled_after_the_first_checkpoint(run: subprocess.Popen, state: Path, victim: str,
@@ -361,6 +364,33 @@ def test_a_count_process_lost_on_the_other_worker_is_named_as_the_rollbacks_caus
     # (killed while a checkpoint was being taken, its rollback says that instead)
     assert lines and all(re.match(rf"count:\d+'s process was lost: .*\(pid {pid}\)|a checkpoint was abandoned: a "
                                   "stateful process was lost while it was taken", ln) for ln in lines), lines
+
+
+def test_the_fork_server_killed_the_workers_run_on_and_one_killed_then_starts_as_a_new_interpreter(tmp_path,
+                                                                                                   corpus):
+    """The fork server (multilang-fork, the workers' parent) is SIGKILLed
+    after the first checkpoint, then worker 1: the workers it forked ran
+    on; worker 1's death is seen without its status (the server reaped
+    its children, and is gone), it is started again as a new interpreter,
+    and every word is counted once."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2")
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        # (found first: with their parent gone they are no descendants of the run's process)
+        server = _wait("the fork server running", run, lambda: _processes(run, "fork-server"))[0]
+        worker = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
+        os.kill(server, signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+        _wait("worker-1 started again", run, lambda: _processes(run, "worker-1"))
+        out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err[-3000:]
+    assert _counts(out) == expected
+    assert f"host worker 1 (pid {worker}) died (its exit status lost with its fork server); restarted" in err, \
+        err[-3000:]
+    assert f"host worker 1 starts as a new interpreter: the fork server (pid {server}) is gone" in err, err[-3000:]
 
 
 def _with_python_split(tmp_path: Path, corpus: Path, split: Path) -> Path:

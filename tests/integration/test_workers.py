@@ -279,12 +279,80 @@ def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+_FORK_SERVER_SCRIPT = """\
+import os, sys
+import orjson, trio
+from multilang.shellbolt import ForkServer, load_topology, run_workers
+
+topology = load_topology(sys.argv[1])
+with ForkServer.start() as server:
+    for run in range(2):  # (one server, two runs)
+        out, names = {}, set()
+
+        def keep(record):
+            out[record["word"]] = record["count"]
+
+        def look(snapshot, last):  # (the names of the server's children, while the workers run)
+            if not names:
+                for pid in os.listdir("/proc"):
+                    try:
+                        with open(f"/proc/{pid}/stat") as f:
+                            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                        with open(f"/proc/{pid}/comm") as f:
+                            name = f.read().strip()
+                    except (OSError, ValueError):
+                        continue
+                    if ppid == server.pid:
+                        names.add(name)
+
+        result = trio.run(lambda: run_workers(topology, 2, on_output=keep, fork_server=server, on_snapshot=look,
+                                              snapshot_every=0.05))
+        for record in result.outputs:
+            keep(record)
+        print(orjson.dumps({"ok": result.ok, "completed": result.completed, "counts": out,
+                            "names": sorted(names)}).decode())
+try:
+    print("a child left:", os.waitpid(-1, os.WNOHANG))
+except ChildProcessError:
+    print("no child left")
+"""
+
+
+def test_workers_forked_by_a_fork_server_through_the_api_count_exactly_run_after_run(tmp_path):
+    # The API as multilang run uses it (in a script: a fork server is started before any thread runs).
+    # Each run's workers are forked by the server (its children, named multilang-w0 and -w1), and the
+    # server is gone once closed.
+    script = tmp_path / "fork_server_run.py"
+    script.write_text(_FORK_SERVER_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), str(EXAMPLES / "wordcount.toml")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    *runs, last = r.stdout.splitlines()
+    expected = _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
+    assert len(runs) == 2 and last == "no child left", r.stdout[-2000:]
+    for line in runs:
+        got = orjson.loads(line)
+        assert got["ok"] and got["completed"] == 1080 and got["counts"] == expected, line[:300]
+        assert got["names"] == ["multilang-w0", "multilang-w1"], got["names"]
+
+
 def test_a_worker_that_cannot_start_ends_the_run_with_a_named_error_not_a_restart_loop(tmp_path):
-    # Every worker process exits at once (a sitecustomize on its path makes it): after 3 such deaths in a
-    # row the run ends, exit 1, naming the worker; the error it printed is on stderr above.
+    # Every worker process exits at once (a sitecustomize on the path makes it: in a worker started as a
+    # new interpreter, or, in the main process, at each fork of a worker by its fork server, a fork of a
+    # fork of it): after 3 such deaths in a row the run ends, exit 1, naming the worker; the error it
+    # printed is on stderr above.
     (tmp_path / "sitecustomize.py").write_text(
-        'if b"_workers.worker" in open("/proc/self/cmdline", "rb").read():\n'
-        '    raise SystemExit("this worker cannot start (test)")\n')
+        'import os, sys\n'
+        'command = open("/proc/self/cmdline", "rb").read()\n'
+        'if b"_workers.worker" in command:\n'
+        '    raise SystemExit("this worker cannot start (test)")\n'
+        'if b"wordcount.toml" in command:  # (the main process: multilang run examples/wordcount.toml)\n'
+        '    main = os.getpid()\n'
+        '    def cannot_start():\n'
+        '        if os.getppid() != main:\n'
+        '            print("this worker cannot start (test)", file=sys.stderr, flush=True)\n'
+        '            os._exit(1)\n'
+        '    os.register_at_fork(after_in_child=cannot_start)\n')
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     r = subprocess.run([*ML, "run", "examples/wordcount.toml", "--workers", "2", "--no-progress"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, env=env)
