@@ -130,6 +130,13 @@ class Acker:
         #: of the first such failure since the caller last cleared it
         self.watch: set[int] = set()
         self.watch_failed: str | None = None
+        #: no tree times out while set (a host worker from its checkpoint's cut to the commit or the
+        #: rollback: a tree the checkpoint covers completes with it; shellbolt/_workers/checkpoints.py)
+        self.hold_timeouts = False
+        #: trees a checkpoint committed whose last acks, released by that commit, are on their way from
+        #: other workers (host workers): one past its deadline completes, as the commit covered it (its
+        #: failure would replay it, and count it twice)
+        self.committed: set[int] = set()
         #: the root completed last: its age stands for the trees completed
         #: with it in the complete latency (observe.py; one store per tree)
         self.last_done: Root | None = None
@@ -429,13 +436,18 @@ class Acker:
         return not self.roots.keys().isdisjoint(t.ids)  # type: ignore[union-attr]
 
     def expire(self, now: float) -> int:
-        """Fail every tree past its deadline; returns how many."""
+        """Fail every tree past its deadline (none while :attr:`hold_timeouts`;
+        one of :attr:`committed` completes); returns how many ended."""
         self._now = now
-        late = [r for r, root in self.roots.items() if root.deadline <= now]
+        late = [] if self.hold_timeouts else [r for r, root in self.roots.items() if root.deadline <= now]
         cause = f"timed out: not completed within {self.timeout:g}s (topology.message.timeout.secs)"
+        committed = self.committed
         for r in late:
-            self.fail_root(r, cause)
-        self.stats["timed_out"] += len(late)
+            if r in committed:
+                self.complete_root(r)
+            else:
+                self.fail_root(r, cause)
+                self.stats["timed_out"] += 1
         if self._early:
             for r in [r for r, (_, deadline) in self._early.items() if deadline <= now]:
                 del self._early[r]

@@ -31,13 +31,22 @@ class WorkerCheckpointer(Checkpointer):
         self._dirty: set[int] = set()  # roots whose held acks changed since the owners were told (paused)
         self._asked: int | None = None  # the epoch a rollback was asked for in
         self._covered: set[int] = set()  # the trees of this worker at the cut of the checkpoint being taken
-        #: trees the last checkpoint committed whose last acks other workers still hold (they release them
-        #: as acks): if such a worker dies they are complete, not failed (their replay would count twice)
-        self.committed_pending: set[int] = set()
         self._answered_by: dict[int, Any] = {}  # task id -> the process that answered the prepare
         self._n_held = 0  # the acks held when the prepare went out: what its commit releases
         self._committed_txid = 0
         super().__init__(runtime)
+
+    @property
+    def committed_pending(self) -> set[int]:
+        """The trees the last checkpoint committed whose last acks other
+        workers still hold (they release them as acks): complete, not
+        failed, if such a worker dies or they time out (their replay would
+        count them twice): the acker's :attr:`~Acker.committed`."""
+        return self.rt.acker.committed  # type: ignore[no-any-return]
+
+    @committed_pending.setter
+    def committed_pending(self, roots: set[int]) -> None:
+        self.rt.acker.committed = roots
 
     def _open(self) -> Any:
         if self.store is None:  # the main process made it and writes it: read it
@@ -174,6 +183,7 @@ class WorkerCheckpointer(Checkpointer):
         is undone by its rollback."""
         acker = self.rt.acker
         acker.epoch = epoch
+        acker.hold_timeouts = False
         self.epoch = epoch - 1  # (+ 1 in rollback)
         super().rollback(cause, quiet=True)  # (the main process says it, once for every worker)
         why = f"rolled back to the last checkpoint: {cause}"
@@ -211,6 +221,15 @@ class WorkerCheckpointer(Checkpointer):
         self._committed_txid = txid
         self.rt.nudge()
 
+    def at_cut(self) -> None:
+        """This worker reached the cut of the checkpoint being taken: until it
+        commits or rolls back, no tree of this worker's times out. The other
+        workers prepare with what they had been sent by the cut; a tree of
+        this worker's that failed after it, having touched a stateful task
+        elsewhere, would be left out of the checkpoint's completed trees
+        while its effect was in, and its replay would count it again."""
+        self.rt.acker.hold_timeouts = True
+
     def pause(self) -> None:
         self.paused = True
         self._dirty.update(self._held_xor)  # what the owners were not told yet of the acks held here
@@ -218,6 +237,7 @@ class WorkerCheckpointer(Checkpointer):
         self.rt.nudge()
 
     def resume(self) -> None:
+        self.rt.acker.hold_timeouts = False
         self.paused = False
         self._waiting = set()
         self.rt.kick_spouts()
@@ -320,6 +340,7 @@ class WorkerCheckpointer(Checkpointer):
         self.touched.clear()
         self.activity = False
         self.committed_pending = {r for r in self._covered if r in roots}
+        rt.acker.hold_timeouts = False  # (a tree past its deadline and not released by this fails now)
         rt.settle()
         self.paused = False
         self._waiting = set()

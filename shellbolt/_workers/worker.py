@@ -162,6 +162,7 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                 async def cut(epoch: int) -> None:  # said as soon as it holds (the main process waits for all)
                     while cp.epoch == epoch and cp.paused:
                         if cp.status()["cut"]:
+                            cp.at_cut()  # (from now on no tree of this worker's fails by its timeout)
                             # With what it has sent each peer, once sent: the failures of its trees among it
                             # (each peer takes them before it prepares: WorkerCheckpointer.prepare).
                             sent = await link.flushed()

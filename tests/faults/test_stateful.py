@@ -497,6 +497,37 @@ def test_a_hung_worker_is_killed_and_restarted_and_the_counts_stay_exact(tmp_pat
     assert _counts(out) == expected
 
 
+def test_a_worker_hung_past_the_message_timeout_again_and_again_leaves_the_counts_exact(tmp_path, corpus):
+    """Worker 1 (a split and a count task; the spout is worker 0's) is
+    stopped (SIGSTOP) for longer than the message timeout, 1 s here, six
+    times. Worker 0's trees time out and replay, but not those a checkpoint
+    committed whose last acks, released by the commit, were still on worker
+    1's side: they complete at their deadline. Before, they failed, and
+    their spout replayed them: counted twice (a window of max spout pending,
+    200 sentences, in most such runs). Nor does a tree time out between its
+    worker's cut and the commit of that checkpoint (the other workers
+    prepare without its failure)."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2", "-c", "topology.message.timeout.secs=1")
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        pid = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
+        for _ in range(6):
+            if run.poll() is not None:
+                break
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(1.6)  # (the fault itself: hung past the message timeout)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.2)
+        out, err = run.communicate(timeout=180)
+    assert run.returncode == 0, err[-3000:]
+    assert _counts(out) == expected
+    timed_out = re.search(r"\(timed out (\d+)\)", err)
+    assert timed_out and int(timed_out[1]) > 0, err[-3000:]  # (the trees did time out: the fault happened)
+
+
 def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what_they_did(tmp_path, corpus):
     """A host worker hangs (SIGSTOP) and the run is told to stop (SIGTERM):
     the hung one is killed once silent for supervisor.worker.timeout.secs

@@ -176,3 +176,29 @@ def test_random_trees_over_workers_complete_at_their_owner_exactly_at_their_last
     check_completions()
     assert done == set(range(n_trees))
     assert all(a.pending == 0 for a in ackers)
+
+
+def test_no_tree_times_out_while_timeouts_are_held_and_one_past_its_deadline_fails_once_they_are_not():
+    # (a host worker holds them from its checkpoint's cut to the commit or the rollback)
+    zero, _ = _ackers(2, 5)
+    zero.spout_emit(1, "m", 1, T0)
+    zero.hold_timeouts = True
+    assert zero.expire(T0 + 31) == 0 and zero.drain() == ([], []) and zero.pending == 1
+    zero.hold_timeouts = False
+    assert zero.expire(T0 + 31) == 1 and zero.drain() == ([], [(1, "m")])
+    assert zero.stats["timed_out"] == 1
+
+
+def test_a_committed_tree_whose_last_acks_are_on_another_worker_completes_at_its_deadline_not_fails():
+    zero, one = _ackers(2, 6)
+    r, (s,) = zero.spout_emit(1, "committed", 1, T0)
+    zero.spout_emit(1, "not", 1, T0)
+    (word,) = zero.anchor([s], 1)  # a word on worker 1, whose ack a checkpoint released there
+    zero.ack(s)
+    zero.committed = {r}
+    assert zero.expire(T0 + 31) == 2
+    assert zero.drain() == ([(1, "committed")], [(1, "not")])
+    assert zero.stats == {"completed": 1, "failed": 1, "timed_out": 1}
+    one.ack(word)  # its ack, come late: a finished tree's, ignored
+    zero.apply_remote(*one.take_remote()[0])
+    assert zero.drain() == ([], []) and zero.pending == 0
