@@ -27,7 +27,6 @@ workers start as new interpreters."""
 from __future__ import annotations
 
 import os
-import resource
 import selectors
 import signal
 import socket
@@ -40,7 +39,7 @@ import trio
 
 from . import worker
 from .wire import Frames, encode
-from .worker import name_process
+from .worker import _cpu, name_process
 
 __all__ = ["ForkServer", "ForkedProcess", "LOST"]
 
@@ -48,9 +47,14 @@ __all__ = ["ForkServer", "ForkedProcess", "LOST"]
 LOST = -(1 << 16)
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (its pid taken by another user's process: it is gone)
+        return False
+    return True
 
 
 class ForkedProcess:
@@ -82,7 +86,13 @@ class ForkedProcess:
                 pass
 
     async def _watch_pidfd(self) -> None:
-        """Its server is gone: wait for its end by its pidfd (no status)."""
+        """Its server is gone: wait for its end by its pidfd (no status; by
+        polling where the system has no pidfds)."""
+        if not hasattr(os, "pidfd_open"):
+            while _exists(self.pid):
+                await trio.sleep(0.1)
+            self._end(LOST)
+            return
         try:
             fd = os.pidfd_open(self.pid)
         except ProcessLookupError:
@@ -288,7 +298,7 @@ def _fork_worker(args: list[str], closing: list[int]) -> int:
         name_process(f"multilang-w{args[1]}")
         import random
 
-        random.seed()  # (Python reseeds its module's generator at a fork; said here as the ids depend on it)
+        random.seed()  # (Python reseeds it at a fork too; the acker's ids must differ between workers)
         worker.main(args)
         code = 0
     except SystemExit as exc:

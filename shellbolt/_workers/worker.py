@@ -63,7 +63,7 @@ def name_process(name: str) -> None:
 
 
 def _cpu() -> float:
-    """This worker's own CPU seconds (its components' not counted)."""
+    """This process's own CPU seconds (a worker's components' not counted)."""
     import resource
 
     r = resource.getrusage(resource.RUSAGE_SELF)
