@@ -326,7 +326,7 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
 def _fork_server() -> Any:
     """The workers' fork server (docs/WORKERS.md), started before the run's
     event loop; None where this process cannot fork one (no ``os.fork``, or
-    a thread running): each worker is then a new interpreter."""
+    the fork failed): each worker is then a new interpreter."""
     from multilang.shellbolt import ForkServer
 
     try:

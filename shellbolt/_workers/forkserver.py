@@ -173,7 +173,8 @@ class ForkServer:
         if self._tsock is None:
             self._tsock = trio.socket.from_stdlib_socket(self._sock)
         self._lock, self._changed = trio.Lock(), trio.Event()
-        self._forked = []  # (a fork asked for by a run cancelled before its answer came)
+        # (a fork asked for by a run cancelled before its answer came; an earlier run's workers)
+        self._forked, self._procs = [], {}
         task_status.started()
         try:
             while not self.gone:
@@ -301,10 +302,10 @@ def _fork_worker(args: list[str], closing: list[int]) -> int:
         random.seed()  # (Python reseeds it at a fork too; the acker's ids must differ between workers)
         worker.main(args)
         code = 0
-    except SystemExit as exc:
-        if isinstance(exc.code, int):
-            code = exc.code
-        elif exc.code is not None:
+    except SystemExit as exc:  # (as the interpreter ends on one: None is 0, a message is printed and 1)
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
             print(exc.code, file=sys.stderr)
     except BaseException:
         traceback.print_exc()
