@@ -181,6 +181,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     before ``trio.run``); without one, each is a new interpreter."""
     # The run's own conf (_Checkpoints writes a temporary store's folder into it, for the workers): the
     # caller's topology is left as it was, and a second run of it does not resume from this one's store.
+    if fork_server is not None:
+        fork_server.check()
     topology = dataclasses.replace(topology, conf=dict(topology.conf))
     control = control or WorkersControl()
     until_done = until_done or max_tuples is not None  # (as Runtime.run: the trees of the limit are waited for)
@@ -234,9 +236,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 w.proc = await fork_server.spawn(args) if fork_server is not None else None
                 if w.proc is None:
                     if fork_server is not None:
-                        log.warning("host worker %d starts as a new interpreter: %s", w.index,
-                                    f"the fork server (pid {fork_server.pid}) is gone" if fork_server.gone else
-                                    f"the fork server could not fork it ({fork_server.error})")
+                        log.warning("host worker %d starts as a new interpreter: %s", w.index, fork_server.why)
                     w.proc = await trio.lowlevel.open_process(
                         [sys.executable, "-m", "multilang.shellbolt._workers.worker", *args], start_new_session=True)
 
@@ -699,7 +699,7 @@ def _shipped(topology: Topology, run_args: dict[str, Any]) -> bytes:
 
 def _how(code: int) -> str:
     if code == LOST:
-        return "its exit status lost with its fork server"
+        return "its exit status not reported by its fork server"
     if code >= 0:
         return f"exit code {code}"
     try:

@@ -20,9 +20,11 @@ then stop by themselves, their own connections to it closed).
 name (``/proc/PID/comm``: ``top``, ``ps -o comm``, ``pgrep``) says what it
 is: ``multilang-fork`` for the server, ``multilang-wN`` for worker N.
 
-If the server dies (killed) the workers it forked run on: each is watched by
-its pidfd, its exit status lost (``returncode`` :data:`LOST`), and new
-workers start as new interpreters."""
+The main process knows of a worker's end by the worker's pidfd, and of its
+exit status from the server's report. If the server is killed or stopped,
+the workers it forked run on; a worker that ends has its status lost
+(``returncode`` :data:`LOST`); a fork the server does not answer within 3
+seconds has it killed; and new workers start as new interpreters."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import Any, NoReturn
 
@@ -43,8 +46,11 @@ from .worker import _cpu, name_process
 
 __all__ = ["ForkServer", "ForkedProcess", "LOST"]
 
-#: a forked worker's exit status once its server is gone: it ended, how is not known
+#: a forked worker's exit status where its server did not report it (gone or stopped): it ended, how is not known
 LOST = -(1 << 16)
+#: how long a worker's exit status is waited for from its server once it has ended; how long the server is
+#: waited for to end once closed
+_STATUS_SECS = 3.0
 
 
 def _exists(pid: int) -> bool:
@@ -85,25 +91,6 @@ class ForkedProcess:
             except ProcessLookupError:
                 pass
 
-    async def _watch_pidfd(self) -> None:
-        """Its server is gone: wait for its end by its pidfd (no status; by
-        polling where the system has no pidfds)."""
-        if not hasattr(os, "pidfd_open"):
-            while _exists(self.pid):
-                await trio.sleep(0.1)
-            self._end(LOST)
-            return
-        try:
-            fd = os.pidfd_open(self.pid)
-        except ProcessLookupError:
-            self._end(LOST)
-            return
-        try:
-            await trio.lowlevel.wait_readable(fd)
-        finally:
-            os.close(fd)
-        self._end(LOST)
-
 
 class ForkServer:
     """The main process's handle on its fork server. :meth:`start` it before
@@ -128,12 +115,21 @@ class ForkServer:
         #: the server's own CPU seconds, as of its last message (its start, its forks, its reaping)
         self.cpu = 0.0
         self.gone = False  # its socket closed: it died (or was closed)
+        self._closed = self._serving = False
         self.error = ""  # why its last fork failed
+        self.why = ""  # why the last spawn() gave no process
 
     @classmethod
     def start(cls) -> "ForkServer":
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("a fork server is started by a process's main thread")
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            pass  # (not in a run: as it should be)
+        else:
+            raise RuntimeError("a fork server is started before trio.run, not inside it (its copy would carry "
+                               "the run along, and no worker forked from it could run)")
         from .._runtime import runtime  # noqa: F401  (with worker, above: every module a worker runs)
 
         for stream in (sys.stdout, sys.stderr):  # (nothing buffered here is written again by a copy)
@@ -154,30 +150,58 @@ class ForkServer:
         self.close()
 
     def close(self) -> None:
-        """Close its socket (it ends) and reap it."""
+        """Close its socket (it ends) and reap it; killed if it has not
+        ended within _STATUS_SECS (stopped: the workers it has not reaped
+        are then init's to reap)."""
+        self._closed = True
         self._sock.close()
         if self._tsock is not None:
             self._tsock.close()
+        deadline = time.monotonic() + _STATUS_SECS
         try:
-            os.waitpid(self.pid, 0)
+            while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() >= deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(0.01)
         except ChildProcessError:
             pass
 
     # -- in the run (trio) -------------------------------------------------------------------
 
+    def check(self) -> None:
+        """Raise RuntimeError if it cannot serve a run now (closed, or serving one)."""
+        if self._closed:
+            raise RuntimeError("this fork server was closed: start another")
+        if self._serving:
+            raise RuntimeError("a fork server serves one run at a time")
+
     async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Read the server's messages for a run (:func:`run_workers` starts
-        this with ``nursery.start``): the pids of the workers it forked, their
-        exits. Once it is gone, the workers it forked are watched by their
-        pidfds."""
+        """Serve one run (:func:`run_workers` starts this with
+        ``nursery.start``): read the server's messages (the pids of the
+        workers it forked, their exit statuses) and watch each worker it
+        forked by its pidfd. A worker's end is known from its pidfd, so a
+        server that is stopped (SIGSTOP) or killed delays nothing; its
+        status is the server's report, waited for up to _STATUS_SECS
+        (:data:`LOST` without one)."""
+        self.check()
         if self._tsock is None:
             self._tsock = trio.socket.from_stdlib_socket(self._sock)
         self._lock, self._changed = trio.Lock(), trio.Event()
         # (a fork asked for by a run cancelled before its answer came; an earlier run's workers)
         self._forked, self._procs = [], {}
-        task_status.started()
+        self._serving = True
         try:
-            while not self.gone:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                await self._read(nursery)
+        finally:
+            self._serving = False
+
+    async def _read(self, nursery: trio.Nursery) -> None:
+        try:
+            while True:
                 data = await self._tsock.recv(1 << 16)
                 if not data:
                     break
@@ -186,6 +210,7 @@ class ForkServer:
                     if kind == "forked":
                         p = self._procs[pid] = ForkedProcess(pid)
                         self._forked.append(p)
+                        nursery.start_soon(self._watch, p)
                     elif kind == "failed":
                         self.error = value
                         self._forked.append(None)
@@ -198,29 +223,62 @@ class ForkServer:
             pass
         self.gone = True
         self._wake()
-        async with trio.open_nursery() as nursery:
-            for proc in self._procs.values():
-                nursery.start_soon(proc._watch_pidfd)
+
+    async def _watch(self, proc: ForkedProcess) -> None:
+        """Its end, by its pidfd (readable once it has exited, reaped or
+        not); polled where the system has none (there a zombie that a
+        stopped server does not reap counts as running)."""
+        if hasattr(os, "pidfd_open"):
+            try:
+                fd = os.pidfd_open(proc.pid)
+            except ProcessLookupError:  # (gone already: reaped, its status on its way)
+                fd = -1
+            if fd >= 0:
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                finally:
+                    os.close(fd)
+        else:
+            while proc.returncode is None and _exists(proc.pid):
+                await trio.sleep(0.1)
+        with trio.move_on_after(_STATUS_SECS):
+            while proc.returncode is None and not self.gone:
+                await self._changed.wait()
+        self._procs.pop(proc.pid, None)
+        proc._end(LOST)  # (nothing if the server's report came)
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, trio.Event()
         changed.set()
 
     async def spawn(self, args: list[str]) -> ForkedProcess | None:
-        """Fork a worker that runs ``worker.main(args)``; None if the server
-        is gone (the caller starts the worker as a new interpreter)."""
+        """Fork a worker that runs ``worker.main(args)``; None, with
+        :attr:`why`, if the server is gone, could not fork, or did not
+        answer within _STATUS_SECS (stopped: it is killed, so that it forks
+        nothing later): the caller starts the worker as a new interpreter."""
         async with self._lock:
-            if self.gone:
-                return None
-            try:
-                data = encode(("fork", args))
-                while data:
-                    data = data[await self._tsock.send(data):]
-            except OSError:
-                return None
-            while not self._forked and not self.gone:
-                await self._changed.wait()
-            return self._forked.pop(0) if self._forked else None
+            if not self.gone:
+                try:
+                    data = encode(("fork", args))
+                    while data:
+                        data = data[await self._tsock.send(data):]
+                except OSError:
+                    self.gone = True
+            with trio.move_on_after(_STATUS_SECS) as waited:
+                while not self._forked and not self.gone:
+                    await self._changed.wait()
+            if self._forked:
+                proc = self._forked.pop(0)
+                if proc is None:
+                    self.why = f"the fork server could not fork it ({self.error})"
+                return proc
+            if waited.cancelled_caught:
+                os.kill(self.pid, signal.SIGKILL)  # (its socket closes: gone, as if killed by anyone)
+                self.gone = True
+                self.why = f"the fork server (pid {self.pid}) did not answer within {_STATUS_SECS:g}s: killed"
+            else:
+                self.why = f"the fork server (pid {self.pid}) is gone"
+            return None
 
 
 # -- the server (a forked copy of the main process; never returns) -----------------------------
@@ -286,6 +344,7 @@ def _reap(sock: socket.socket) -> None:
 
 
 def _fork_worker(args: list[str], closing: list[int]) -> int:
+    server = os.getpid()
     pid = os.fork()
     if pid:
         return pid
@@ -300,7 +359,8 @@ def _fork_worker(args: list[str], closing: list[int]) -> int:
         import random
 
         random.seed()  # (Python reseeds it at a fork too; the acker's ids must differ between workers)
-        worker.main(args)
+        if os.getppid() == server:  # (else the server was killed before it told the main process of this fork:
+            worker.main(args)      # the main process started the worker as a new interpreter)
         code = 0
     except SystemExit as exc:  # (as the interpreter ends on one: None is 0, a message is printed and 1)
         if exc.code is None or isinstance(exc.code, int):

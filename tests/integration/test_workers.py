@@ -18,8 +18,8 @@ import pytest
 import trio
 
 from multilang.errors import TopologyError
-from multilang.shellbolt import (PythonBolt, PythonSpout, Runtime, TopologyBuilder, load_topology, max_tuples_shares,
-                                 run_workers, workers_for)
+from multilang.shellbolt import (ForkServer, PythonBolt, PythonSpout, Runtime, TopologyBuilder, load_topology,
+                                 max_tuples_shares, run_workers, workers_for)
 from multilang.shellbolt._workers.worker import placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -315,6 +315,10 @@ try:
     print("a child left:", os.waitpid(-1, os.WNOHANG))
 except ChildProcessError:
     print("no child left")
+try:
+    trio.run(lambda: run_workers(topology, 2, fork_server=server))
+except RuntimeError as exc:
+    print(f"refused: {exc}")
 """
 
 
@@ -327,13 +331,23 @@ def test_workers_forked_by_a_fork_server_through_the_api_count_exactly_run_after
     r = subprocess.run([sys.executable, str(script), str(EXAMPLES / "wordcount.toml")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    *runs, last = r.stdout.splitlines()
+    *runs, last, reused = r.stdout.splitlines()
     expected = _expected((EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8"))
     assert len(runs) == 2 and last == "no child left", r.stdout[-2000:]
+    assert reused == "refused: this fork server was closed: start another", r.stdout[-2000:]
     for line in runs:
         got = orjson.loads(line)
         assert got["ok"] and got["completed"] == 1080 and got["counts"] == expected, line[:300]
         assert got["names"] == ["multilang-w0", "multilang-w1"], got["names"]
+
+
+def test_a_fork_server_started_inside_a_trio_run_is_refused_saying_where_it_belongs():
+    # (its copy would carry the run along: every worker forked from it died, "run() from inside a run()")
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match=r"^a fork server is started before trio.run, not inside it"):
+            ForkServer.start()
+
+    trio.run(main)
 
 
 def test_a_worker_that_cannot_start_ends_the_run_with_a_named_error_not_a_restart_loop(tmp_path):
