@@ -36,18 +36,6 @@ class WorkerCheckpointer(Checkpointer):
         self._committed_txid = 0
         super().__init__(runtime)
 
-    @property
-    def committed_pending(self) -> set[int]:
-        """The trees the last checkpoint committed whose last acks other
-        workers still hold (they release them as acks): complete, not
-        failed, if such a worker dies or they time out (their replay would
-        count them twice): the acker's :attr:`~Acker.committed`."""
-        return self.rt.acker.committed  # type: ignore[no-any-return]
-
-    @committed_pending.setter
-    def committed_pending(self, roots: set[int]) -> None:
-        self.rt.acker.committed = roots
-
     def _open(self) -> Any:
         if self.store is None:  # the main process made it and writes it: read it
             topo = self.rt.topology
@@ -160,10 +148,10 @@ class WorkerCheckpointer(Checkpointer):
         while a tree the last checkpoint committed still waits for its acks
         from another worker (each frees room: a checkpoint taken before
         would cover half as many)."""
-        if self.committed_pending:
-            roots = self.rt.acker.roots
-            self.committed_pending = {r for r in self.committed_pending if r in roots}
-            if self.committed_pending:
+        acker = self.rt.acker
+        if acker.committed:
+            acker.committed = {r for r in acker.committed if r in acker.roots}
+            if acker.committed:
                 return None
         return self._quiet_needed(since)
 
@@ -188,7 +176,7 @@ class WorkerCheckpointer(Checkpointer):
         super().rollback(cause, quiet=True)  # (the main process says it, once for every worker)
         why = f"rolled back to the last checkpoint: {cause}"
         for r in list(acker.roots):
-            if r not in self.committed_pending:
+            if r not in acker.committed:
                 acker.fail_root(r, why)
         self.rt.settle()
         # (every root of the owners' is failed: a new epoch's are new)
@@ -235,12 +223,6 @@ class WorkerCheckpointer(Checkpointer):
         self._dirty.update(self._held_xor)  # what the owners were not told yet of the acks held here
         self.link.wake()
         self.rt.nudge()
-
-    def resume(self) -> None:
-        self.rt.acker.hold_timeouts = False
-        self.paused = False
-        self._waiting = set()
-        self.rt.kick_spouts()
 
     async def prepare(self, txid: int, sent: dict[int, dict[int, int]]) -> dict[str, Any] | None:
         """Step 4 (docs/WORKERS.md). ``sent``: what each worker had sent each
@@ -339,7 +321,7 @@ class WorkerCheckpointer(Checkpointer):
         self.remote_held = {r: x for r, x in self.remote_held.items() if r in roots}
         self.touched.clear()
         self.activity = False
-        self.committed_pending = {r for r in self._covered if r in roots}
+        rt.acker.committed = {r for r in self._covered if r in roots}  # (whose acks other workers release)
         rt.acker.hold_timeouts = False  # (a tree past its deadline and not released by this fails now)
         rt.settle()
         self.paused = False

@@ -153,8 +153,7 @@ class Link:
         if conn is not None:
             conn.socket.close()
         rt = self.runtime
-        cp = rt.checkpoints
-        committed = cp.committed_pending if cp is not None else set()
+        committed = rt.acker.committed
         for r in list(rt.acker.roots):
             if r in committed:
                 rt.acker.complete_root(r)

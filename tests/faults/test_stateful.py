@@ -341,18 +341,27 @@ def test_kill_9_mid_run_leaves_the_counts_exact_on_one_and_two_workers(tmp_path,
                 assert all(s.complete for s in log.sessions.values()) and not log.notes, (task, log.notes)
 
 
+def _word_count_on_two_workers(tmp_path: Path, corpus: tuple[Path, dict[str, int]],
+                               *args: str) -> tuple[subprocess.Popen, Path, dict[str, int]]:
+    """The README's word count (the Node count) over ``corpus`` on 2 host
+    workers with ``args``, once it has committed its first checkpoint:
+    (the run, its state dir, the counts expected)."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state = tmp_path / "state"
+    run = _run_cli(toml, state, "--workers", "2", *args)
+    _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+    return run, state, expected
+
+
 def test_a_count_process_lost_on_the_other_worker_is_named_as_the_rollbacks_cause(tmp_path, corpus):
     """The count process of worker 1 (its trees are worker 0's, whose
     spout began them) is SIGKILLed: the rollback says why, as on one
     worker ("count:N's process was lost: ..."). A trial saw "a tree that a
     stateful task took failed (owned by host worker 0)": the failure reached
     worker 1 back from the tree's owner without its cause."""
-    path, expected = corpus
-    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    state = tmp_path / "state"
-    run = _run_cli(toml, state, "--workers", "2")
+    run, _, expected = _word_count_on_two_workers(tmp_path, corpus)
     with _reaped(run):
-        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         worker = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
         pid = _wait("its count process", run, lambda: [p for p in descendant_pids(worker)
                                                        if running(p) and re.search(VICTIMS["count"], cmdline(p))])[0]
@@ -379,12 +388,8 @@ def test_the_fork_server_killed_or_stopped_the_workers_run_on_and_one_that_dies_
     is counted once, and the run ends. A trial's run with a stopped server
     never ended, signals or not: the main process learnt of a worker's end
     only from the server."""
-    path, expected = corpus
-    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    state = tmp_path / "state"
-    run = _run_cli(toml, state, "--workers", "2")
+    run, _, expected = _word_count_on_two_workers(tmp_path, corpus)
     with _reaped(run):
-        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         # (found first: with their parent gone they are no descendants of the run's process)
         server = _wait("the fork server running", run, lambda: _processes(run, "fork-server"))[0]
         worker = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
@@ -519,12 +524,8 @@ def test_a_worker_hung_past_the_message_timeout_again_and_again_leaves_the_count
     200 sentences, in most such runs). Nor does a tree time out between its
     worker's cut and the commit of that checkpoint (the other workers
     prepare without its failure)."""
-    path, expected = corpus
-    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
-    state = tmp_path / "state"
-    run = _run_cli(toml, state, "--workers", "2", "-c", "topology.message.timeout.secs=1")
+    run, _, expected = _word_count_on_two_workers(tmp_path, corpus, "-c", "topology.message.timeout.secs=1")
     with _reaped(run):
-        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         pid = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
         for _ in range(6):
             if run.poll() is not None:
