@@ -118,20 +118,23 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         return [msg_id for msg_id, _ in self._awaiting_replay.values()]
 
     def check_replays(self, now: float, within: float) -> None:
-        """One warning for a spout that does not emit a failed id again
-        within ``within`` seconds: Storm leaves replays to the spout, and
-        one that does not replay loses that input (with stateful bolts, the
-        trees a rollback failed)."""
-        if self._warned_not_replaying or not self._awaiting_replay:
+        """One warning for a spout that has run dry (two empty ``next`` commands in
+        a row) with an id that failed ``within`` seconds ago or more still
+        not emitted again: Storm leaves replays to the spout, and one that
+        does not replay loses that input (with stateful bolts, the trees a
+        rollback failed). A spout that is still emitting may replay later (at
+        the end of its queue, as the example spouts do): it is not warned, and
+        the summary names what it never emitted again."""
+        if self._warned_not_replaying or not self._awaiting_replay or self._empty_nexts < 2:
             return
         late = [(m, now - at) for m, at in self._awaiting_replay.values() if now - at >= within]
         if late:
             self._warned_not_replaying = True
             msg_id, ago = late[0]
-            log.warning("%s: message id %s failed %.0fs ago and the spout has not emitted it again (%d such id(s)); "
-                        "a spout must replay what fails, or that input is lost: exactly-once with stateful bolts, and "
-                        "at-least-once anywhere, need a spout that replays (docs/STATE.md)", self.where(),
-                        brief(repr(msg_id), 100), ago, len(late))
+            log.warning("%s: message id %s failed %.0fs ago, and the spout has nothing more to emit but has not "
+                        "emitted it again (%d such id(s)); a spout must replay what fails, or that input is lost: "
+                        "exactly-once with stateful bolts, and at-least-once anywhere, need a spout that replays "
+                        "(docs/STATE.md)", self.where(), brief(repr(msg_id), 100), ago, len(late))
 
     def at_rest(self) -> str | None:
         # A shell spout's input never ends as far as the host knows (Storm's neither).

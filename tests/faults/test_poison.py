@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 
 import pytest
@@ -404,6 +405,72 @@ NoReplay().run()
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = "[summary] spout spout:2 never emitted again 1 message id(s) that failed (e.g. 2): that input is lost"
     assert said in proc.stderr, proc.stderr[-3000:]
+
+
+_NOT_REPLAYED = "and the spout has nothing more to emit but has not emitted it again"
+
+
+def test_a_shell_spout_that_never_replays_is_warned_once_it_has_nothing_more_to_emit(tmp_path):
+    # The mid-run warning: the run goes on (--duration), the spout dry, the failed id 2 never re-emitted.
+    spout = _script(tmp_path, "no_replay.py", """\
+from multilang import Spout
+class NoReplay(Spout):
+    def initialize(self, conf, ctx):
+        self.i = 0
+    def next_tuple(self):
+        if self.i < 5:
+            self.emit([self.i], msg_id=self.i)
+            self.i += 1
+    def fail(self, msg_id):
+        pass  # forgets it
+NoReplay().run()
+""")
+    bolt = ["python", str(COMPONENTS / "faulty_bolt.py"), "--fault", "fail", "--after", "2"]
+    topo = tmp_path / "t.toml"
+    topo.write_text(f'[spouts.spout]\ncommand = {toml_str(spout)}\nfields = ["n"]\n'
+                    f'[bolts.bolt]\ncommand = {toml_str(bolt)}\nfields = ["n"]\ninputs = [{{ source = "spout" }}]\n')
+    proc = subprocess.Popen(ML + ["run", str(topo), "--no-progress", "--duration", "120", "-c",
+                                  "topology.message.timeout.secs=1"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if _NOT_REPLAYED in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = [x for x in seen if _NOT_REPLAYED in x]
+    assert said and "message id 2 failed" in said[0], "".join(seen)[-3000:]
+    assert proc.returncode == 143
+
+
+def test_a_spout_that_replays_at_the_end_of_a_long_queue_is_not_taken_for_one_that_never_replays(tmp_path):
+    # A trial's false alarm: the example spout queues a failed sentence behind the rest, and at a 1 s
+    # timeout replays it after 3 timeouts had passed. Here the bolt takes 0.1 s a sentence, one at a time
+    # (max spout pending 1), so the replay of the first comes after about 6 s (later on a busy machine).
+    text = tmp_path / "lines.txt"
+    text.write_text("".join(f"line {i}\n" for i in range(60)))
+    spout = ["python", str(ROOT / "examples/python/sentence_spout.py"), str(text)]
+    bolt = ["python", str(COMPONENTS / "faulty_bolt.py"), "--fault", "fail", "--once", str(tmp_path / "failed"),
+            "--sleep", "0.1"]
+    topo = tmp_path / "t.toml"
+    topo.write_text('[topology.conf]\n"topology.max.spout.pending" = 1\n"topology.message.timeout.secs" = 1\n'
+                    f'[spouts.spout]\ncommand = {toml_str(spout)}\nfields = ["sentence"]\n'
+                    f'[bolts.bolt]\ncommand = {toml_str(bolt)}\nfields = ["sentence"]\n'
+                    'inputs = [{ source = "spout" }]\n')
+    proc = subprocess.run(ML + ["run", str(topo), "--no-progress"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "failed").exists(), "the first sentence failed once"
+    assert sorted(json.loads(x)["sentence"] for x in proc.stdout.splitlines()) == sorted(
+        f"line {i}" for i in range(60)), "every sentence came out once: line 0 on its replay"
+    assert "emitted it again" not in proc.stderr, proc.stderr[-3000:]
+    assert "that input is lost" not in proc.stderr
 
 
 def test_on_two_workers_an_input_failing_on_the_other_worker_is_dead_lettered_by_the_spouts():
