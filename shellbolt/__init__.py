@@ -65,6 +65,7 @@ _HOME: dict[str, tuple[str, str]] = {
     "prepare_gc": ("_runtime.collector", "prepare_gc"),
     **{n: ("_observe.observe", n) for n in ("snapshot", "blank_row")},
     # the CLI's
+    **{n: ("_host.scratch", n) for n in ("owner_tag", "owner_gone")},
     **{n: ("_observe.metrics", n) for n in ("CONSUMER_KEY", "MetricsReporter")},
     **{n: ("_replay.record", n) for n in ("Recorder", "RecordingError", "RecordingDamaged", "read_task")},
     "ReplayUsageError": ("_replay.replay", "ReplayUsageError"),

@@ -14,6 +14,12 @@ from typing import IO, Any, Iterator
 
 import orjson
 
+from multilang.shellbolt import owner_gone, owner_tag
+
+#: the end of a run's hidden file beside -o's FILE
+_PARTIAL = ".partial"
+
+
 class Output:
     """Where the data goes. When its reader goes away (``| head``) the run
     stops quietly, as Unix tools do, and exits 141 (128 + SIGPIPE)."""
@@ -119,9 +125,10 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
                 stream.close()
         return
     target = os.path.realpath(target)
+    folder, prefix = os.path.dirname(target), f".{os.path.basename(target)}."
+    _remove_orphans(folder, prefix)
     try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
-                                   suffix=".partial")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{prefix}{owner_tag()}.", suffix=_PARTIAL)
     except OSError as exc:
         print(f"error: --output {path}: {exc.strerror or exc}", file=sys.stderr)
         raise SystemExit(refused) from None
@@ -142,10 +149,28 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
             if keep:
                 os.replace(tmp, target)
         except OSError as exc:  # a full disk, say: FILE keeps its old contents
-            print(f"error: --output {path}: {exc.strerror or exc}; what was written is in {tmp}", file=sys.stderr)
+            print(f"error: --output {path}: {exc.strerror or exc}; what was written is in {tmp} (the next run "
+                  f"writing {path} removes it)", file=sys.stderr)
         if not keep:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _remove_orphans(folder: str, prefix: str) -> None:
+    """Remove the hidden files of earlier runs writing the same FILE whose
+    process has ended without moving or removing its own (kill -9): each
+    names its owner (``.FILE.PID-STARTED.XXXX.partial``). Another run's
+    still writing is left alone, as is a file that names no owner."""
+    uid = os.getuid()
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(prefix) and e.name.endswith(_PARTIAL)]
+    except OSError:
+        return
+    for e in entries:
+        tag = e.name[len(prefix):-len(_PARTIAL)].rpartition(".")[0]
+        with contextlib.suppress(OSError):
+            if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_uid == uid and owner_gone(tag):
+                os.unlink(e.path)
 
 
 async def flush_every(stream: Any, interval: float = 0.2) -> None:

@@ -21,7 +21,7 @@ import tempfile
 
 from multilang.errors import MultilangError
 
-__all__ = ["make"]
+__all__ = ["make", "owner_tag", "owner_gone"]
 
 _OWNER = ".multilang-owner"
 _PREFIXES = ("multilang-pids-", "multilang-state-", "multilang-workers-", "multilang-replay-", "multilang-spark-",
@@ -84,6 +84,21 @@ def sweep() -> list[str]:
             shutil.rmtree(e.path, ignore_errors=True)
             removed.append(e.path)
     return removed
+
+
+def owner_tag() -> str:
+    """This process, as a file's name can say that it owns the file:
+    ``PID-STARTED`` (its start time in clock ticks, where the system tells)."""
+    return f"{os.getpid()}-{_started(os.getpid()) or ''}"
+
+
+def owner_gone(tag: str) -> bool:
+    """Whether the process an :func:`owner_tag` names has ended (a pid now
+    used by another process included). False for what is not such a tag."""
+    pid, sep, started = tag.partition("-")
+    if not sep or not pid.isdigit() or not (started.isdigit() or not started):
+        return False
+    return not _running(int(pid), started)
 
 
 def _running(pid: int, started: str) -> bool:

@@ -475,12 +475,23 @@ def test_a_run_replaces_the_output_file_and_a_killed_one_leaves_it_as_it_was(tmp
         proc.wait()
         proc.stderr.close()
     assert out.read_text() == '{"from":"the last run"}\n'
-    # A run to the end replaces it (its partial file is moved over it).
+    orphan = [x.name for x in tmp_path.iterdir() if x.name.endswith(".partial")]
+    assert len(orphan) == 1 and orphan[0].startswith(f".counts.jsonl.{proc.pid}-"), orphan
+    # Another run's hidden file for the same FILE, its process still running (this one), is not touched.
+    alive = tmp_path / f".counts.jsonl.{os.getpid()}-{_started(os.getpid())}.abcdefgh.partial"
+    alive.write_text("")
+    # A run to the end replaces it (its partial file is moved over it), and removes the killed run's.
     p = multilang("run", WORDCOUNT, "-o", str(out), "--no-progress", timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     counts = {r["word"]: r["count"] for r in json_lines(out.read_text())}
     assert counts == expected_wordcount()
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted([alive.name, "counts.jsonl"])
     assert oct(out.stat().st_mode & 0o777) != oct(0o600), "made as open() makes a file, not private"
+
+
+def _started(pid):
+    """A process's start time, as /proc/PID/stat's 22nd field says."""
+    return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19].decode()
 
 
 def test_output_to_a_device_a_named_pipe_or_a_link_writes_through_it_and_replaces_none(tmp_path):
