@@ -152,6 +152,7 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
                 def handle(signum: int) -> bool:
                     """True: stop at once (a second signal)."""
                     nonlocal first, at_once
+                    _signals.release_terminal(signum)
                     name = signal.Signals(signum).name
                     if first is None:
                         first = signum
@@ -169,7 +170,7 @@ def run_trio(fn: Any, runtime: Any) -> tuple[Any, int | None]:
                     nursery.cancel_scope.cancel()
                     return True
 
-                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                with trio.open_signal_receiver(*_signals.handled()) as signals:
                     if _signals.first is not None and handle(_signals.first):  # one that came during start-up
                         return
                     async for signum in signals:
@@ -205,7 +206,7 @@ def stopped_before_start() -> None:
     if _signals.first is not None:
         click.echo(f"[summary] interrupted by {signal.Signals(_signals.first).name} before the topology started: "
                    "nothing ran", err=True)
-        raise SystemExit(EXIT_SIGINT if _signals.first == signal.SIGINT else EXIT_SIGTERM)
+        raise SystemExit(_signals.exit_status(_signals.first))
 
 def interrupted(signum: int, keyed: bool) -> None:
     view = "the last tuple per key so far" if keyed else "what the run emitted before it stopped"
@@ -214,7 +215,7 @@ def interrupted(signum: int, keyed: bool) -> None:
 
 def exit_code(result: Any, signum: int | None) -> int:
     if signum is not None:
-        return EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        return _signals.exit_status(signum)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 def check_command(cmd: tuple[str, ...]) -> None:

@@ -28,6 +28,6 @@ def main() -> None:
     # A signal noted after the command chose its exit code (as it wrote its
     # last lines) still ends it as the first signal says: 130 or 143. (One
     # during the interpreter's shutdown, from here on, is not seen.)
-    if _signals.first is not None and code not in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-        code = 128 + _signals.first
+    if _signals.first is not None and code not in {_signals.exit_status(s) for s in _signals.SIGNALS}:
+        code = _signals.exit_status(_signals.first)
     raise SystemExit(code)

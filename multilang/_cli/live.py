@@ -21,6 +21,8 @@ import os
 import sys
 from typing import Any, TextIO
 
+from . import signals as _signals
+
 __all__ = ["LiveView", "fmt_ms", "fmt_count", "fmt_duration"]
 
 PLAIN_WIDTH = 120  # a component line keeps its latency, capacity, in flight and queued
@@ -147,7 +149,11 @@ class LiveView:
         """Draw one snapshot (a frame, or plain lines)."""
         if self.tty:
             self._wrap()
-            self._draw(self.frame(snap))
+            try:
+                self._draw(self.frame(snap))
+            except OSError as exc:  # the terminal hung up (its SIGHUP stops the run): nothing more to draw on
+                if not _signals.hung_up(exc):
+                    raise
         else:
             self.stream.write("".join(line + "\n" for line in self.lines(snap)))
             self.stream.flush()

@@ -11,6 +11,9 @@ Exit codes of ``multilang run`` and ``multilang pipe``:
 2     usage error or invalid topology (nothing was started)
 130   interrupted (Ctrl-C / SIGINT): summary and partial output printed
 143   terminated (SIGTERM): summary and partial output printed
+129   hung up (SIGHUP: the terminal closed): stopped as by SIGTERM,
+      the output file and the last checkpoint written (ignored under
+      ``nohup``)
 141   the reader of the output went away (``| head``): stopped quietly
 ====  =========================================================
 

@@ -16,6 +16,8 @@ import orjson
 
 from multilang.shellbolt import owner_gone, owner_tag
 
+from . import signals as _signals
+
 #: the end of a run's hidden file beside -o's FILE
 _PARTIAL = ".partial"
 
@@ -72,6 +74,9 @@ class Output:
                     self.stream.write(data.decode())
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as exc:  # a terminal that hung up (its SIGHUP stops the run): the data goes nowhere
+                if not _signals.hung_up(exc):
+                    raise
 
     def flush(self) -> None:
         self._spill()
@@ -80,6 +85,9 @@ class Output:
                 (self._raw or self.stream).flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as exc:  # a terminal that hung up (its SIGHUP stops the run): the data goes nowhere
+                if not _signals.hung_up(exc):
+                    raise
 
     def _reader_gone(self) -> None:
         import os

@@ -19,7 +19,7 @@ from multilang.shellbolt import setup_logging
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
 from .common import (
-    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, dead_letter_writer, distinct_files,
+    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_USAGE, dead_letter_writer, distinct_files,
     embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
     stopped_before_start,
 )
@@ -425,6 +425,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     stop: dict[str, Any] = {"signal": None, "running": False}
 
     def on_signal(signum: int, frame: Any) -> None:
+        _signals.release_terminal(signum)
         first = stop["signal"] is None
         stop["signal"] = signum
         if not first or not stop["running"]:
@@ -442,7 +443,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         from .live import LiveView
 
         view = LiveView(sys.stderr, tty=True)
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, on_signal) for s in _signals.handled()}
     try:
         result = run_topology(topology, master=master, remote=remote, spark_conf=spark_conf, checkpoint=checkpoint,
                               duration=duration,
@@ -451,7 +452,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
                               on_snapshot=view.show if view is not None else None, should_stop=should_stop)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        return EXIT_SIGTERM if stop["signal"] == signal.SIGTERM else EXIT_SIGINT
+        return _signals.exit_status(stop["signal"] or signal.SIGINT)
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
@@ -484,7 +485,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
         click.echo(f"[summary] checkpoint {where} (run the same command to continue)", err=True)
     if stop["signal"] is not None:
-        return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
+        return _signals.exit_status(stop["signal"])
     return EXIT_OK if result.ok else EXIT_FAILED
 
 def _recorder(path: str | None, engine: str, topology: Any) -> Any:

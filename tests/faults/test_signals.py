@@ -55,7 +55,8 @@ def _topology(tmp_path, grace=0.5, output=""):
     return path
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_ones(tmp_path, sig, code):
     proc = subprocess.Popen(ML + ["run", str(_topology(tmp_path)), "--no-progress", "-o", os.devnull],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

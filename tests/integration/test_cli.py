@@ -439,6 +439,80 @@ def test_sigterm_prints_the_keyed_output_so_far_marked_partial_and_the_summary()
     assert "interrupted by SIGTERM: the output is partial (the last tuple per key so far)" in err
 
 
+def _on_a_terminal(args, **kw):
+    """``multilang`` ARGS on a new terminal (a pty), its controlling terminal as in a shell window: closing
+    the returned master end hangs it up (the kernel sends SIGHUP, and writes to it fail with EIO)."""
+    import fcntl
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+
+    def controlling() -> None:  # (the child is a new session's leader: the terminal becomes its own)
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(ML + args, cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            preexec_fn=controlling, **kw)
+    os.close(slave)
+    return proc, master
+
+
+@needs_ruby_node
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_terminal_that_hangs_up_stops_the_run_as_sigterm_does_and_the_output_file_is_written(tmp_path, workers):
+    # A closed window or a dropped ssh session sends SIGHUP: the run used to die of it, its -o FILE never
+    # written. Now it stops as at a signal (the live view it was drawing has nowhere to go) and exits 129.
+    out = tmp_path / "counts.jsonl"
+    proc, master = _on_a_terminal(["run", WORDCOUNT, "-o", str(out), "--duration", "120", "--workers", workers])
+    seen = b""
+    try:
+        # The live view's row for the spout says when every sentence's tree has completed (acked 1080).
+        while not re.search(rb"sentences +\S+ +\S+ +\S+ +1080 ", seen):
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # (EIO: the child's end closed, it ended)
+                data = b""
+            assert data, f"the run ended first: {seen[-3000:]!r}"
+            seen += data
+    finally:
+        os.close(master)  # the hang-up
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 129, seen[-3000:]
+    counts = {r["word"]: r["count"] for r in json_lines(out.read_text())}
+    assert counts == expected_wordcount()
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["counts.jsonl"]
+
+
+@needs_ruby_node
+def test_under_nohup_sighup_is_ignored(tmp_path):
+    # nohup starts a command with SIGHUP ignored; ours keeps it so. SIGHUP then SIGTERM, sent together: a
+    # SIGHUP taken would be the first signal noted (exit 129).
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "--duration", "120"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "sentences: emitted 1080 " in line:
+                break
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen) + err
+    assert proc.returncode == 143, err[-3000:]
+    assert "interrupted by SIGTERM" in err and "SIGHUP" not in err
+
+
 def test_an_output_file_that_cannot_be_written_is_a_usage_error_before_anything_runs(tmp_path):
     p = subprocess.run(ML + ["run", WORDCOUNT, "-o", str(tmp_path / "no" / "such" / "dir.jsonl")], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
