@@ -383,17 +383,22 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
 
             silent_secs = float(topology.conf.get("supervisor.worker.timeout.secs") or 30)
 
-            def kill_the_silent() -> None:
+            def kill_the_silent(ending: bool = False) -> None:
                 """Storm's supervisor: a worker that has said nothing for
                 supervisor.worker.timeout.secs since it was asked for its status
                 (hung, stopped) is killed; watch() starts it again, as after a
-                kill -9 (or not, once the run stops)."""
+                kill -9 (or not, once the run stops). ``ending``: the workers
+                were told to end, and a healthy one answers at once while it
+                closes its processes: silent for _ABORT_SECS, it is killed (a
+                trial's first signal waited 30 s for a stopped worker)."""
                 now = trio.current_time()
+                limit = min(silent_secs, _ABORT_SECS) if ending else silent_secs
+                why = "supervisor.worker.timeout.secs" if limit == silent_secs else "while the run ends"
                 for w in ws:
                     if (w.conn is not None and w.result is None and w.proc is not None and w.proc.returncode is None
-                            and w.asked_at is not None and now - w.asked_at > silent_secs):
-                        log.warning("host worker %d (pid %d) has said nothing for %gs "
-                                    "(supervisor.worker.timeout.secs): killed", w.index, w.proc.pid, silent_secs)
+                            and w.asked_at is not None and now - w.asked_at > limit):
+                        log.warning("host worker %d (pid %d) has said nothing for %gs (%s): killed", w.index,
+                                    w.proc.pid, limit, why)
                         w.asked_at = None  # (said and done once: watch() sees the death)
                         w.proc.kill()
 
@@ -520,7 +525,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     for w in ws:
                         if w.result is None:
                             await w.ask_status(False)
-                kill_the_silent()
+                kill_the_silent(ending=True)
                 await trio.sleep(_POLL / 5)
             for w in ws:
                 if w.proc is not None:

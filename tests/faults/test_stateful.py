@@ -543,18 +543,20 @@ def test_a_worker_hung_past_the_message_timeout_again_and_again_leaves_the_count
 
 def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what_they_did(tmp_path, corpus):
     """A host worker hangs (SIGSTOP) and the run is told to stop (SIGTERM):
-    the hung one is killed once silent for supervisor.worker.timeout.secs
-    and not started again, and the others end with their counts. A trial's
-    run waited 10 s for the dead worker's last status, took the healthy
-    worker's silence meanwhile for a hang and killed it too, and printed a
-    summary of zeros (exit 0). The state stays exact: a run resumed from
-    its state dir counts every word once."""
+    once the shutdown grace is over and the workers are told to end, the
+    hung one is killed when silent for 10 s (not supervisor.worker.timeout.secs,
+    30 s: a trial's first signal waited that long) and not started again,
+    and the others end with their counts. A trial's run waited 10 s for the
+    dead worker's last status, took the healthy worker's silence meanwhile
+    for a hang and killed it too, and printed a summary of zeros (exit 0).
+    The state stays exact: a run resumed from its state dir counts every
+    word once."""
     path, expected = corpus
     toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
     state = tmp_path / "state"
     # (with the live view: its last frame waits for every worker's status)
-    # (6 s: on a loaded machine the healthy worker still answers well within it; its kill is what is checked)
-    run = _run_cli(toml, state, "--workers", "2", "-c", "supervisor.worker.timeout.secs=6", "--progress")
+    # (10 s: on a loaded machine the healthy worker still answers well within it; its kill is what is checked)
+    run = _run_cli(toml, state, "--workers", "2", "-c", "multilang.shutdown.grace.secs=1", "--progress")
     with _reaped(run):
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         pid = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
@@ -562,7 +564,7 @@ def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=180)
     assert run.returncode == 143, err[-3000:]
-    assert f"host worker 1 (pid {pid}) has said nothing for 6s" in err, err[-3000:]
+    assert f"host worker 1 (pid {pid}) has said nothing for 10s (while the run ends): killed" in err, err[-3000:]
     assert f"host worker 1 (pid {pid}) died (killed by SIGKILL) while the run stopped: not started again" in err, \
         err[-3000:]
     assert "host worker 0" not in err, err[-3000:]
