@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from ..errors import MultilangError
+from . import signals as _signals
 
 __all__ = ["StdinFeed"]  # for `multilang pipe` (pipe.py)
 
@@ -127,7 +128,12 @@ class StdinFeed:
                 self._room = trio.Event()
                 await self._room.wait()
                 self._room = None
-            chunk = await trio.to_thread.run_sync(os.read, fd, 1 << 16, abandon_on_cancel=True)
+            try:
+                chunk = await trio.to_thread.run_sync(os.read, fd, 1 << 16, abandon_on_cancel=True)
+            except OSError as exc:  # a terminal that hung up: its input has ended (its SIGHUP stops the run)
+                if not _signals.hung_up(exc):
+                    raise
+                chunk = b""
             lines: list[bytes] = []
             start = len(buf)  # a newline can only be in what was just read
             buf += chunk

@@ -488,6 +488,31 @@ def test_a_terminal_that_hangs_up_stops_the_run_as_sigterm_does_and_the_output_f
     assert sorted(x.name for x in tmp_path.iterdir()) == ["counts.jsonl"]
 
 
+def test_multilang_pipe_reading_a_terminal_that_hangs_up_ends_as_a_sighup_does():
+    # Its stdin is the terminal too: a read of a hung-up terminal fails (EIO), which ended the run with a
+    # traceback and exit 1 (before the signal was taken). Now its input has ended, and the signal says 129.
+    proc, master = _on_a_terminal(["pipe", "--", "python", "examples/python/split_bolt.py"])
+    seen = b""
+    try:
+        os.write(master, b"hello world\n")
+        while b'["world"]' not in seen:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                data = b""
+            assert data, f"the run ended first: {seen[-3000:]!r}"
+            seen += data
+    finally:
+        os.close(master)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 129, seen[-3000:]
+
+
 @needs_ruby_node
 def test_under_nohup_sighup_is_ignored(tmp_path):
     # nohup starts a command with SIGHUP ignored; ours keeps it so. SIGHUP then SIGTERM, sent together: a
