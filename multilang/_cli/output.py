@@ -133,10 +133,11 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
                 stream.close()
         return
     target = os.path.realpath(target)
-    folder, prefix = os.path.dirname(target), f".{os.path.basename(target)}."
+    folder, tag = os.path.dirname(target), owner_tag()
+    prefix = _hidden_prefix(folder, os.path.basename(target), tag)
     _remove_orphans(folder, prefix)
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{prefix}{owner_tag()}.", suffix=_PARTIAL)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{prefix}{tag}.", suffix=_PARTIAL)
     except OSError as exc:
         print(f"error: --output {path}: {exc.strerror or exc}", file=sys.stderr)
         raise SystemExit(refused) from None
@@ -162,6 +163,20 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
         if not keep:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _hidden_prefix(folder: str, name: str, tag: str) -> str:
+    """``.FILE.``, the start of the hidden file's name: FILE cut short where
+    the whole name (``.FILE.TAG.XXXXXXXX.partial``) would be longer than the
+    folder allows (a FILE of 230 characters, which the folder takes, was
+    refused)."""
+    try:
+        most = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = 255
+    room = most - len(os.fsencode(f"..{tag}.XXXXXXXX{_PARTIAL}"))  # (mkstemp's 8 characters)
+    raw = os.fsencode(name)
+    return f".{os.fsdecode(raw[:room]) if len(raw) > room else name}."
 
 
 def _remove_orphans(folder: str, prefix: str) -> None:

@@ -48,6 +48,9 @@ _SEND_SECS = 10.0
 _POLL = 0.025  # (half the period of the status poll: the end of a run, and the interval)
 #: how long the workers get to send what they have on a second signal (WorkersControl.abort)
 _ABORT_SECS = 10.0
+#: a worker silent this long once a second signal said to stop at once is killed then (it is hung: a healthy
+#: one answers within milliseconds), not at _ABORT_SECS
+_ABORT_SILENCE = 2.0
 
 
 class WorkersControl:
@@ -103,6 +106,7 @@ class _Worker:
         self.lock = trio.Lock()  # one sender at a time on its connection
         self.counters: dict[int, list[int]] = {}  # task id -> its COUNTERS, as of its process's last status
         self.extensions: dict[int, list[str]] = {}  # shell task id -> what its process negotiated, as of then
+        self.stateful: set[str] = set()  # the components its processes ran as stateful bolts (§9.7), as of then
         self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
 
     def carry(self, tasks: list[int], restarted: bool = True) -> None:
@@ -284,6 +288,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 w.completed, w.failed, w.counters = (msg[2]["completed"], msg[2]["failed"],
                                                                      msg[2]["counters"])
                                 w.extensions = msg[2]["extensions"]
+                                w.stateful.update(msg[2].get("stateful", ()))
                                 w.pending = msg[2]["pending"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
@@ -390,15 +395,19 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 kill -9 (or not, once the run stops). ``ending``: the workers
                 were told to end, and a healthy one answers at once while it
                 closes its processes: silent for _ABORT_SECS, it is killed (a
-                trial's first signal waited 30 s for a stopped worker)."""
+                trial's first signal waited 30 s for a stopped worker), or for
+                _ABORT_SILENCE once a second signal said to stop at once."""
                 now = trio.current_time()
-                limit = min(silent_secs, _ABORT_SECS) if ending else silent_secs
-                why = "supervisor.worker.timeout.secs" if limit == silent_secs else "while the run ends"
+                limit, why = silent_secs, f"past supervisor.worker.timeout.secs ({silent_secs:g}s)"
+                if ending and control.aborted and _ABORT_SILENCE < limit:
+                    limit, why = _ABORT_SILENCE, f"past the {_ABORT_SILENCE:g}s allowed as the run stops at once"
+                elif ending and _ABORT_SECS < limit:
+                    limit, why = _ABORT_SECS, f"past the {_ABORT_SECS:g}s allowed while the run ends"
                 for w in ws:
                     if (w.conn is not None and w.result is None and w.proc is not None and w.proc.returncode is None
                             and w.asked_at is not None and now - w.asked_at > limit):
-                        log.warning("host worker %d (pid %d) has said nothing for %gs (%s): killed", w.index,
-                                    w.proc.pid, limit, why)
+                        log.warning("host worker %d (pid %d) has said nothing for %.1fs, %s: killed", w.index,
+                                    w.proc.pid, now - w.asked_at, why)
                         w.asked_at = None  # (said and done once: watch() sees the death)
                         w.proc.kill()
 
@@ -579,7 +588,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         for name, exts in (w.result or {}).get("extensions", exts_of).items():
             have = result.extensions.setdefault(name, [])
             have.extend(e for e in exts if e not in have)
-    result.stateful = sorted({n for w in ws for n in (w.result or {}).get("stateful", [])})
+    # (a worker killed as the run stopped, every worker included: as its last status says)
+    result.stateful = sorted({n for w in ws for n in (*(w.result or {}).get("stateful", ()), *w.stateful)})
     for w in ws:  # what the spouts' workers saw of their replays; the tasks they recorded
         r = w.result or {}
         if recorder is not None:

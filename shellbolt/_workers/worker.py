@@ -83,7 +83,8 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
             # (and what its shell tasks' processes negotiated: the summary's protocol line)
             "extensions": {t: list(task.obs.extensions) for t, task in rt.tasks.items()
                            if link.placement[t] == link.worker and task.comp.is_shell},
-            **(cp.status() if cp is not None else {})}
+            # (and its stateful components, for the summary's state line if it dies before its result)
+            **({**cp.status(), "stateful": sorted({t.name for t in cp.tasks.values()})} if cp is not None else {})}
 
 
 async def _run(directory: str, worker: int, workers: int, limit: int | None) -> None:

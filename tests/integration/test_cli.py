@@ -593,6 +593,16 @@ def _started(pid):
     return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19].decode()
 
 
+def test_an_output_file_whose_name_is_as_long_as_the_folder_allows_is_written(tmp_path):
+    # Its hidden file's name (".FILE.PID-START.XXXXXXXX.partial") is longer than FILE's: a trial's 230
+    # characters were refused ("File name too long") where the folder takes 255.
+    out = tmp_path / ("a" * 249 + ".jsonl")  # (255 bytes: the longest name most file systems take)
+    p = multilang("run", WORDCOUNT, "-o", str(out), "--no-progress", "--max-tuples", "5", timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert len(json_lines(out.read_text())) > 0
+    assert [x.name for x in tmp_path.iterdir()] == [out.name]
+
+
 def test_output_to_a_device_a_named_pipe_or_a_link_writes_through_it_and_replaces_none(tmp_path):
     # -o /dev/null (or /dev/stdout) was moved over by the run's hidden file: as root, /dev/null became a
     # plain file holding the output, and everything written to /dev/null after that filled /dev. (A
