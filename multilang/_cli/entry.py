@@ -26,7 +26,7 @@ def main() -> None:
         for s in _signals.SIGNALS:
             signal.signal(s, signal.SIG_IGN)
     # A signal noted after the command chose its exit code (as it wrote its
-    # last lines) still ends it as the first signal says: 130 or 143. (One
+    # last lines) still ends it as the first signal says: 130, 143 or 129. (One
     # during the interpreter's shutdown, from here on, is not seen.)
     if _signals.first is not None and code not in {_signals.exit_status(s) for s in _signals.SIGNALS}:
         code = _signals.exit_status(_signals.first)

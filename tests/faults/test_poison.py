@@ -452,9 +452,9 @@ NoReplay().run()
 def test_a_spout_that_replays_at_the_end_of_a_long_queue_is_not_taken_for_one_that_never_replays(tmp_path):
     # A trial's false alarm: the example spout queues a failed sentence behind the rest, and at a 1 s
     # timeout replays it after 3 timeouts had passed. Here the bolt takes 0.1 s a sentence, one at a time
-    # (max spout pending 1), so the replay of the first comes after about 6 s (later on a busy machine).
+    # (max spout pending 1), so the replay of the first comes after about 4 s (later on a busy machine).
     text = tmp_path / "lines.txt"
-    text.write_text("".join(f"line {i}\n" for i in range(60)))
+    text.write_text("".join(f"line {i}\n" for i in range(40)))
     spout = ["python", str(ROOT / "examples/python/sentence_spout.py"), str(text)]
     bolt = ["python", str(COMPONENTS / "faulty_bolt.py"), "--fault", "fail", "--once", str(tmp_path / "failed"),
             "--sleep", "0.1"]
@@ -469,7 +469,7 @@ def test_a_spout_that_replays_at_the_end_of_a_long_queue_is_not_taken_for_one_th
     assert (tmp_path / "failed").exists(), "the first sentence failed once"
     # (at least once: on a loaded machine a tree may also time out after its emit was printed, and replay)
     assert {json.loads(x)["sentence"] for x in proc.stdout.splitlines()} == {
-        f"line {i}" for i in range(60)}, "every sentence came out: line 0 on its replay"
+        f"line {i}" for i in range(40)}, "every sentence came out: line 0 on its replay"
     assert "emitted it again" not in proc.stderr, proc.stderr[-3000:]
     assert "that input is lost" not in proc.stderr
 

@@ -561,8 +561,10 @@ def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what
     toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
     state = tmp_path / "state"
     # (with the live view: its last frame waits for every worker's status)
-    # (10 s: on a loaded machine the healthy worker still answers well within it; its kill is what is checked)
-    run = _run_cli(toml, state, "--workers", "2", "-c", "multilang.shutdown.grace.secs=1", "--progress")
+    # (10 s: on a loaded machine the healthy worker still answers well within it; its kill is what is checked.
+    # With no healthy worker, 3 s: supervisor.worker.timeout.secs, where shorter, is the limit then too.)
+    sooner = ["-c", "supervisor.worker.timeout.secs=3"] if 0 in hung else []
+    run = _run_cli(toml, state, "--workers", "2", "-c", "multilang.shutdown.grace.secs=1", "--progress", *sooner)
     with _reaped(run):
         _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
         pids = {w: _wait(f"worker-{w} running", run, lambda: _processes(run, f"worker-{w}"))[0] for w in hung}
@@ -575,7 +577,8 @@ def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what
     # (the first signal taken names the exit: SIGTERM's 143, or SIGINT's 130 where both were pending at once)
     assert run.returncode in ((130, 143) if again else (143,)), err[-3000:]
     assert ("stopping at once" in err) == again, err[-3000:]
-    allowed = "the 2s allowed as the run stops at once" if again else "the 10s allowed while the run ends"
+    allowed = ("the 2s allowed as the run stops at once" if again else
+               r"supervisor.worker.timeout.secs \(3s\)" if sooner else "the 10s allowed while the run ends")
     for w, pid in pids.items():
         assert re.search(rf"host worker {w} \(pid {pid}\) has said nothing for [\d.]+s, past {allowed}: killed",
                          err), err[-3000:]
