@@ -5,6 +5,7 @@ stopping quietly when the reader goes away."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -20,6 +21,8 @@ from . import signals as _signals
 
 #: the end of a run's hidden file beside -o's FILE
 _PARTIAL = ".partial"
+#: room for the longest owner tag in its name (scratch.owner_tag: a pid, a start time in clock ticks)
+_LONGEST_TAG = "X" * (10 + 1 + 20)
 
 
 class Output:
@@ -103,11 +106,12 @@ class Output:
 
 
 @contextlib.contextmanager
-def output_file(path: str, refused: int) -> Iterator[IO[str]]:
+def output_file(path: str, refused: int, failed: int) -> Iterator[IO[str]]:
     """``-o FILE``: the run writes a hidden file beside FILE, moved over FILE
     when the run ends (its output so far, after a signal too). A run refused
     (SystemExit with code ``refused``), or a host that crashes, leaves FILE as it was: never empty
-    or half-written in place of the old one. ``-`` is stdout. A FILE that is
+    or half-written in place of the old one. A run that ended well whose
+    hidden file could not be moved (a full disk) exits ``failed``. ``-`` is stdout. A FILE that is
     not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is
     written as the output comes: it is never replaced (a device node made a
     plain file, as root could). A link to a file: the file is replaced, the
@@ -133,8 +137,13 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
                 stream.close()
         return
     target = os.path.realpath(target)
-    folder, tag = os.path.dirname(target), owner_tag()
-    prefix = _hidden_prefix(folder, os.path.basename(target), tag)
+    folder, name, tag = os.path.dirname(target), os.path.basename(target), owner_tag()
+    most = _longest_name(folder)
+    if len(os.fsencode(name)) > most:  # (refused now: found only at the end, the run's output would be lost)
+        print(f"error: --output {path}: File name too long ({len(os.fsencode(name))} bytes; the folder takes at "
+              f"most {most})", file=sys.stderr)
+        raise SystemExit(refused)
+    prefix = _hidden_prefix(name, most)
     _remove_orphans(folder, prefix)
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{prefix}{tag}.", suffix=_PARTIAL)
@@ -145,14 +154,9 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
     stream = os.fdopen(fd, "w", encoding="utf-8")
-    keep = False
-    try:
-        yield stream
-        keep = True
-    except SystemExit as exc:
-        keep = exc.code != refused
-        raise
-    finally:
+
+    def finish(keep: bool) -> bool:
+        """Close the hidden file, and move it over FILE (``keep``) or remove it; False: it could not be moved."""
         try:
             stream.close()
             if keep:
@@ -160,23 +164,47 @@ def output_file(path: str, refused: int) -> Iterator[IO[str]]:
         except OSError as exc:  # a full disk, say: FILE keeps its old contents
             print(f"error: --output {path}: {exc.strerror or exc}; what was written is in {tmp} (the next run "
                   f"writing {path} removes it)", file=sys.stderr)
-        if not keep:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            return False
+        finally:
+            if not keep:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        return True
 
-
-def _hidden_prefix(folder: str, name: str, tag: str) -> str:
-    """``.FILE.``, the start of the hidden file's name: FILE cut short where
-    the whole name (``.FILE.TAG.XXXXXXXX.partial``) would be longer than the
-    folder allows (a FILE of 230 characters, which the folder takes, was
-    refused)."""
     try:
-        most = os.pathconf(folder, "PC_NAME_MAX")
+        yield stream
+    except SystemExit as exc:
+        keep = exc.code != refused
+        if not finish(keep) and exc.code in (0, None):  # (a run that ended well, its output not where asked)
+            raise SystemExit(failed) from None
+        raise
+    except BaseException:
+        finish(False)
+        raise
+    if not finish(True):
+        raise SystemExit(failed)
+
+
+def _longest_name(folder: str) -> int:
+    """The longest file name ``folder`` takes, in bytes."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError):
-        most = 255
-    room = most - len(os.fsencode(f"..{tag}.XXXXXXXX{_PARTIAL}"))  # (mkstemp's 8 characters)
+        return 255
+
+
+def _hidden_prefix(name: str, most: int) -> str:
+    """``.FILE.``, the start of the hidden file's name, the same for every
+    run writing FILE: where the whole name (``.FILE.TAG.XXXXXXXX.partial``,
+    TAG as long as it can be) would be longer than the folder takes, FILE
+    is cut short and a hash of it added, so that another FILE whose name
+    starts the same way gets another prefix (a FILE of 230 characters, which
+    the folder takes, was refused)."""
+    room = most - len(f"..{_LONGEST_TAG}.XXXXXXXX{_PARTIAL}")  # (mkstemp's 8 characters)
     raw = os.fsencode(name)
-    return f".{os.fsdecode(raw[:room]) if len(raw) > room else name}."
+    if len(raw) <= room:
+        return f".{name}."
+    return f".{os.fsdecode(raw[:room - 9])}~{hashlib.sha1(raw).hexdigest()[:8]}."
 
 
 def _remove_orphans(folder: str, prefix: str) -> None:

@@ -176,7 +176,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
     metrics = _metrics_reporter(topology, engine, metrics_file, metrics_port, metrics_host)
     recorder = _recorder(record_dir, engine, topology)
     stopped_before_start()
-    with output_file(output, refused=EXIT_USAGE) as stream:
+    with output_file(output, refused=EXIT_USAGE, failed=EXIT_FAILED) as stream:
         if engine == "spark":
             raise SystemExit(_run_on_spark(topology, master=master or "local[*]", remote=remote, checkpoint=checkpoint,
                                            duration=duration, max_tuples=max_tuples, output=stream,

@@ -588,19 +588,69 @@ def test_a_run_replaces_the_output_file_and_a_killed_one_leaves_it_as_it_was(tmp
     assert oct(out.stat().st_mode & 0o777) != oct(0o600), "made as open() makes a file, not private"
 
 
+@needs_ruby_node
+def test_a_run_whose_output_cannot_be_moved_over_file_exits_1_and_says_where_it_is(tmp_path):
+    # (a full disk, say: here FILE became a folder during the run) A trial's run said so and exited 0.
+    out = tmp_path / "counts.jsonl"
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "6"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("[progress]"):
+                break
+        (out / "in-the-way").mkdir(parents=True)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err[-2000:]
+    (kept,) = [x for x in tmp_path.iterdir() if x.name.endswith(".partial")]
+    assert f"what was written is in {kept}" in err, err[-2000:]
+    assert len(json_lines(kept.read_text())) > 0
+
+
 def _started(pid):
     """A process's start time, as /proc/PID/stat's 22nd field says."""
     return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19].decode()
 
 
-def test_an_output_file_whose_name_is_as_long_as_the_folder_allows_is_written(tmp_path):
+@needs_ruby_node
+def test_an_output_file_whose_name_is_as_long_as_the_folder_allows_is_written_and_its_hidden_file_found(tmp_path):
     # Its hidden file's name (".FILE.PID-START.XXXXXXXX.partial") is longer than FILE's: a trial's 230
-    # characters were refused ("File name too long") where the folder takes 255.
+    # characters were refused ("File name too long") where the folder takes 255. FILE is cut short in it,
+    # the same way for every run writing FILE (a later trial's killed run, its pid of 5 digits, left one
+    # that a run with a pid of 3 did not find), with a hash of FILE (a run writing another FILE of the same
+    # first 200 characters removed it).
     out = tmp_path / ("a" * 249 + ".jsonl")  # (255 bytes: the longest name most file systems take)
+    other = tmp_path / ("a" * 249 + ".other")
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "60"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if line.startswith("[progress]"):
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    (orphan,) = [x.name for x in tmp_path.iterdir()]
+    assert orphan.endswith(".partial") and len(orphan.encode()) <= 255, orphan
+    p = multilang("run", WORDCOUNT, "-o", str(other), "--no-progress", "--max-tuples", "5", timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted([orphan, other.name]), "another FILE's is kept"
     p = multilang("run", WORDCOUNT, "-o", str(out), "--no-progress", "--max-tuples", "5", timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert len(json_lines(out.read_text())) > 0
-    assert [x.name for x in tmp_path.iterdir()] == [out.name]
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted([out.name, other.name])
+    # One byte more than the folder takes: refused before anything runs (it ran, and lost its output).
+    too_long = tmp_path / ("a" * 250 + ".jsonl")
+    p = multilang("run", WORDCOUNT, "-o", str(too_long), "--no-progress", timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "File name too long (256 bytes; the folder takes at most 255)" in p.stderr
+    assert "[summary]" not in p.stderr, "nothing ran"
 
 
 def test_output_to_a_device_a_named_pipe_or_a_link_writes_through_it_and_replaces_none(tmp_path):
