@@ -200,7 +200,7 @@ def _hidden_prefix(name: str, most: int) -> str:
     is cut short and a hash of it added, so that another FILE whose name
     starts the same way gets another prefix (a FILE of 230 characters, which
     the folder takes, was refused)."""
-    room = most - len(f"..{_LONGEST_TAG}.XXXXXXXX{_PARTIAL}")  # (mkstemp's 8 characters)
+    room = max(most - len(f"..{_LONGEST_TAG}.XXXXXXXX{_PARTIAL}"), 10)  # (mkstemp's 8 characters)
     raw = os.fsencode(name)
     if len(raw) <= room:
         return f".{name}."
