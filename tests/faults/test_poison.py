@@ -379,10 +379,8 @@ Never().run()
     assert "has acked or failed none" in proc.stderr, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_shell_spout_that_never_replays_a_failed_id_is_named_at_the_end(tmp_path, workers):
-    # Storm leaves replays to the spout; one that drops what fails loses that input. The run
-    # still ends well (exit 0: the spout decided), but the summary says which ids it never re-emitted.
+def _never_replays(tmp_path):
+    """A topology whose spout emits 0..4 and forgets what fails, and a bolt that fails the third (id 2)."""
     spout = _script(tmp_path, "no_replay.py", """\
 from multilang import Spout
 class NoReplay(Spout):
@@ -400,6 +398,14 @@ NoReplay().run()
     topo = tmp_path / "t.toml"
     topo.write_text(f'[spouts.spout]\ncommand = {toml_str(spout)}\nfields = ["n"]\n'
                     f'[bolts.bolt]\ncommand = {toml_str(bolt)}\nfields = ["n"]\ninputs = [{{ source = "spout" }}]\n')
+    return topo
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_shell_spout_that_never_replays_a_failed_id_is_named_at_the_end(tmp_path, workers):
+    # Storm leaves replays to the spout; one that drops what fails loses that input. The run
+    # still ends well (exit 0: the spout decided), but the summary says which ids it never re-emitted.
+    topo = _never_replays(tmp_path)
     proc = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", str(workers)], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -412,23 +418,7 @@ _NOT_REPLAYED = "and the spout has nothing more to emit but has not emitted it a
 
 def test_a_shell_spout_that_never_replays_is_warned_once_it_has_nothing_more_to_emit(tmp_path):
     # The mid-run warning: the run goes on (--duration), the spout dry, the failed id 2 never re-emitted.
-    spout = _script(tmp_path, "no_replay.py", """\
-from multilang import Spout
-class NoReplay(Spout):
-    def initialize(self, conf, ctx):
-        self.i = 0
-    def next_tuple(self):
-        if self.i < 5:
-            self.emit([self.i], msg_id=self.i)
-            self.i += 1
-    def fail(self, msg_id):
-        pass  # forgets it
-NoReplay().run()
-""")
-    bolt = ["python", str(COMPONENTS / "faulty_bolt.py"), "--fault", "fail", "--after", "2"]
-    topo = tmp_path / "t.toml"
-    topo.write_text(f'[spouts.spout]\ncommand = {toml_str(spout)}\nfields = ["n"]\n'
-                    f'[bolts.bolt]\ncommand = {toml_str(bolt)}\nfields = ["n"]\ninputs = [{{ source = "spout" }}]\n')
+    topo = _never_replays(tmp_path)
     proc = subprocess.Popen(ML + ["run", str(topo), "--no-progress", "--duration", "120", "-c",
                                   "topology.message.timeout.secs=1"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

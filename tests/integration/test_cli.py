@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from multilang.shellbolt import owner_tag
 from multilang.testing import child_pids, gone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -439,9 +440,10 @@ def test_sigterm_prints_the_keyed_output_so_far_marked_partial_and_the_summary()
     assert "interrupted by SIGTERM: the output is partial (the last tuple per key so far)" in err
 
 
-def _on_a_terminal(args, **kw):
-    """``multilang`` ARGS on a new terminal (a pty), its controlling terminal as in a shell window: closing
-    the returned master end hangs it up (the kernel sends SIGHUP, and writes to it fail with EIO)."""
+def _hung_up_once(args, enough, typed=b""):
+    """``multilang`` ARGS on a new terminal (a pty), its controlling terminal as in a shell window: TYPED
+    typed on it, what it prints read until ``enough(printed)``, then the terminal hung up (its master end
+    closed: the kernel sends SIGHUP, and writes to it fail with EIO). Returns (exit status, printed)."""
     import fcntl
     import pty
     import termios
@@ -452,22 +454,12 @@ def _on_a_terminal(args, **kw):
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     proc = subprocess.Popen(ML + args, cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            preexec_fn=controlling, **kw)
+                            preexec_fn=controlling)
     os.close(slave)
-    return proc, master
-
-
-@needs_ruby_node
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_terminal_that_hangs_up_stops_the_run_as_sigterm_does_and_the_output_file_is_written(tmp_path, workers):
-    # A closed window or a dropped ssh session sends SIGHUP: the run used to die of it, its -o FILE never
-    # written. Now it stops as at a signal (the live view it was drawing has nowhere to go) and exits 129.
-    out = tmp_path / "counts.jsonl"
-    proc, master = _on_a_terminal(["run", WORDCOUNT, "-o", str(out), "--duration", "120", "--workers", workers])
     seen = b""
     try:
-        # The live view's row for the spout says when every sentence's tree has completed (acked 1080).
-        while not re.search(rb"sentences +\S+ +\S+ +\S+ +1080 ", seen):
+        os.write(master, typed)
+        while not enough(seen):
             try:
                 data = os.read(master, 65536)
             except OSError:  # (EIO: the child's end closed, it ended)
@@ -482,7 +474,19 @@ def test_a_terminal_that_hangs_up_stops_the_run_as_sigterm_does_and_the_output_f
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert proc.returncode == 129, seen[-3000:]
+    return proc.returncode, seen
+
+
+@needs_ruby_node
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_terminal_that_hangs_up_stops_the_run_as_sigterm_does_and_the_output_file_is_written(tmp_path, workers):
+    # A closed window or a dropped ssh session sends SIGHUP: the run used to die of it, its -o FILE never
+    # written. Now it stops as at a signal (the live view it was drawing has nowhere to go) and exits 129.
+    out = tmp_path / "counts.jsonl"
+    # The live view's row for the spout says when every sentence's tree has completed (acked 1080).
+    code, seen = _hung_up_once(["run", WORDCOUNT, "-o", str(out), "--duration", "120", "--workers", workers],
+                               lambda seen: re.search(rb"sentences +\S+ +\S+ +\S+ +1080 ", seen))
+    assert code == 129, seen[-3000:]
     counts = {r["word"]: r["count"] for r in json_lines(out.read_text())}
     assert counts == expected_wordcount()
     assert sorted(x.name for x in tmp_path.iterdir()) == ["counts.jsonl"]
@@ -491,26 +495,9 @@ def test_a_terminal_that_hangs_up_stops_the_run_as_sigterm_does_and_the_output_f
 def test_multilang_pipe_reading_a_terminal_that_hangs_up_ends_as_a_sighup_does():
     # Its stdin is the terminal too: a read of a hung-up terminal fails (EIO), which ended the run with a
     # traceback and exit 1 (before the signal was taken). Now its input has ended, and the signal says 129.
-    proc, master = _on_a_terminal(["pipe", "--", "python", "examples/python/split_bolt.py"])
-    seen = b""
-    try:
-        os.write(master, b"hello world\n")
-        while b'["world"]' not in seen:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                data = b""
-            assert data, f"the run ended first: {seen[-3000:]!r}"
-            seen += data
-    finally:
-        os.close(master)
-        try:
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 129, seen[-3000:]
+    code, seen = _hung_up_once(["pipe", "--", "python", "examples/python/split_bolt.py"],
+                               lambda seen: b'["world"]' in seen, typed=b"hello world\n")
+    assert code == 129, seen[-3000:]
 
 
 @needs_ruby_node
@@ -560,24 +547,12 @@ def test_a_refused_run_leaves_the_output_file_as_it_was(tmp_path, refusal):
 def test_a_run_replaces_the_output_file_and_a_killed_one_leaves_it_as_it_was(tmp_path):
     out = tmp_path / "counts.jsonl"
     out.write_text('{"from":"the last run"}\n')
-    # Killed (kill -9) once it has printed progress: FILE is not half-written.
-    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "60"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        for line in proc.stderr:
-            if line.startswith("[progress]"):
-                break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stderr.close()
+    pid = _killed_while_writing(out)  # FILE is not half-written
     assert out.read_text() == '{"from":"the last run"}\n'
     orphan = [x.name for x in tmp_path.iterdir() if x.name.endswith(".partial")]
-    assert len(orphan) == 1 and orphan[0].startswith(f".counts.jsonl.{proc.pid}-"), orphan
+    assert len(orphan) == 1 and orphan[0].startswith(f".counts.jsonl.{pid}-"), orphan
     # Another run's hidden file for the same FILE, its process still running (this one), is not touched.
-    alive = tmp_path / f".counts.jsonl.{os.getpid()}-{_started(os.getpid())}.abcdefgh.partial"
+    alive = tmp_path / f".counts.jsonl.{owner_tag()}.abcdefgh.partial"
     alive.write_text("")
     # A run to the end replaces it (its partial file is moved over it), and removes the killed run's.
     p = multilang("run", WORDCOUNT, "-o", str(out), "--no-progress", timeout=120)
@@ -610,20 +585,8 @@ def test_a_run_whose_output_cannot_be_moved_over_file_exits_1_and_says_where_it_
     assert len(json_lines(kept.read_text())) > 0
 
 
-def _started(pid):
-    """A process's start time, as /proc/PID/stat's 22nd field says."""
-    return open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[19].decode()
-
-
-@needs_ruby_node
-def test_an_output_file_whose_name_is_as_long_as_the_folder_allows_is_written_and_its_hidden_file_found(tmp_path):
-    # Its hidden file's name (".FILE.PID-START.XXXXXXXX.partial") is longer than FILE's: a trial's 230
-    # characters were refused ("File name too long") where the folder takes 255. FILE is cut short in it,
-    # the same way for every run writing FILE (a later trial's killed run, its pid of 5 digits, left one
-    # that a run with a pid of 3 did not find), with a hash of FILE (a run writing another FILE of the same
-    # first 200 characters removed it).
-    out = tmp_path / ("a" * 249 + ".jsonl")  # (255 bytes: the longest name most file systems take)
-    other = tmp_path / ("a" * 249 + ".other")
+def _killed_while_writing(out) -> int:
+    """A word count writing -o OUT, killed (kill -9) once it has printed progress; its pid."""
     proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "60"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -636,6 +599,19 @@ def test_an_output_file_whose_name_is_as_long_as_the_folder_allows_is_written_an
         proc.kill()
         proc.wait()
         proc.stderr.close()
+    return proc.pid
+
+
+@needs_ruby_node
+def test_an_output_file_whose_name_is_as_long_as_the_folder_allows_is_written_and_its_hidden_file_found(tmp_path):
+    # Its hidden file's name (".FILE.PID-START.XXXXXXXX.partial") is longer than FILE's: a trial's 230
+    # characters were refused ("File name too long") where the folder takes 255. FILE is cut short in it,
+    # the same way for every run writing FILE (a later trial's killed run, its pid of 5 digits, left one
+    # that a run with a pid of 3 did not find), with a hash of FILE (a run writing another FILE of the same
+    # first 200 characters removed it).
+    out = tmp_path / ("a" * 249 + ".jsonl")  # (255 bytes: the longest name most file systems take)
+    other = tmp_path / ("a" * 249 + ".other")
+    _killed_while_writing(out)
     (orphan,) = [x.name for x in tmp_path.iterdir()]
     assert orphan.endswith(".partial") and len(orphan.encode()) <= 255, orphan
     p = multilang("run", WORDCOUNT, "-o", str(other), "--no-progress", "--max-tuples", "5", timeout=120)
