@@ -585,7 +585,8 @@ def test_a_worker_hung_when_the_run_stops_is_killed_and_the_others_end_with_what
         assert f"host worker {w} (pid {pid}) died (killed by SIGKILL) while the run stopped: not started again" \
             in err, err[-3000:]
     if 0 not in hung:
-        assert "host worker 0" not in err, err[-3000:]
+        # (after a second signal a worker silent for 2 s is killed: on a loaded machine that may be a slow one)
+        assert again or "host worker 0" not in err, err[-3000:]
         sentences = re.search(r"^\[summary\]   sentences: emitted (\d+), acked (\d+)", err, re.M)
         assert sentences and int(sentences[2]) > 0, err[-3000:]
     assert re.search(r"^\[summary\] state of count: checkpoint \d+ committed", err, re.M), err[-3000:]
