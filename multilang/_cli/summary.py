@@ -32,7 +32,7 @@ def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = No
             click.echo(f"[summary]     {name} metrics: {clip(shown)}", err=True)
     exts = getattr(result, "extensions", {})
     if exts:  # the shell components: what their processes negotiated (§9.2), one line for all
-        click.echo("[summary] protocol: " + "; ".join(f"{n} {'+'.join(e) if e else 'standard'}"
+        click.echo("[summary] protocol: " + "; ".join(f"{n} {'+'.join(e) if e else 'no handshake' if e is None else 'standard'}"
                                                     for n, e in exts.items()), err=True)
     if result.dead_letters:
         where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"

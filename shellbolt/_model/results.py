@@ -149,9 +149,10 @@ class RunResult:
     rollbacks: int = 0
     state_path: str | None = None
     #: shell components: the protocol extensions their processes negotiated
-    #: (§9.2), in the order first accepted; [] = standard mode. In-process
-    #: components speak no protocol and are not listed.
-    extensions: dict[str, list[str]] = field(default_factory=dict)
+    #: (§9.2), in the order first accepted; [] = standard mode; None = no
+    #: process of it finished its handshake. In-process components speak no
+    #: protocol and are not listed.
+    extensions: dict[str, list[str] | None] = field(default_factory=dict)
     #: spout name -> emits delivered as new inputs though a checkpoint held their message id for other values
     reused_ids: dict[str, int] = field(default_factory=dict)
     #: the spout components (the summary shows no "executed" for them)

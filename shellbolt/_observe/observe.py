@@ -36,7 +36,7 @@ import math
 import random
 from typing import Any, Iterable
 
-__all__ = ["Histogram", "TaskObs", "RunObs", "snapshot", "blank_row", "WINDOW", "MAX_PROBES", "STALL_KEY", "DEFAULT_STALL_SECS"]
+__all__ = ["Histogram", "TaskObs", "RunObs", "snapshot", "blank_row", "merge_extensions", "WINDOW", "MAX_PROBES", "STALL_KEY", "DEFAULT_STALL_SECS"]
 
 #: seconds per latency / capacity window; two windows are kept (current, previous)
 WINDOW = 5.0
@@ -123,8 +123,8 @@ class TaskObs:
         self.cur_busy = self.prev_busy = 0.0  # busy_total marks at the window starts
         #: tuple id -> (write time, tuples of its batch)
         self.probes: dict[str, tuple[float, int]] = {}
-        #: the extensions negotiated by the task's latest process (§9.1)
-        self.extensions: tuple[str, ...] = ()
+        #: the extensions negotiated by the task's latest process (§9.1); None: no process finished its handshake
+        self.extensions: tuple[str, ...] | None = None
 
     def begin(self, now: float) -> None:
         if self.roll_at is None:
@@ -286,7 +286,7 @@ def _task_row(runtime: Any, task: Any, now: float) -> dict[str, Any]:
         "complete_latency_ms": lat.summary() if spout else None,
         "capacity": None if spout else task.obs.capacity(now),
         "last_error": s.last_error,
-        "extensions": list(task.obs.extensions),
+        "extensions": None if task.obs.extensions is None else list(task.obs.extensions),
         "metrics": dict(s.metrics),
         "_lat": lat, "_err_at": s.last_error_at,
     }
@@ -308,6 +308,18 @@ def blank_row(kind: str, task_ids: Iterable[int]) -> dict[str, Any]:
             "extensions": [], "metrics": {}}
 
 
+def merge_extensions(into: list[str] | None, exts: list[str] | None) -> list[str] | None:
+    """What a component's processes negotiated (§9.2), in the order first
+    accepted, adding ``exts`` (one task's, or one worker's) to ``into``;
+    None where no process of either finished its handshake ([] is standard
+    mode)."""
+    if exts is None:
+        return into
+    out = list(into or ())
+    out.extend(e for e in exts if e not in out)
+    return out
+
+
 def _component_row(kind: str, task_ids: list[int], rows: list[dict[str, Any]]) -> dict[str, Any]:
     row = blank_row(kind, task_ids)
     for k in SUMMED:
@@ -322,10 +334,10 @@ def _component_row(kind: str, task_ids: list[int], rows: list[dict[str, Any]]) -
     row["capacity"] = max(caps) if caps else None  # Storm UI: a component's capacity is its busiest task's
     latest = max(rows, key=lambda r: r["_err_at"], default=None)
     row["last_error"] = None if latest is None else latest["last_error"]
-    exts: list[str] = []
+    exts: list[str] | None = None
     metrics: dict[str, Any] = {}
     for r in rows:
-        exts.extend(e for e in r["extensions"] if e not in exts)
+        exts = merge_extensions(exts, r["extensions"])
         metrics.update(r["metrics"])
     row["extensions"] = exts
     row["metrics"] = metrics
@@ -363,7 +375,8 @@ def snapshot(runtime: Any, now: float | None = None) -> dict[str, Any]:
     ``kind``, ``emitted``, ``executed``, ``acked``, ``failed``, ``restarts``,
     ``errors``, ``in_flight``, ``queued``, ``execute_latency_ms``,
     ``complete_latency_ms`` (spouts; None for bolts), ``capacity``,
-    ``last_error``, ``extensions``, ``metrics``; components add ``tasks``
+    ``last_error``, ``extensions`` (None where no process finished its
+    handshake, in-process ones included), ``metrics``; components add ``tasks``
     (ids), tasks add ``component``, ``task`` and ``pid``. Latencies are
     milliseconds over the last 5 to 10 s; counters are since the run began."""
     obs: RunObs = runtime.observer

@@ -26,6 +26,7 @@ from .._model.results import COUNTERS, DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
 from .._model.topology import Topology
+from .._observe.observe import merge_extensions
 from .._runtime.checkpoint import rolled_back_to
 from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
@@ -105,7 +106,7 @@ class _Worker:
         self.resets: set[int] = set()  # the workers whose loss it has taken in (peer_lost answered)
         self.lock = trio.Lock()  # one sender at a time on its connection
         self.counters: dict[int, list[int]] = {}  # task id -> its COUNTERS, as of its process's last status
-        self.extensions: dict[int, list[str]] = {}  # shell task id -> what its process negotiated, as of then
+        self.extensions: dict[int, list[str] | None] = {}  # shell task id -> what its process negotiated, as of then
         self.stateful: set[str] = set()  # the components its processes ran as stateful bolts (§9.7), as of then
         self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
 
@@ -582,12 +583,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     result.stopped_by = stopped_by
     result.dead_letter_sample = dead_sample
     for w in ws:  # what each component's processes negotiated, from the workers that ran them
-        exts_of: dict[str, list[str]] = {}  # (one dead at the stop: as its last status says)
+        exts_of: dict[str, list[str] | None] = {}  # (one dead at the stop: as its last status says)
         for t, exts in w.extensions.items() if w.result is None else ():
-            exts_of.setdefault(component[t], []).extend(exts)
+            exts_of[component[t]] = merge_extensions(exts_of.get(component[t]), exts)
         for name, exts in (w.result or {}).get("extensions", exts_of).items():
-            have = result.extensions.setdefault(name, [])
-            have.extend(e for e in exts if e not in have)
+            result.extensions[name] = merge_extensions(result.extensions.get(name), exts)
     # (a worker killed as the run stopped, every worker included: as its last status says)
     result.stateful = sorted({n for w in ws for n in (*(w.result or {}).get("stateful", ()), *w.stateful)})
     for w in ws:  # what the spouts' workers saw of their replays; the tasks they recorded

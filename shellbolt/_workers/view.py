@@ -15,7 +15,7 @@ from typing import Any
 
 from .._model.results import COUNTERS
 from .._model.topology import Topology
-from .._observe.observe import SUMMED, blank_row, snapshot
+from .._observe.observe import SUMMED, blank_row, merge_extensions, snapshot
 
 __all__ = ["part", "gone", "merge"]
 
@@ -76,8 +76,9 @@ def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float,
         caps = [r["capacity"] for r in rows if r["capacity"] is not None]
         row["capacity"] = max(caps) if caps else None
         row["last_error"] = next((r["last_error"] for r in rows if r["last_error"]), None)
+        row["extensions"] = None
         for r in rows:
-            row["extensions"].extend(e for e in r["extensions"] if e not in row["extensions"])
+            row["extensions"] = merge_extensions(row["extensions"], r["extensions"])
             row["metrics"].update(r["metrics"])
         components[name] = row
     trees = [p["trees"] for p in parts]

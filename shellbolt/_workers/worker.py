@@ -81,7 +81,8 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
             "counters": {t: [getattr(s, k) for k in COUNTERS] for stats in rt.stats.values()
                          for t, s in stats.tasks.items() if link.placement[t] == link.worker},
             # (and what its shell tasks' processes negotiated: the summary's protocol line)
-            "extensions": {t: list(task.obs.extensions) for t, task in rt.tasks.items()
+            "extensions": {t: None if task.obs.extensions is None else list(task.obs.extensions)
+                           for t, task in rt.tasks.items()
                            if link.placement[t] == link.worker and task.comp.is_shell},
             # (and its stateful components, for the summary's state line if it dies before its result)
             **({**cp.status(), "stateful": sorted({t.name for t in cp.tasks.values()})} if cp is not None else {})}

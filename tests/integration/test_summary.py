@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 COMPONENTS = Path(__file__).resolve().parent / "components"
@@ -49,3 +51,28 @@ conf = {{ "multilang.extensions" = [] }}
     metrics = [ln for ln in p.stderr.splitlines() if ln.startswith("[summary]     measured metrics: ")]
     assert len(metrics) == 1
     assert 'seen=40' in metrics[0] and '"nested":{"x":2}' in metrics[0] and 'note="a string"' in metrics[0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_component_whose_processes_never_finished_the_handshake_is_not_called_standard(tmp_path, workers):
+    # A process that exits before its handshake negotiated nothing: the
+    # protocol line said "standard" for it, as if it had spoken the protocol.
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("".join(f"line {i}\n" for i in range(40)))
+    topo = tmp_path / "t.toml"
+    topo.write_text(f"""\
+[spouts.lines]
+command = ["python", {json.dumps(str(EXAMPLES / "python" / "sentence_spout.py"))}, {json.dumps(str(sentences))}]
+fields = ["sentence"]
+
+[bolts.broken]
+command = ["python", "-c", "raise SystemExit(3)"]
+fields = ["word"]
+parallelism = 2
+inputs = [{{ source = "lines", grouping = "shuffle" }}]
+""")
+    p = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", str(workers)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 1 and "gave up" in p.stderr, p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("[summary] protocol: ")]
+    assert line == "[summary] protocol: lines batch; broken no handshake", p.stderr
