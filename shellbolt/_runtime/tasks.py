@@ -70,6 +70,8 @@ class RuntimeSeam(Protocol):
 
     #: the topology being run
     topology: Topology
+    #: host workers: this process's worker and their number (``workers``); None: one engine, every task here
+    placement: Any
     #: the XOR acker of every tuple tree
     acker: Acker
     #: task id -> task
@@ -225,6 +227,9 @@ class Task:
         #: the task's position among its component's tasks, from 0 (Storm's task index)
         self.index = comp.tasks.index(task_id)
         self.conf = runtime.topology.conf_for(comp.name)
+        # (the workers in force, as Storm's conf says to its components: --workers wins over the file's
+        # key, and a run has at most one worker per task)
+        self.conf["topology.workers"] = 1 if runtime.placement is None else runtime.placement.workers
         #: topology.producer.batch.size: the most tuples this task moves as one batch (its writes, its routes)
         self.batch_size = int(self.conf.get("topology.producer.batch.size") or SCHEMA["topology.producer.batch.size"].default)
         self.stats = runtime.stats[comp.name].task(task_id)  # the component's are their sums

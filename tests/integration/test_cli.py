@@ -88,9 +88,10 @@ def test_run_max_tuples_stops_early():
     assert got == expected_wordcount(limit=50), "exactly the first 50 sentences were counted"
 
 
-def _conf_topology(tmp_path: Path) -> Path:
-    items = [{"values": [k], "id": i} for i, k in
-             enumerate(["custom.key", "custom.str", "topology.message.timeout.secs", "untouched"])]
+def _conf_topology(tmp_path: Path,
+                   keys: tuple[str, ...] = ("custom.key", "custom.str", "topology.message.timeout.secs",
+                                            "untouched")) -> Path:
+    items = [{"values": [k], "id": i} for i, k in enumerate(keys)]
     spout_cmd = ["python", str(COMPONENTS / "scripted_spout.py"), json.dumps({"items": items})]
     path = tmp_path / "conf.toml"
     path.write_text(textwrap.dedent(f"""
@@ -128,6 +129,22 @@ def test_run_conf_overrides_reach_components(tmp_path):
         "topology.message.timeout.secs": 7,
         "untouched": "from-file",
     }
+
+
+@pytest.mark.parametrize("args, workers", [
+    ([], 1),
+    (["-c", "topology.workers=2"], 2),
+    (["-c", "topology.workers=2", "--workers", "1"], 1),  # the option wins
+    (["--workers", "2"], 2),
+    (["--workers", "5"], 2),  # one per task: the topology has 2
+])
+def test_components_are_told_the_number_of_workers_that_run(tmp_path, args, workers):
+    # Storm's components read topology.workers from their conf; they were
+    # told the file's value (1 by default), whatever --workers ran.
+    topo = _conf_topology(tmp_path, keys=("topology.workers",))
+    p = multilang("run", str(topo), "--no-progress", *args, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [(r["key"], r["value"]) for r in json_lines(p.stdout)] == [("topology.workers", workers)]
 
 
 def test_run_conf_override_must_be_key_value(tmp_path):
