@@ -4,12 +4,13 @@ and the cause a spout hears when a tree fails. Pure: no trio, no I/O."""
 from __future__ import annotations
 
 import reprlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from multilang.errors import ComponentError
 
-__all__ = ["COUNTERS", "ComponentStats", "TaskStats", "DeadLetter", "DEAD_LETTER_SAMPLE", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
+__all__ = ["latest_metrics", "COUNTERS", "ComponentStats", "TaskStats", "DeadLetter", "DEAD_LETTER_SAMPLE", "RunResult", "Cause", "brief", "short_repr", "first_line", "hashable", "sort_key", "id_key"]
 
 
 class TaskStats:
@@ -29,18 +30,36 @@ class TaskStats:
     #: spouts, a resumed run: emits not delivered (acked at once) because an
     #: earlier run's committed state reflects them (§9.7)
     skipped: int = 0
-    #: the last `error` frame, crash cause or emit error (shortened), and when (run clock)
+    #: the last `error` frame, crash cause or emit error (shortened), and when (``time.monotonic()``: the
+    #: system's clock, which the host workers share, where each trio run's clock has an offset of its own)
     last_error: str | None = None
     last_error_at: float = 0.0
 
     def __init__(self) -> None:
-        #: the params of the last `metrics` frame, by metric name (STORM-200)
+        #: the params of the last `metrics` frame, by metric name (STORM-200), and when it came (as last_error_at)
         self.metrics: dict[str, Any] = {}
+        self.metrics_at: dict[str, float] = {}
 
-    def error(self, text: str, now: float) -> None:
+    def metric(self, name: str, params: Any) -> None:
+        self.metrics[name] = params
+        self.metrics_at[name] = time.monotonic()
+
+    def error(self, text: str) -> None:
         """Remember the latest error of the task (rare paths only)."""
         self.last_error = brief(text, 200)
-        self.last_error_at = now
+        self.last_error_at = time.monotonic()
+
+
+def latest_metrics(tasks: Any) -> dict[str, Any]:
+    """Of the tasks' ``(metrics, metrics_at)``, each name's latest params."""
+    out: dict[str, Any] = {}
+    at: dict[str, float] = {}
+    for metrics, when in tasks:
+        for name, params in metrics.items():
+            t = when.get(name, 0.0)
+            if name not in out or t >= at[name]:
+                out[name], at[name] = params, t
+    return out
 
 
 #: the counters of a task (TaskStats) that a component sums
@@ -63,11 +82,8 @@ class ComponentStats:
 
     @property
     def metrics(self) -> dict[str, Any]:
-        """The last `metrics` frame params by name, over all tasks (a later task's wins)."""
-        out: dict[str, Any] = {}
-        for s in self.tasks.values():
-            out.update(s.metrics)
-        return out
+        """The last `metrics` frame params by name, over all tasks (the latest to come)."""
+        return latest_metrics((s.metrics, s.metrics_at) for s in self.tasks.values())
 
     @property
     def last_error(self) -> str | None:

@@ -36,6 +36,8 @@ import math
 import random
 from typing import Any, Iterable
 
+from .._model.results import latest_metrics
+
 __all__ = ["Histogram", "TaskObs", "RunObs", "snapshot", "blank_row", "merge_extensions", "WINDOW", "MAX_PROBES", "STALL_KEY", "DEFAULT_STALL_SECS"]
 
 #: seconds per latency / capacity window; two windows are kept (current, previous)
@@ -288,7 +290,7 @@ def _task_row(runtime: Any, task: Any, now: float) -> dict[str, Any]:
         "last_error": s.last_error,
         "extensions": None if task.obs.extensions is None else list(task.obs.extensions),
         "metrics": dict(s.metrics),
-        "_lat": lat, "_err_at": s.last_error_at,
+        "_lat": lat, "_err_at": s.last_error_at, "_metrics_at": s.metrics_at,
     }
 
 
@@ -335,12 +337,10 @@ def _component_row(kind: str, task_ids: list[int], rows: list[dict[str, Any]]) -
     latest = max(rows, key=lambda r: r["_err_at"], default=None)
     row["last_error"] = None if latest is None else latest["last_error"]
     exts: list[str] | None = None
-    metrics: dict[str, Any] = {}
     for r in rows:
         exts = merge_extensions(exts, r["extensions"])
-        metrics.update(r["metrics"])
     row["extensions"] = exts
-    row["metrics"] = metrics
+    row["metrics"] = latest_metrics((r["metrics"], r["_metrics_at"]) for r in rows)
     row["_lat"] = lat
     return row
 
@@ -397,7 +397,7 @@ def snapshot(runtime: Any, now: float | None = None) -> dict[str, Any]:
         del crow["_lat"]
         components[name] = crow
         for r in rows:
-            del r["_lat"], r["_err_at"]
+            del r["_lat"], r["_err_at"], r["_metrics_at"]
             tasks_out[f"{name}:{r['task']}"] = r
     pending = acker.pending
     stalled_s = 0.0

@@ -332,7 +332,7 @@ class PythonBoltTask(Task):
                     self.stats.errors += 1
                     what = f"{type(exc).__name__}: {exc}"
                     cause = f"{self.where()}: {what}"
-                    self.stats.error(what, trio.current_time())
+                    self.stats.error(what)
                     rt.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s: %s on %r: %s",
                                   self.where(), type(exc).__name__, d.values, exc)
                     acker.fail(edges, cause)

@@ -399,7 +399,7 @@ class Runtime:
         pid = getattr(getattr(src, "proc", None), "pid", None)
         who = src.where() if pid is None else f"{src.where()} (pid {pid})"
         self.last_emit_error = f"{who}: {msg}"
-        src.stats.error(msg, trio.current_time())
+        src.stats.error(msg)
         self.errlog.log(src.where(), logging.ERROR, trio.current_time(),
                         "%s: %s; the tuple %r is dropped and its tree failed", who, msg, brief(repr(emit.values)))
         return None

@@ -66,7 +66,7 @@ class ShellTask(Task):
                         return
                     raise
             self.session_lost(f"{self.where()}'s process was lost: {first_line(str(err))}")
-            self.stats.error(f"process lost: {first_line(str(err))}", trio.current_time())
+            self.stats.error(f"process lost: {first_line(str(err))}")
             d = sup.lost(err, now=trio.current_time(), worked=self._worked, where=self.where())
             if isinstance(d, GiveUp):
                 self.runtime.give_up(err)
@@ -137,10 +137,10 @@ class ShellTask(Task):
             err = ComponentReportedError(ev.msg, component=self.name, task=self.task_id, pid=proc.pid)
             self.runtime.reported_errors.append(err)
             self._last_error = ev.msg
-            self.stats.error(ev.msg, trio.current_time())
+            self.stats.error(ev.msg)
             self.runtime.errlog.log(self.where(), logging.ERROR, trio.current_time(), "%s", err)
         elif t is Metrics:
-            self.stats.metrics[ev.name] = ev.params
+            self.stats.metric(ev.name, ev.params)
         elif t is Sync:
             pass
         else:  # UnknownCommand on a bolt: Storm ignores it; so do we, loudly once

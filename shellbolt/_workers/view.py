@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._model.results import COUNTERS
+from .._model.results import COUNTERS, latest_metrics
 from .._model.topology import Topology
 from .._observe.observe import SUMMED, blank_row, merge_extensions, snapshot
 
@@ -24,7 +24,13 @@ def part(runtime: Any, worker: int, where: dict[int, int]) -> dict[str, Any]:
     """What this worker knows: its tasks' rows, its trees (the roots it owns)."""
     snap = snapshot(runtime)
     return {"tasks": {k: r for k, r in snap["tasks"].items() if where.get(r["task"]) == worker},
-            "trees": snap["trees"], "stalled": snap["stalled"], "stall_secs": snap["stall_secs"]}
+            "trees": snap["trees"], "stalled": snap["stalled"], "stall_secs": snap["stall_secs"],
+            # when each task's last error and metrics came (the system's clock, which every worker reads
+            # alike): a component's are its latest over the workers
+            "errors_at": {t: s.last_error_at for stats in runtime.stats.values() for t, s in stats.tasks.items()
+                          if where.get(t) == worker and s.last_error is not None},
+            "metrics_at": {t: dict(s.metrics_at) for stats in runtime.stats.values() for t, s in stats.tasks.items()
+                           if where.get(t) == worker and s.metrics_at}}
 
 
 def gone(last: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +61,12 @@ def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float,
     ``trees_before``: the trees their spouts completed and failed."""
     before = trees_before or {}
     tasks: dict[str, dict[str, Any]] = {}
+    errors_at: dict[int, float] = {}
+    metrics_at: dict[int, dict[str, float]] = {}
     for p in parts:
         tasks.update(p["tasks"])
+        errors_at.update(p.get("errors_at", {}))
+        metrics_at.update(p.get("metrics_at", {}))
     for key, r in tasks.items():
         kept = (carried or {}).get(r["task"])
         if kept is not None:
@@ -75,11 +85,12 @@ def merge(topology: Topology, parts: list[dict[str, Any]], elapsed: float,
             row["complete_latency_ms"] = _latency([r["complete_latency_ms"] for r in rows]) or row["complete_latency_ms"]
         caps = [r["capacity"] for r in rows if r["capacity"] is not None]
         row["capacity"] = max(caps) if caps else None
-        row["last_error"] = next((r["last_error"] for r in rows if r["last_error"]), None)
+        erred = [r for r in rows if r["last_error"]]
+        row["last_error"] = max(erred, key=lambda r: errors_at.get(r["task"], 0.0))["last_error"] if erred else None
         row["extensions"] = None
         for r in rows:
             row["extensions"] = merge_extensions(row["extensions"], r["extensions"])
-            row["metrics"].update(r["metrics"])
+        row["metrics"] = latest_metrics((r["metrics"], metrics_at.get(r["task"], {})) for r in rows)
         components[name] = row
     trees = [p["trees"] for p in parts]
     spouts = [c for c in components.values() if c["kind"] == "spout"]

@@ -76,3 +76,34 @@ inputs = [{{ source = "lines", grouping = "shuffle" }}]
     assert p.returncode == 1 and "gave up" in p.stderr, p.stderr
     (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("[summary] protocol: ")]
     assert line == "[summary] protocol: lines batch; broken no handshake", p.stderr
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_a_components_last_error_and_metrics_are_its_latest_tasks_on_any_number_of_workers(tmp_path, workers,
+                                                                                           order):
+    # The component's last error and each metric's last value: on 2 workers
+    # its first worker's error (a trial saw an error from a second earlier),
+    # and on any number its highest task's metrics, whichever came last.
+    first, last = order
+    items = [{"values": [first], "id": 1}, {"values": [last], "id": 2, "after": 1.0}]
+    topo = tmp_path / "t.toml"
+    topo.write_text(f"""\
+[spouts.cues]
+command = ["python", {json.dumps(str(COMPONENTS / "scripted_spout.py"))}, {json.dumps(json.dumps({"items": items, "events": False}))}]
+fields = ["n"]
+
+[bolts.b]
+command = ["python", {json.dumps(str(COMPONENTS / "reporting_bolt.py"))}]
+fields = ["n"]
+parallelism = 2
+inputs = [{{ source = "cues", grouping = "all" }}]
+""")
+    metrics = tmp_path / "m.jsonl"
+    p = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", str(workers), "--metrics-file",
+                             str(metrics)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    final = json.loads(metrics.read_text().splitlines()[-1])["components"]["b"]
+    assert final["last_error"] == f"from index {last}", final
+    assert final["metrics"] == {"last": last}, final
+    assert f"[summary]     b metrics: last={last}" in p.stderr.splitlines(), p.stderr
