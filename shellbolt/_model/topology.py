@@ -124,9 +124,11 @@ class PythonSpout(_Declares):
     ``source``: the iterable; or a callable that returns one, called once
     per task; or an object with a ``for_task(index)`` method, called with
     each task's index in its component (0-based), which gives a task the
-    same items whichever host worker runs it. With ``--workers N`` the
-    source goes to the workers by pickle: a class or a module-level
-    function, not a lambda or a closure."""
+    same items whichever host worker runs it. An iterator is shared: the
+    tasks take turns at it (refused where they would run on several host
+    workers, each with a copy). With ``--workers N`` the source goes to the
+    workers by pickle: a class or a module-level function, not a lambda or
+    a closure."""
 
     source: Iterable[list[Any]] | Callable[[], Iterable[list[Any]]]
     fields: list[str] | None = None

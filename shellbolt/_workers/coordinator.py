@@ -25,7 +25,7 @@ from .._host import scratch
 from .._model.results import COUNTERS, DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
-from .._model.topology import Topology
+from .._model.topology import PythonSpout, Topology
 from .._observe.observe import merge_extensions
 from .._runtime.checkpoint import rolled_back_to
 from .._runtime.replay_watch import ReplayWatch
@@ -195,6 +195,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     if used < workers:
         log.warning("%d host workers for %d task(s): %d run, one per task", workers, used, used)
         workers = used
+    _refuse_shared_iterators(topology, workers)
     shares = max_tuples_shares(topology, workers, max_tuples) if max_tuples is not None else {}
     began = trio.current_time()
     if on_snapshot is not None:  # (before anything waits: a metrics endpoint has a snapshot from the start)
@@ -687,6 +688,26 @@ def _pickled(obj: Any) -> bytes:
     buf = io.BytesIO()
     _Shipping(buf).dump(obj)
     return buf.getvalue()
+
+
+def _refuse_shared_iterators(topology: Topology, workers: int) -> None:
+    """A TopologyError for a ``PythonSpout`` whose tasks share one iterator
+    (each task of one engine takes the next item of it) but would run on
+    several workers: each worker gets a copy, and every item would go out
+    once per worker."""
+    where = placement(topology, workers)
+    for comp in topology.components.values():
+        src = comp.impl.source if isinstance(comp.impl, PythonSpout) else None
+        if (src is None or getattr(src, "for_task", None) is not None or callable(src) or iter(src) is not src
+                or len({where[t] for t in comp.tasks}) < 2):
+            continue
+        where_from = f"{topology.source}: " if topology.source else ""
+        raise TopologyError(
+            f"{where_from}spout {comp.name!r} reads one iterator ({type(src).__name__}) that its "
+            f"{len(comp.tasks)} tasks share, and they would run on {len({where[t] for t in comp.tasks})} host "
+            "workers, each with a copy of it: every item would go out once per worker. Give a list (each task "
+            "emits all of it), a function that makes each task its items, or an object with for_task(index); "
+            "or run it with parallelism 1, or in one process")
 
 
 def _shipped(topology: Topology, run_args: dict[str, Any]) -> bytes:

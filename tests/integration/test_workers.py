@@ -407,6 +407,23 @@ def test_an_in_process_component_a_worker_cannot_be_given_is_refused_naming_it()
         trio.run(lambda: run_workers(b.create_topology({}), 2))
 
 
+def test_a_python_spouts_iterator_shared_by_tasks_on_several_workers_is_refused_not_repeated():
+    # One engine's tasks take turns at one iterator, each item once; each
+    # worker got a copy of it, and a trial's 50 items went out 100 times.
+    def topology(parallelism: int):
+        b = TopologyBuilder()
+        b.set_spout("s", PythonSpout(iter([[i] for i in range(10)]), fields=["n"]), parallelism=parallelism)
+        b.set_spout("t", PythonSpout([[100]], fields=["n"]))  # (a second task: two workers run)
+        return b.create_topology({})
+
+    with pytest.raises(TopologyError, match=r"^spout 's' reads one iterator \(list_iterator\) that its 2 tasks "
+                                            r"share, and they would run on 2 host workers, each with a copy of it"):
+        trio.run(lambda: run_workers(topology(2), 3))
+    out: list[dict] = []  # one task: its worker's copy is the only one
+    result = trio.run(lambda: run_workers(topology(1), 2, on_output=out.append))
+    assert result.ok and sorted(o["n"] for o in out) == [*range(10), 100]
+
+
 def test_a_function_of_the_script_being_run_is_refused_naming_it_not_a_worker_crash_loop(tmp_path):
     # A function of __main__ pickles by name, and a worker (run as its own __main__) has no such name:
     # each worker died unpickling the topology, with tracebacks, until the run gave up.
