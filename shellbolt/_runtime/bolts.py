@@ -19,13 +19,13 @@ from multilang.messages import Ack, Batch, Emit, Fail, Heartbeat, Message, State
 
 from .._host.process import ShellProcess
 from .._model.acker import edges_of
-from .._model.results import brief
+from .._model.results import brief, short_repr
 from .._model.topology import ComponentDef, PythonBolt
 from .._observe.observe import pick_probe
 from .checkpoint import init_frames
 from .shell_task import ShellTask
 from .sinks import AckerSink, BoltSink
-from .tasks import RuntimeSeam, Task, log, new_tuple_id
+from .tasks import RuntimeSeam, Task, cannot_cross, log, new_tuple_id
 
 
 __all__ = [Task, "PythonBoltTask"]
@@ -325,6 +325,11 @@ class PythonBoltTask(Task):
                 edges = edges_of(d.edges)  # its emits are anchored to it
                 try:
                     outputs = list(impl.fn(d.values) or ())
+                    if rt.placement is not None:  # (host workers: every emit may go to another; all or none)
+                        for values in outputs:
+                            why = cannot_cross(values)
+                            if why is not None:
+                                raise TypeError(f"emit {brief(short_repr(values))}: {why}")
                     for values in outputs:
                         rt.route(self, Emit(values=list(values), need_task_ids=False), [edges], touched)
                 except Exception as exc:

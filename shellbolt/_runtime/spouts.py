@@ -17,10 +17,10 @@ from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate,
 
 from .._host.process import ShellProcess
 from .._host.spout_driver import SpoutDriver
-from .._model.results import brief, id_key
+from .._model.results import brief, id_key, short_repr
 from .._model.topology import ComponentDef, PythonSpout
 from .shell_task import ShellTask
-from .tasks import RuntimeSeam, SpoutTask, Task, log
+from .tasks import RuntimeSeam, SpoutTask, Task, cannot_cross, log
 
 
 __all__ = ["ShellSpoutTask", "PythonSpoutTask"]
@@ -462,8 +462,12 @@ class PythonSpoutTask(SpoutTask):
                 self.dry_since = trio.current_time()
             seq = self._seq
             for values in got:
-                values_of[seq] = values
-                ids.append(seq)
+                why = cannot_cross(values) if rt.placement is not None else None
+                if why is not None:  # (host workers: it may go to another; given up on, as its repr)
+                    rt.dead_letter(self, seq, [short_repr(values)], f"{self.where()}: {why}", 0)
+                else:
+                    values_of[seq] = values
+                    ids.append(seq)
                 seq += 1
             self._seq = seq
             if ids:

@@ -8,6 +8,7 @@ Every task of a topology is one trio task under the runtime's nursery
 from __future__ import annotations
 
 import logging
+import pickle
 import random
 from collections import deque
 from typing import Any, NamedTuple, Protocol
@@ -24,7 +25,7 @@ from .._model.topology import ComponentDef, Topology
 from .._observe.observe import TaskObs
 
 
-__all__ = ["Task", "SpoutTask", "Delivery", "PlainEmit", "plain_emit", "component_error", "new_tuple_id", "TICK_EDGES", "PY_LEVEL"]
+__all__ = ["Task", "SpoutTask", "Delivery", "PlainEmit", "plain_emit", "component_error", "new_tuple_id", "TICK_EDGES", "PY_LEVEL", "cannot_cross"]
 
 log = logging.getLogger("multilang.shellbolt")
 PY_LEVEL = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -173,6 +174,17 @@ def plain_emit(values: list[Any], stream: str, anchors: tuple[str, ...] = (), ms
     """A :class:`PlainEmit` without the named tuple's keyword ``__new__``."""
     return _new_tuple(PlainEmit, (values, stream, anchors, msg_id, None, False, False, False))
 
+
+
+def cannot_cross(values: list[Any]) -> str | None:
+    """Why an in-process component's emit cannot go to another host worker
+    (its values do not pickle: a class made inside a function, a lock), or
+    None. A shell component's values are JSON, and always can."""
+    try:
+        pickle.dumps(values, protocol=5)
+    except Exception as exc:  # (pickle raises what the value's own __reduce__ raises)
+        return f"its values do not pickle, and a tuple goes to another host worker by pickle ({type(exc).__name__}: {exc})"
+    return None
 
 
 class Delivery(NamedTuple):

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -433,6 +434,52 @@ def test_a_function_of_the_script_being_run_is_refused_naming_it_not_a_worker_cr
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "bolt 'u' runs in the host's own process" in r.stderr and "upper is defined in the script being run " \
         "(__main__)" in r.stderr, r.stderr[-2000:]
+
+
+def test_an_in_process_emit_that_does_not_pickle_fails_its_tuple_not_the_worker(tmp_path):
+    # A value made inside a function (or a lock) is fine on one engine, but
+    # no worker can be sent it: the worker died on its own batch, three
+    # times, and the run gave up naming neither the component nor the value.
+    (tmp_path / "comps.py").write_text(textwrap.dedent("""\
+        import threading
+        from collections import namedtuple
+
+        def items():
+            return [["i%d" % i] if i != 3 else [threading.Lock()] for i in range(8)]
+
+        def parse(values):
+            Rec = namedtuple("Rec", "name length")  # (a class of this call: pickle cannot find it by name)
+            return [[Rec(values[0], 2)]] if values[0] == "i4" else [[values[0]]]
+
+        def show(values):
+            return [[values[0]]]
+        """))
+    (tmp_path / "topo.py").write_text(textwrap.dedent("""\
+        import trio
+        from multilang.shellbolt import OutputSpec, PythonBolt, PythonSpout, TopologyBuilder, run_workers
+        import comps
+
+        b = TopologyBuilder()
+        b.set_spout("s", PythonSpout(comps.items, fields=["x"]))
+        b.set_bolt("parse", PythonBolt(comps.parse, fields=["x"]), parallelism=2).shuffle_grouping("s")
+        b.set_bolt("show", PythonBolt(comps.show, fields=["x"]), parallelism=2).shuffle_grouping("parse")
+        topology = b.create_topology({"topology.message.timeout.secs": 5}, output=OutputSpec(component="show"))
+        out, letters = [], []
+        result = trio.run(lambda: run_workers(topology, 2, on_output=out.append, on_dead_letter=letters.append))
+        print(sorted(o["x"] for o in out), result.gave_up)
+        for d in letters:
+            print(d.attempts, d.cause)
+        """))
+    r = subprocess.run([sys.executable, "topo.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "['i0', 'i1', 'i2', 'i5', 'i6', 'i7'] []", r.stdout  # the rest, once; no worker gave up
+    letters = sorted(lines[1:])
+    assert len(letters) == 2, r.stdout
+    assert re.match(r"0 s:\d+: its values do not pickle, and a tuple goes to another host worker by pickle "
+                    r"\(TypeError: cannot pickle '_thread.lock' object\)$", letters[0]), letters
+    assert re.match(r"4 parse:[12]: TypeError: emit \[Rec\(name='i4', length=2\)\]: its values do not pickle",
+                    letters[1]), letters
 
 
 def test_a_function_of_a_module_beside_the_script_runs_on_the_workers(tmp_path):
