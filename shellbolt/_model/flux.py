@@ -694,10 +694,9 @@ class _LogInfo:
 
 
 class _WordCounter:
-    """TestWordCounter's function: the running count of field 0. The tasks
-    of an in-process bolt in one process share it, so the count is per
-    component there (Storm's is per task; the same under a FIELDS grouping,
-    whatever the workers)."""
+    """TestWordCounter's function: the running count of field 0. Each task
+    counts with its own copy (PythonBoltTask), so the count is per task, as
+    Storm's, on one worker or N, and starts afresh with each run."""
 
     def __init__(self) -> None:
         self.counts: Counter[Any] = Counter()

@@ -8,6 +8,7 @@ backpressure is awaited once per chunk, not once per tuple.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -297,11 +298,27 @@ class ShellBoltTask(ShellTask):
 
 
 class PythonBoltTask(Task):
-    """An in-process bolt (``PythonBolt``): the BasicBolt contract."""
+    """An in-process bolt (``PythonBolt``): the BasicBolt contract. Each
+    task calls its own copy of the function (``copy.deepcopy``: a callable
+    that keeps state keeps it per task, as Storm deserializes a bolt per
+    task, in one process or on N host workers). One that cannot be copied
+    (it holds a lock or a connection) is shared by the tasks in a process."""
+
+    def __init__(self, runtime: RuntimeSeam, comp: ComponentDef, task_id: int) -> None:
+        super().__init__(runtime, comp, task_id)
+        assert isinstance(comp.impl, PythonBolt)
+        self.fn = comp.impl.fn
+        if len(comp.tasks) > 1:
+            try:
+                self.fn = copy.deepcopy(comp.impl.fn)
+            except Exception as exc:  # (what the callable's own __deepcopy__ or __reduce__ raises)
+                if self.index == 0:
+                    log.warning("bolt %r: its function cannot be copied for each of its %d tasks (%s: %s); "
+                                "the tasks in this process share it", comp.name, len(comp.tasks),
+                                type(exc).__name__, exc)
 
     async def run(self) -> None:
-        impl = self.comp.impl
-        assert isinstance(impl, PythonBolt)
+        fn = self.fn
         rt = self.runtime
         inbox = self.inbox
         while True:
@@ -324,7 +341,7 @@ class PythonBoltTask(Task):
                 self.stats.executed += 1
                 edges = edges_of(d.edges)  # its emits are anchored to it
                 try:
-                    outputs = list(impl.fn(d.values) or ())
+                    outputs = list(fn(d.values) or ())
                     if rt.placement is not None:  # (host workers: every emit may go to another; all or none)
                         for values in outputs:
                             why = cannot_cross(values)

@@ -482,6 +482,45 @@ def test_an_in_process_emit_that_does_not_pickle_fails_its_tuple_not_the_worker(
                     letters[1]), letters
 
 
+def test_a_python_bolt_that_keeps_state_keeps_it_per_task_on_one_engine_and_on_workers(tmp_path):
+    # Storm deserializes a bolt per task. One engine's tasks shared one
+    # callable, each worker's tasks a copy of it: a trial's dedupe bolt gave
+    # 4 words on 1 worker and 8 on 2. Under an all grouping every task sees
+    # every word, and each task passes each word once.
+    (tmp_path / "dedupe.py").write_text(textwrap.dedent("""\
+        class Dedupe:
+            def __init__(self):
+                self.seen = set()
+
+            def __call__(self, values):
+                if values[0] in self.seen:
+                    return []
+                self.seen.add(values[0])
+                return [[values[0]]]
+
+        def items():
+            return [[w] for w in "a b c a b c d d".split()]
+        """))
+    (tmp_path / "topo.py").write_text(textwrap.dedent("""\
+        import trio
+        from multilang.shellbolt import OutputSpec, PythonBolt, PythonSpout, Runtime, TopologyBuilder, run_workers
+        import dedupe
+
+        b = TopologyBuilder()
+        b.set_spout("s", PythonSpout(dedupe.items, fields=["w"]))
+        b.set_bolt("d", PythonBolt(dedupe.Dedupe(), fields=["w"]), parallelism=2).all_grouping("s")
+        topology = b.create_topology({}, output=OutputSpec(component="d"))
+        for workers in (1, 2):
+            out = []
+            trio.run(lambda: run_workers(topology, workers, on_output=out.append) if workers > 1
+                     else Runtime(topology, on_output=out.append).run(until_done=True))
+            print(workers, "".join(sorted(o["w"] for o in out)))
+        """))
+    r = subprocess.run([sys.executable, "topo.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["1 aabbccdd", "2 aabbccdd"], r.stdout
+
+
 def test_a_function_of_a_module_beside_the_script_runs_on_the_workers(tmp_path):
     # The workers import it as the main process did: from the main process's sys.path (the script's
     # folder first), whatever the working directory.
