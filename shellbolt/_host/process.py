@@ -52,6 +52,7 @@ _STDERR_TAIL = 20
 _TAIL_LINE = 1000
 _PID_FILE_WAIT = 1.0  # seconds a pid file may lag the pid reply before a warning (§2.3)
 _SETTLE = 0.5  # seconds an exiting child gets to report its status and last stderr lines
+_CONFIRM_SECS = 0.1  # seconds between a subprocess timeout seen and the kill: a last chance to be excused
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -338,8 +339,15 @@ class ShellProcess:
             else:
                 deadline = max(since, self._last_inbound) + timeout
                 if deadline <= trio.current_time():
-                    self.kill()
-                    raise self.error(HeartbeatTimeout, f"sent nothing for {timeout:g}s (subprocess timeout, §5.2); killed")
+                    # (once more, a moment later: a frame read meanwhile, or the host finding that it was
+                    # itself stopped, as when the whole run was suspended at a terminal, moves the deadline)
+                    await trio.sleep(_CONFIRM_SECS)
+                    since = due()
+                    if since is not None and max(since, self._last_inbound) + timeout <= trio.current_time():
+                        self.kill()
+                        raise self.error(HeartbeatTimeout,
+                                         f"sent nothing for {timeout:g}s (subprocess timeout, §5.2); killed")
+                    continue
             with trio.CancelScope(deadline=deadline) as self._watch:
                 await trio.sleep_forever()
             self._watch = None

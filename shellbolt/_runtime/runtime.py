@@ -40,6 +40,8 @@ _UNANCHORED = TupleEdges()
 _CONFIRM_DONE = 0.05
 #: the longest wait between two looks at done() / drained
 _BACKSTOP = 1.0
+#: seconds late the expiry tick may be before the host counts itself absent (stopped or starved): _excuse_silence
+_ABSENT_SECS = 5.0
 
 
 class Runtime:
@@ -750,12 +752,30 @@ class Runtime:
         spouts = [t for t in self.tasks.values() if isinstance(t, SpoutTask)]
         replay_within = 3 * self.acker.timeout  # a spout that has not re-emitted a failed id by then: warned once
         self.acker.expire(trio.current_time())  # (from the start: the acker's clock dates what it keeps aside)
+        last = trio.current_time()
         while True:
             await trio.sleep(1.0)
+            now = trio.current_time()
+            if now - last > 1.0 + _ABSENT_SECS:  # this process was stopped (Ctrl-Z, SIGSTOP) or starved
+                self._excuse_silence(now - last - 1.0)
+            last = now
             for t in spouts:
                 t.check_replays(trio.current_time(), replay_within)
             if self.acker.expire(trio.current_time()):
                 self.settle()
+
+    def _excuse_silence(self, absent: float) -> None:
+        """The host did not run for ``absent`` seconds (stopped at a terminal
+        with Ctrl-Z and its processes with it, or starved): it read nothing
+        meanwhile, so its processes' silence then is not theirs. Each gets a
+        whole subprocess timeout (§5.2) from now, as after a frame."""
+        log.warning("the host did not run for %.1fs (stopped, or starved of CPU): its processes' silence is "
+                    "counted afresh from now", absent)
+        now = trio.current_time()
+        for t in self.tasks.values():
+            proc = getattr(t, "proc", None)
+            if proc is not None:
+                proc.last_inbound = max(proc.last_inbound, now)
 
     async def _ticks(self, comp: ComponentDef, freq: float) -> None:
         while True:

@@ -11,6 +11,7 @@ child.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -232,3 +233,40 @@ def test_pipe_says_its_output_is_partial_when_interrupted():
     assert got == ['["one"]\n', '["two"]\n']
     assert proc.returncode == 130, err[-3000:]
     assert "[summary] interrupted by SIGINT: the output is partial" in err, err[-3000:]
+
+
+def test_a_run_stopped_at_a_terminal_and_continued_kills_no_process_for_the_silence(tmp_path):
+    # Ctrl-Z stops the whole job, the host and its components alike; after
+    # `fg` the host found every deadline past and killed each process whose
+    # frame was due ("sent nothing for 30s"), restarting and rolling back,
+    # and a trial's run gave up. The host now excuses the time it did not
+    # run itself.
+    path = _topology(tmp_path)
+    proc = subprocess.Popen(ML + ["run", str(path), "-o", os.devnull, "-c", "topology.subprocess.timeout.secs=2"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen = []
+    try:
+        for line in proc.stderr:  # progress lines: tuples in flight
+            seen.append(line)
+            if "[progress]" in line and "stubborn: emitted 0 " not in line:
+                break
+        os.killpg(proc.pid, signal.SIGSTOP)  # (as the terminal's Ctrl-Z does: every process of the job)
+        time.sleep(7)  # past the subprocess timeout, and long enough to tell from a busy machine's stall
+        os.killpg(proc.pid, signal.SIGCONT)
+        for line in proc.stderr:  # working again: two more reports of progress (2 s apart, a line per row)
+            seen.append(line)
+            if len({s.split()[1] for s in seen if s.startswith("[progress]")}) >= 3:
+                break
+        proc.send_signal(signal.SIGTERM)
+        err = "".join(seen) + proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, err[-3000:]
+    assert "subprocess timeout" not in err and "killed" not in err.split("[summary]")[0], err[-3000:]
+    # (the time from the last tick of its 1 s clock before the stop: 6 to 7 s of the 7)
+    assert re.search(r"the host did not run for ([6-9]|\d\d)\.\ds \(stopped, or starved of CPU\)", err), err[-3000:]
+    assert "restarts 0" in err and "restarts 1" not in err, err[-3000:]
