@@ -56,7 +56,7 @@ def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = No
                    f"{clip(', '.join(map(repr, sample)), 100)}): that input is lost. A spout must replay what fails "
                    "for at-least-once results, and for exactly-once state (docs/STATE.md)", err=True)
     for name, msg_id, times, cause in result.repeated_failures:
-        click.echo(f"[summary] spout {name!r} saw message id {clip(repr(msg_id))} fail {times} times"
+        click.echo(f"[summary] spout {name} saw message id {clip(repr(msg_id))} fail {times} times"
                    + (f"; last cause: {cause}" if cause else ""), err=True)
     if getattr(result, "state_path", None) and not result.stateful:
         click.echo(f"[summary] state: no bolt of this topology accepted the state extension (§9.7), so "

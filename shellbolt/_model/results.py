@@ -151,7 +151,7 @@ class RunResult:
     dead_letters: int = 0
     #: the first dead letters (at most 10), for the summary
     dead_letter_sample: list[DeadLetter] = field(default_factory=list)
-    #: shell spouts: (component, msg_id, times failed, last cause) of the ids
+    #: shell spouts: ("component:task", msg_id, times failed, last cause) of the ids
     #: that failed most often, at most 5 per spout (Storm semantics: the
     #: spout decides about replays; the host only names them)
     repeated_failures: list[tuple[str, Any, int, str | None]] = field(default_factory=list)

@@ -142,7 +142,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
 
     def repeated_failures(self) -> list[tuple[str, Any, int, str | None]]:
         worst = sorted(self.fail_counts.values(), key=lambda e: -e[0])[:5]
-        return [(self.name, e[2], e[0], e[1]) for e in worst if e[0] > 1]
+        return [(self.where(), e[2], e[0], e[1]) for e in worst if e[0] > 1]  # (its task: ids are per task)
 
     def replayed_past_max(self) -> list[tuple[str, Any, int, str | None]]:
         return [(self.name, e[2], e[0], e[1]) for e in self.fail_counts.values() if e[0] > self.max_replays]

@@ -105,6 +105,9 @@ def test_a_shell_spout_decides_about_replays_and_the_summary_names_the_failing_i
     assert proc.returncode == 0, proc.stderr[-3000:]
     named = [x for x in proc.stderr.splitlines() if "saw message id 7 fail" in x]
     assert named and "ValueError: cannot digest '7'" in named[0], proc.stderr[-3000:]
+    # the spout's task, not only its name: two tasks of a spout may each use id 7 (a trial's two lines
+    # "spout 's' saw message id 3 fail ... times" could not be told apart)
+    assert re.match(r"\[summary\] spout spout:\d+ saw message id 7 fail \d+ times", named[0]), named
     assert len(proc.stderr.encode()) < 200_000
 
 
