@@ -378,6 +378,7 @@ class Runtime:
                     self.checkpoints.registered(src, msg_id, root)  # type: ignore[union-attr]
             else:
                 if msg_id is not None:  # §4.7: acking off, acked after this command's sync
+                    src.stats.acked += 1  # (as Storm's spout counts the ack it gets at once)
                     src.notify("ack", msg_id)  # type: ignore[attr-defined]
                 edges = [TupleEdges() for _ in range(n)]
         elif n:
