@@ -109,6 +109,7 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         entry = self.fail_counts.get(id_key(msg_id))
         attempts = (entry[0] if entry is not None else 0) + 1
         if attempts <= self.max_replays:
+            self.stats.failed += 1  # (a fail it is told of, as of a tree's; no tree was begun)
             self.notify("fail", msg_id, cause)
             return
         self.runtime.dead_letter(self, msg_id, values, cause, attempts)

@@ -176,6 +176,9 @@ def test_a_shell_spout_replaying_an_emit_the_host_refuses_gets_it_dead_lettered_
     assert "5 input(s) failed for good" in proc.stderr and f"written to {dead}" in proc.stderr, proc.stderr[-3000:]
     named = [x for x in proc.stderr.splitlines() if x.startswith("[summary]   spout") and "(4 attempts)" in x]
     assert len(named) == 5, proc.stderr[-3000:]  # each letter named in the summary, with its cause
+    # the 3 fails of each before it: the spout's counters say so (they said failed 0)
+    assert re.search(r"\[summary\]   spout: emitted \d+, acked 0, failed 15, restarts 0, errors 20, "
+                     r"dead letters 5", proc.stderr), proc.stderr[-3000:]
     assert len(proc.stderr.encode()) < 100_000
 
 
