@@ -52,7 +52,8 @@ _STDERR_TAIL = 20
 _TAIL_LINE = 1000
 _PID_FILE_WAIT = 1.0  # seconds a pid file may lag the pid reply before a warning (§2.3)
 _SETTLE = 0.5  # seconds an exiting child gets to report its status and last stderr lines
-_CONFIRM_SECS = 0.1  # seconds between a subprocess timeout seen and the kill: a last chance to be excused
+_LATE_SECS = 1.0  # a subprocess timeout found this late: the host did not run at the deadline
+_CONFIRM_SECS = 0.1  # ... and it looks again this much later, before the kill
 
 log = logging.getLogger("multilang.shellbolt")
 
@@ -332,22 +333,25 @@ class ShellProcess:
         write when it was off; when it expires, the rule is checked again
         (maybe nothing is due any more), so nothing polls in between."""
         timeout = self.conf.subprocess_timeout
+        looked_again = False
         while True:
             since = due()
             if since is None:
                 deadline = math.inf
             else:
                 deadline = max(since, self._last_inbound) + timeout
-                if deadline <= trio.current_time():
-                    # (once more, a moment later: a frame read meanwhile, or the host finding that it was
-                    # itself stopped, as when the whole run was suspended at a terminal, moves the deadline)
-                    await trio.sleep(_CONFIRM_SECS)
-                    since = due()
-                    if since is not None and max(since, self._last_inbound) + timeout <= trio.current_time():
-                        self.kill()
-                        raise self.error(HeartbeatTimeout,
-                                         f"sent nothing for {timeout:g}s (subprocess timeout, §5.2); killed")
-                    continue
+                now = trio.current_time()
+                if deadline <= now:
+                    if now - deadline > _LATE_SECS and not looked_again:
+                        # Found late: the host did not run at the deadline (stopped at a terminal, or
+                        # starved). A moment later, a frame read meanwhile or the runtime's excuse for
+                        # the time it did not run (Runtime._excuse_silence) may have moved it.
+                        looked_again = True
+                        await trio.sleep(_CONFIRM_SECS)
+                        continue
+                    self.kill()
+                    raise self.error(HeartbeatTimeout, f"sent nothing for {timeout:g}s (subprocess timeout, §5.2); killed")
+            looked_again = False
             with trio.CancelScope(deadline=deadline) as self._watch:
                 await trio.sleep_forever()
             self._watch = None

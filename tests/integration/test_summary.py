@@ -18,15 +18,20 @@ _SCRIPT = Path(sys.executable).parent / "multilang"
 ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
 
 
-def test_the_summary_names_the_negotiated_extensions_and_the_metrics(tmp_path):
+def _lines_spout(tmp_path: Path) -> str:
+    """A topology's spout "lines": the README's sentence spout over 40 lines."""
     sentences = tmp_path / "s.txt"
     sentences.write_text("".join(f"line {i}\n" for i in range(40)))
-    topo = tmp_path / "t.toml"
-    topo.write_text(f"""\
+    return f"""\
 [spouts.lines]
 command = ["python", {json.dumps(str(EXAMPLES / "python" / "sentence_spout.py"))}, {json.dumps(str(sentences))}]
 fields = ["sentence"]
+"""
 
+
+def test_the_summary_names_the_negotiated_extensions_and_the_metrics(tmp_path):
+    topo = tmp_path / "t.toml"
+    topo.write_text(_lines_spout(tmp_path) + f"""
 [bolts.measured]
 command = ["python", {json.dumps(str(COMPONENTS / "metrics_bolt.py"))}]
 fields = ["sentence"]
@@ -57,19 +62,13 @@ conf = {{ "multilang.extensions" = [] }}
 def test_a_component_whose_processes_never_finished_the_handshake_is_not_called_standard(tmp_path, workers):
     # A process that exits before its handshake negotiated nothing: the
     # protocol line said "standard" for it, as if it had spoken the protocol.
-    sentences = tmp_path / "s.txt"
-    sentences.write_text("".join(f"line {i}\n" for i in range(40)))
     topo = tmp_path / "t.toml"
-    topo.write_text(f"""\
-[spouts.lines]
-command = ["python", {json.dumps(str(EXAMPLES / "python" / "sentence_spout.py"))}, {json.dumps(str(sentences))}]
-fields = ["sentence"]
-
+    topo.write_text(_lines_spout(tmp_path) + """
 [bolts.broken]
 command = ["python", "-c", "raise SystemExit(3)"]
 fields = ["word"]
 parallelism = 2
-inputs = [{{ source = "lines", grouping = "shuffle" }}]
+inputs = [{ source = "lines", grouping = "shuffle" }]
 """)
     p = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", str(workers)], capture_output=True,
                        text=True, timeout=120, cwd=tmp_path)
