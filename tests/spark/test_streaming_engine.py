@@ -130,7 +130,7 @@ def test_an_unbounded_spout_with_a_count_process_killed_stops_at_duration_with_e
 
 def test_the_readme_word_count_killed_mid_run_resumes_from_its_checkpoint_and_prints_what_the_local_engine_prints(
         tmp_path):
-    """examples/wordcount.toml on Spark in batches of 150 sentences, its driver
+    """examples/wordcount.toml on Spark in batches of 300 sentences, its driver
     (and everything in its process group: JVM, workers, components)
     SIGKILLed after its second committed batch, then the same command again:
     the output is line for line the embedded engine's. The checkpoint is a
@@ -139,7 +139,7 @@ def test_the_readme_word_count_killed_mid_run_resumes_from_its_checkpoint_and_pr
     fails the run (NO_POSIX_UNDER)."""
     ck = tmp_path / "ck dir"
     args = [str(EXAMPLES / "wordcount.toml"), "--checkpoint", f"file://{ck}", "-c",
-            "multilang.spark.max.tuples.per.trigger=150"]
+            "multilang.spark.max.tuples.per.trigger=300"]
     audited = [*NO_POSIX_UNDER, str(ck), "run", "--engine", "spark"]
     env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # the spouts' records of message ids: the driver's disk
     local = subprocess.Popen(CLI + ["run", "--no-progress", str(EXAMPLES / "wordcount.toml")], stdout=subprocess.PIPE,
