@@ -307,15 +307,14 @@ class PythonBoltTask(Task):
     def __init__(self, runtime: RuntimeSeam, comp: ComponentDef, task_id: int) -> None:
         super().__init__(runtime, comp, task_id)
         assert isinstance(comp.impl, PythonBolt)
-        self.fn = comp.impl.fn
-        if len(comp.tasks) > 1:
-            try:
-                self.fn = copy.deepcopy(comp.impl.fn)
-            except Exception as exc:  # (what the callable's own __deepcopy__ or __reduce__ raises)
-                if self.index == 0:
-                    log.warning("bolt %r: its function cannot be copied for each of its %d tasks (%s: %s); "
-                                "the tasks in this process share it", comp.name, len(comp.tasks),
-                                type(exc).__name__, exc)
+        try:  # (a run's own copy even of a single task's: each run starts afresh)
+            self.fn = copy.deepcopy(comp.impl.fn)
+        except Exception as exc:  # (what the callable's own __deepcopy__ or __reduce__ raises)
+            self.fn = comp.impl.fn
+            if self.index == 0 and len(comp.tasks) > 1:
+                log.warning("bolt %r: its function cannot be copied for each of its %d tasks (%s: %s); "
+                            "the tasks in this process share it", comp.name, len(comp.tasks),
+                            type(exc).__name__, exc)
 
     async def run(self) -> None:
         fn = self.fn
