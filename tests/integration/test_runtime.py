@@ -1016,3 +1016,29 @@ def test_an_output_without_a_key_and_no_on_output_is_warned_about_not_silently_e
     trio.run(lambda: Runtime(topo, on_output=records.append).run(until_done=True))
     assert sorted(r["n"] for r in records) == [1, 2]
     assert not any("no on_output" in r.getMessage() for r in caplog.records)
+
+
+class _Seen:
+    """A callable bolt that keeps state: passes each word once."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, values: list[Any]) -> list[list[Any]]:
+        if values[0] in self.seen:
+            return []
+        self.seen.add(values[0])
+        return [[values[0]]]
+
+
+def test_a_python_bolts_state_is_its_runs_own_so_a_second_run_starts_afresh():
+    # A task calls its own copy of the function: a second run of the same
+    # topology object passed nothing (the first run's words were "seen").
+    b = TopologyBuilder()
+    b.set_spout("s", PythonSpout([["a"], ["b"], ["a"]], fields=["w"]))
+    b.set_bolt("d", PythonBolt(_Seen(), fields=["w"])).shuffle_grouping("s")
+    topo = b.create_topology({}, output=OutputSpec(component="d"))
+    for _ in range(2):
+        out: list[dict] = []
+        trio.run(lambda: Runtime(topo, on_output=out.append).run(until_done=True))
+        assert sorted(o["w"] for o in out) == ["a", "b"]
