@@ -10,6 +10,10 @@ import pytest
 
 from conform_support import ROOT
 
+# One worker builds the wheel for all of them (pytest-xdist shares no module fixture between workers:
+# two or three builds of about 10 s of CPU each, on CI's 2 cores).
+pytestmark = pytest.mark.xdist_group("wheel")
+
 VECTOR_FILES = sorted(p.name for p in (ROOT / "spec/vectors").iterdir() if p.suffix in (".json", ".md"))
 
 
