@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import trio
@@ -698,8 +699,8 @@ def _refuse_shared_iterators(topology: Topology, workers: int) -> None:
     where = placement(topology, workers)
     for comp in topology.components.values():
         src = comp.impl.source if isinstance(comp.impl, PythonSpout) else None
-        if (src is None or getattr(src, "for_task", None) is not None or callable(src) or iter(src) is not src
-                or len({where[t] for t in comp.tasks}) < 2):
+        if (src is None or getattr(src, "for_task", None) is not None or callable(src)
+                or not isinstance(src, Iterator) or len({where[t] for t in comp.tasks}) < 2):
             continue
         where_from = f"{topology.source}: " if topology.source else ""
         raise TopologyError(
