@@ -12,6 +12,13 @@ from multilang.errors import last_stderr_line
 from .common import clip, json_text
 
 
+def _negotiated(extensions: list[str] | None) -> str:
+    """A shell component's protocol, as the summary names it (§9.2)."""
+    if extensions is None:
+        return "no handshake"  # (no process of it got that far)
+    return "+".join(extensions) if extensions else "standard"
+
+
 def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
     line = (f"[summary] {elapsed:.1f}s; trees completed {result.completed}, failed {result.failed} "
             f"(timed out {result.timed_out})")
@@ -32,8 +39,7 @@ def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = No
             click.echo(f"[summary]     {name} metrics: {clip(shown)}", err=True)
     exts = getattr(result, "extensions", {})
     if exts:  # the shell components: what their processes negotiated (§9.2), one line for all
-        click.echo("[summary] protocol: " + "; ".join(f"{n} {'+'.join(e) if e else 'no handshake' if e is None else 'standard'}"
-                                                    for n, e in exts.items()), err=True)
+        click.echo("[summary] protocol: " + "; ".join(f"{n} {_negotiated(e)}" for n, e in exts.items()), err=True)
     if result.dead_letters:
         where = f" (written to {dead_letter_file})" if dead_letter_file else " (keep them with --dead-letter FILE)"
         click.echo(f"[summary] {result.dead_letters} input(s) failed for good and were given up on: after "

@@ -699,16 +699,15 @@ def _refuse_shared_iterators(topology: Topology, workers: int) -> None:
     where = placement(topology, workers)
     for comp in topology.components.values():
         src = comp.impl.source if isinstance(comp.impl, PythonSpout) else None
-        if (src is None or getattr(src, "for_task", None) is not None or callable(src)
-                or not isinstance(src, Iterator) or len({where[t] for t in comp.tasks}) < 2):
+        if src is None or getattr(src, "for_task", None) is not None or callable(src) or not isinstance(src, Iterator):
             continue
-        where_from = f"{topology.source}: " if topology.source else ""
-        raise TopologyError(
-            f"{where_from}spout {comp.name!r} reads one iterator ({type(src).__name__}) that its "
-            f"{len(comp.tasks)} tasks share, and they would run on {len({where[t] for t in comp.tasks})} host "
-            "workers, each with a copy of it: every item would go out once per worker. Give a list (each task "
-            "emits all of it), a function that makes each task its items, or an object with for_task(index); "
-            "or run it with parallelism 1, or in one process")
+        spread = len({where[t] for t in comp.tasks})
+        if spread > 1:
+            raise topology.named(TopologyError(
+                f"spout {comp.name!r} reads one iterator ({type(src).__name__}) that its {len(comp.tasks)} tasks "
+                f"share, and they would run on {spread} host workers, each with a copy of it: every item would go "
+                "out once per worker. Give a list (each task emits all of it), a function that makes each task its "
+                "items, or an object with for_task(index); or run it with parallelism 1, or in one process"))
 
 
 def _shipped(topology: Topology, run_args: dict[str, Any]) -> bytes:

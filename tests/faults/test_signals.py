@@ -242,7 +242,7 @@ def test_a_run_stopped_at_a_terminal_and_continued_kills_no_process_for_the_sile
     # and a trial's run gave up. The host now excuses the time it did not
     # run itself.
     path = _topology(tmp_path)
-    proc = subprocess.Popen(ML + ["run", str(path), "-o", os.devnull, "-c", "topology.subprocess.timeout.secs=2"],
+    proc = subprocess.Popen(ML + ["run", str(path), "-o", os.devnull, "-c", "topology.subprocess.timeout.secs=4"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     seen = []

@@ -580,16 +580,22 @@ def test_a_run_replaces_the_output_file_and_a_killed_one_leaves_it_as_it_was(tmp
     assert oct(out.stat().st_mode & 0o777) != oct(0o600), "made as open() makes a file, not private"
 
 
+def _writing(out, duration: float) -> subprocess.Popen:
+    """A word count writing -o OUT for ``duration`` seconds, once it has printed progress (stderr still open)."""
+    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", str(duration)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if line.startswith("[progress]"):
+            break
+    return proc
+
+
 @needs_ruby_node
 def test_a_run_whose_output_cannot_be_moved_over_file_exits_1_and_says_where_it_is(tmp_path):
     # (a full disk, say: here FILE became a folder during the run) A trial's run said so and exited 0.
     out = tmp_path / "counts.jsonl"
-    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "6"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _writing(out, duration=6)
     try:
-        for line in proc.stderr:
-            if line.startswith("[progress]"):
-                break
         (out / "in-the-way").mkdir(parents=True)
         err = proc.communicate(timeout=120)[1]
     finally:
@@ -604,12 +610,8 @@ def test_a_run_whose_output_cannot_be_moved_over_file_exits_1_and_says_where_it_
 
 def _killed_while_writing(out) -> int:
     """A word count writing -o OUT, killed (kill -9) once it has printed progress; its pid."""
-    proc = subprocess.Popen(ML + ["run", WORDCOUNT, "-o", str(out), "--duration", "60"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = _writing(out, duration=60)
     try:
-        for line in proc.stderr:
-            if line.startswith("[progress]"):
-                break
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     finally:

@@ -85,9 +85,13 @@ def test_a_components_last_error_and_metrics_are_its_latest_tasks_on_any_number_
     # its first worker's error (a trial saw an error from a second earlier),
     # and on any number its highest task's metrics, whichever came last.
     first, last = order
-    items = [{"values": [first], "id": 1}, {"values": [last], "id": 2, "after": 1.0}]
+    items = [{"values": [first], "id": 1}, {"values": [last], "id": 2}]
     topo = tmp_path / "t.toml"
+    # (max spout pending 1: the second cue goes out once both tasks acked the first, whatever the machine's pace)
     topo.write_text(f"""\
+[topology.conf]
+"topology.max.spout.pending" = 1
+
 [spouts.cues]
 command = ["python", {json.dumps(str(COMPONENTS / "scripted_spout.py"))}, {json.dumps(json.dumps({"items": items, "events": False}))}]
 fields = ["n"]

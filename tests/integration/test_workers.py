@@ -463,7 +463,7 @@ def test_an_in_process_emit_that_does_not_pickle_fails_its_tuple_not_the_worker(
         b.set_spout("s", PythonSpout(comps.items, fields=["x"]))
         b.set_bolt("parse", PythonBolt(comps.parse, fields=["x"]), parallelism=2).shuffle_grouping("s")
         b.set_bolt("show", PythonBolt(comps.show, fields=["x"]), parallelism=2).shuffle_grouping("parse")
-        topology = b.create_topology({"topology.message.timeout.secs": 5}, output=OutputSpec(component="show"))
+        topology = b.create_topology({}, output=OutputSpec(component="show"))
         out, letters = [], []
         result = trio.run(lambda: run_workers(topology, 2, on_output=out.append, on_dead_letter=letters.append))
         print(sorted(o["x"] for o in out), result.gave_up)
