@@ -46,12 +46,14 @@ class GiveUp:
     window: float
     in_a_row: bool = False
 
-    def describe(self, component: str) -> str:
-        """The log's words for it: 'giving up after ' + this."""
+    def describe(self, component: str, scope: str = "") -> str:
+        """The log's words for it: 'giving up after ' + this (``scope``: where
+        the budget is counted, after the component's name, as in
+        :class:`Supervision`)."""
         if self.in_a_row:
             return (f"{self.count} restarts in a row of processes that did no work (settled no tuple, answered "
-                    f"no next, ack or fail) for component {component!r}")
-        return f"{self.count} restarts of component {component!r} in {self.window:g}s"
+                    f"no next, ack or fail) for component {component!r}{scope}")
+        return f"{self.count} restarts of component {component!r}{scope} in {self.window:g}s"
 
 
 class RestartPolicy:
@@ -122,9 +124,12 @@ class Supervision:
     says when each process started (:meth:`started`) and, when it is lost,
     whether it did work; then sleeps the backoff or stops."""
 
-    def __init__(self, policy: RestartPolicy, *, component: str, log: logging.Logger) -> None:
+    def __init__(self, policy: RestartPolicy, *, component: str, log: logging.Logger, scope: str = "") -> None:
         self.policy = policy
         self.component = component
+        #: where the budget is counted, said after the component's name: "" (the whole run), or
+        #: " on host worker 1" (each worker counts the restarts of the tasks it runs)
+        self.scope = scope
         self.log = log
         #: processes started again after a loss
         self.restarts = 0
@@ -140,9 +145,9 @@ class Supervision:
         the log line."""
         d = self.policy.crashed(started=self._started, now=now, worked=worked)
         if isinstance(d, GiveUp):
-            self.log.error("%s: giving up after %s: %s", where, d.describe(self.component), err)
+            self.log.error("%s: giving up after %s: %s", where, d.describe(self.component, self.scope), err)
             return d
         self.restarts += 1
-        self.log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r): %s",
-                       where, d.delay, d.count, d.budget, d.window, self.component, err)
+        self.log.error("%s crashed; restarting in %.1fs (restart %d of %d allowed per %gs for component %r%s): %s",
+                       where, d.delay, d.count, d.budget, d.window, self.component, self.scope, err)
         return d

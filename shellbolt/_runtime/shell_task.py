@@ -50,9 +50,12 @@ class ShellTask(Task):
 
     async def run(self) -> None:
         # The budget is per component, as documented (§8.2): every task of
-        # the component counts its restarts in the same window.
+        # the component counts its restarts in the same window (on host
+        # workers, every task of it that this worker runs: docs/WORKERS.md).
+        placement = self.runtime.placement
         sup = Supervision(RestartPolicy.from_conf(self.pconf, times=self.runtime.restart_times(self.name)),
-                          component=self.name, log=log)
+                          component=self.name, log=log,
+                          scope="" if placement is None else f" on host worker {placement.worker}")
         while True:
             sup.started(trio.current_time())
             self._worked = False

@@ -584,7 +584,8 @@ def test_a_component_that_gives_up_leaves_the_summarys_counts_in_the_metrics_las
     start: the worker whose component gave up had ended, so the last frame
     never had its part (a trial, 3 of 3). And a worker that runs none of
     the bolt's tasks drained its trees for the shutdown grace, as if the
-    run had been stopped (here 300 s: the run outlived the test's wait)."""
+    run had been stopped (here 300 s: the run outlived the test's wait).
+    The restart budget's log lines name the worker that counts it."""
     crash = tmp_path / "crash_bolt.py"
     crash.write_text("import os\nfrom multilang import Bolt\n\n\nclass Crash(Bolt):\n    def process(self, tup):\n"
                      "        os._exit(3)\n\n\nCrash().run()\n")
@@ -614,6 +615,9 @@ inputs = [{{ source = "split", grouping = "shuffle" }}]
     r = subprocess.run([*ML, "run", str(toml), "--workers", str(workers), "--no-progress", "-o", os.devnull,
                         "--metrics-file", str(metrics)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "giving up" in r.stderr, r.stderr[-2000:]
+    # the restart budget is counted per worker on workers (WORKERS.md), and its log lines say so
+    budget = [line for line in r.stderr.splitlines() if "crashed; restarting in" in line or "giving up after" in line]
+    assert budget and all(("component 'crash' on host worker " in line) == (workers > 1) for line in budget), budget
     last = orjson.loads(metrics.read_text().splitlines()[-1])
     trees = re.search(r"trees completed (\d+), failed (\d+)", r.stderr)
     assert trees and [last["trees"]["completed"], last["trees"]["failed"]] == [int(trees[1]), int(trees[2])], \
