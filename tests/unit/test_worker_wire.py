@@ -37,3 +37,20 @@ def test_packed_deliveries_cross_as_they_were_routed(puts, cut):
             assert b.edges == d.edges
         else:  # its ids per root; its ack value starts afresh where it is processed
             assert type(b.edges) is TupleEdges and b.edges.ids == d.edges.ids and b.edges.ack_val == 0
+
+
+def test_an_emit_is_refused_at_a_worker_only_when_its_values_do_not_pickle():
+    """cannot_cross: plain values pass without a pickle; any other value is
+    pickled to find out, wherever it stands among plain ones."""
+    import threading
+
+    from multilang.shellbolt._runtime.tasks import cannot_cross
+
+    class Local:  # (made inside a function: pickle cannot find it by name)
+        pass
+
+    for ok in [[], ["word", 3, 2.5, True, None, b"x"], [("a", 1), {"k": [1]}], [bytearray(b"x")]]:
+        assert cannot_cross(ok) is None, ok
+    for bad in [[threading.Lock()], ["word", Local()], [1, [lambda: 0]]]:
+        why = cannot_cross(bad)
+        assert why is not None and why.startswith("its values do not pickle"), (bad, why)
