@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sqlite3
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -58,6 +59,14 @@ def read_events(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _emitted(path: Path) -> bool:
+    """The spout's events show an emit (a line still being written is no event yet)."""
+    try:
+        return any(e["ev"] == "emit" for e in read_events(path))
+    except ValueError:
+        return False
 
 
 def multilang_stream(spark, argv, **options):
@@ -114,6 +123,12 @@ def test_acks_reach_the_spout_only_after_the_batch_committed(spark, tmp_path):
     # The default trigger this time: Spark polls latestOffset until the spout has nothing.
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck")).start()
     try:
+        # The spout up first (its first emit): a plan finds what it emitted within maxBatchDurationMs
+        # (500 ms), and a spout slower to start than that looks to processAllAvailable like one with nothing.
+        deadline = time.monotonic() + 120
+        while not _emitted(events):
+            assert time.monotonic() < deadline, "the spout emitted nothing in 120 s"
+            time.sleep(0.05)
         query.processAllAvailable()
     finally:
         query.stop()
@@ -435,6 +450,19 @@ def plan_until_spout_answered(reader, events: Path, pid_index: int, answers: int
     pytest.fail(f"spout process {pid_index} did not emit 6 tuples and get {answers} answers: {read_events(events)}")
 
 
+def planned_to(reader, start: dict, pos: int, max_rows: int = 4) -> dict:
+    """Plan from ``start`` (at most ``max_rows`` rows), as Spark's driver does
+    at each trigger, until the spout's log reaches ``pos``: the event, however
+    long its process takes to start (on a loaded machine a first plan found
+    the spout not yet answering, and the test took the empty offset as the
+    batch)."""
+    for _ in range(200):
+        end = reader.latestOffset(start, ReadMaxRows(max_rows))
+        if end["pos"] >= pos:
+            return end
+    pytest.fail(f"the spout's log did not reach position {pos} from {start}: {end}")
+
+
 def ids_recorded(replay: Path) -> dict:
     db = sqlite3.connect(replay / "msg-ids.sqlite")
     try:
@@ -529,9 +557,9 @@ def test_ids_of_a_batch_file_lost_in_a_crash_are_forgotten_not_dropped(tmp_path)
     first = ack_spout_reader(events, replay)
     try:
         start = first.initialOffset()
-        mid = first.latestOffset(start, ReadMaxRows(4))
+        mid = planned_to(first, start, 4)
         first.commit(mid)
-        end = first.latestOffset(mid, ReadMaxRows(4))  # logged (ids recorded), never committed
+        end = planned_to(first, mid, 6)  # logged (ids recorded), never committed
     finally:
         first.stop()
     assert (mid["pos"], end["pos"]) == (4, 6) and len(ids_recorded(replay)) == 6
@@ -672,9 +700,9 @@ def test_a_prefetched_tuple_not_logged_when_the_query_stops_is_neither_acked_nor
     first = reader()
     try:
         start = first.initialOffset()
-        mid = first.latestOffset(start, ReadMaxRows(2))
+        mid = planned_to(first, start, 2, max_rows=2)
         batch0 = rows_of(first, start, mid)
-        end = first.latestOffset(mid, ReadMaxRows(2))  # batch 0 committed (acked in the background), batch 1 logged
+        end = planned_to(first, mid, 4, max_rows=2)  # batch 0 committed (acked in the background), batch 1 logged
         batch1 = rows_of(first, mid, end)
         st = first._state
         assert st.wait_buffered(2) and st.wait_acked()  # no planning call runs now
