@@ -62,13 +62,40 @@ conf = {{ "multilang.extensions" = [] }}
 def test_a_component_whose_processes_never_finished_the_handshake_is_not_called_standard(tmp_path, workers):
     # A process that exits before its handshake negotiated nothing: the
     # protocol line said "standard" for it, as if it had spoken the protocol.
+    # The bolt's first processes exit once the spout has handshaken (it
+    # marks its initialize), so that the run gives up after the spout's
+    # handshake however slowly its process starts (on a loaded machine it
+    # gave up first, and the spout too was "no handshake").
+    marker = tmp_path / "spout-up"
+    spout = tmp_path / "marked_spout.py"
+    spout.write_text(f"""import pathlib, sys
+sys.path.insert(0, {str(EXAMPLES / "python")!r})
+from sentence_spout import SentenceSpout
+
+
+class Marked(SentenceSpout):
+    def initialize(self, conf, context):
+        super().initialize(conf, context)
+        pathlib.Path({str(marker)!r}).touch()
+
+
+Marked().run()
+""")
+    broken = tmp_path / "broken.py"
+    broken.write_text(f"""import os, time
+end = time.monotonic() + 60
+while not os.path.exists({str(marker)!r}) and time.monotonic() < end:
+    time.sleep(0.01)
+raise SystemExit(3)
+""")
     topo = tmp_path / "t.toml"
-    topo.write_text(_lines_spout(tmp_path) + """
+    topo.write_text(_lines_spout(tmp_path).replace(json.dumps(str(EXAMPLES / "python" / "sentence_spout.py")),
+                                                   json.dumps(str(spout))) + f"""
 [bolts.broken]
-command = ["python", "-c", "raise SystemExit(3)"]
+command = ["python", {json.dumps(str(broken))}]
 fields = ["word"]
 parallelism = 2
-inputs = [{ source = "lines", grouping = "shuffle" }]
+inputs = [{{ source = "lines", grouping = "shuffle" }}]
 """)
     p = subprocess.run(ML + ["run", str(topo), "--no-progress", "--workers", str(workers)], capture_output=True,
                        text=True, timeout=120, cwd=tmp_path)
