@@ -11,8 +11,8 @@ child.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import textwrap
