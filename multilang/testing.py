@@ -704,13 +704,17 @@ def current_pid(runtime: Any, task_id: int) -> int | None:
 
 def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | None = None, limit: float = 120,
                  sample_every: float = 0.003, run_type: type[_R] = TopologyRun,  # type: ignore[assignment]
-                 **run_kw: Any) -> _R:
+                 stop_when: Callable[[_R], bool] | None = None, **run_kw: Any) -> _R:
     """Run ``topology`` under a ``multilang.shellbolt.Runtime`` in ``trio.run``.
 
     ``run_kw`` go to ``Runtime.run`` (``until_done`` defaults to true unless
     a ``duration`` is given). ``during(runtime)``, if given, runs beside it
-    and is cancelled when the run ends. The whole run fails (``TooSlowError``)
-    after ``limit`` seconds. Every ``sample_every`` seconds the pids of the
+    and is cancelled when the run ends. ``stop_when(run)``, if given, is
+    asked every ``sample_every`` seconds what the run has delivered so far;
+    once it is true the run is stopped as by a signal (``request_stop``):
+    a run that waits for its outputs, not for a wall-clock window, passes
+    on a busy machine. The whole run fails (``TooSlowError``) after
+    ``limit`` seconds. Every ``sample_every`` seconds the pids of the
     component processes are noted. Returns a ``run_type`` (a
     :class:`TopologyRun` or a subclass).
     """
@@ -725,7 +729,11 @@ def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | No
         run.runtime = rt = Runtime(topology, on_output=lambda rec: run.outputs.append((trio.current_time(), rec)))
 
         async def sample_pids() -> None:
+            stopped = False
             while True:
+                if stop_when is not None and not stopped and stop_when(run):
+                    rt.request_stop("stop_when")
+                    stopped = True
                 for task_id in rt.tasks:
                     pid = current_pid(rt, task_id)
                     if pid is not None:

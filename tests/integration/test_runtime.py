@@ -414,7 +414,8 @@ def test_multi_anchored_tuple_holds_its_tree_open_through_two_anchors():
     b.set_bolt("holder", ShellBolt(py(CONFORMANCE_PY, "bolt"), fields=["a", "b"])).shuffle_grouping("dup")
     b.set_bolt("sink", ShellBolt(py(CONFORMANCE_PY, "bolt"), fields=["a", "b"])).shuffle_grouping("holder")
     topo = build(b, **{"topology.message.timeout.secs": 2, "multilang.shutdown.grace.secs": 0.2})
-    run = run_topology(topo, duration=4.5)
+    # Stopped once the spout has told of both failures, however late it started.
+    run = run_topology(topo, duration=55, limit=60, stop_when=lambda r: sum(e == "failed" for e, _ in r.events()) >= 2)
     ev = run.events()
     assert ("acked", "A") not in ev, "tree A completed while its multi-anchored descendant was unacked"
     assert ("acked", "B") not in ev

@@ -1,19 +1,23 @@
 """multilang.testing itself: the byte-level host against tiny stdlib-only components."""
 
+import itertools
 import os
 import sys
 import textwrap
 
 import pytest
 
+from multilang.shellbolt import PythonBolt, PythonSpout, TopologyBuilder
 from multilang.testing import (
     ComponentProcess,
     ComponentProcesses,
+    TopologyRun,
     alive,
     assert_no_orphans,
     child_pids,
     encode_frame,
     gone,
+    run_topology,
     same_json,
     tuple_batch,
     tuple_frame,
@@ -140,3 +144,20 @@ def test_same_json_insists_on_json_types():
     assert same_json({"a": [1, "x", None]}, {"a": [1, "x", None]})
     assert not same_json(1, 1.0) and not same_json(True, 1) and not same_json("0", 0)
     assert not same_json({"a": 1}, {"a": 1, "b": 2}) and not same_json([1], [1, 1])
+
+
+def test_run_topology_stops_once_stop_when_sees_what_was_delivered():
+    # An endless spout: only stop_when ends the run before its hour.
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout(([i] for i in itertools.count()), fields=["n"]))
+    b.set_bolt("sink", PythonBolt(lambda v: [v], fields=["n"])).shuffle_grouping("spout")
+    seen: list[int] = []
+
+    def enough(run: TopologyRun) -> bool:
+        seen.append(len(run.records("sink")))
+        return seen[-1] >= 50
+
+    run = run_topology(b.create_topology({}), duration=3600, limit=120, stop_when=enough)
+    assert run.result.stopped_by == "stop_when"
+    assert seen[-1] >= 50 and seen.count(seen[-1]) == 1, "asked until true, then no more"
+    assert len(run.records("sink")) >= 50
