@@ -1,13 +1,15 @@
 """The live view of ``multilang run`` (multilang/_cli/live.py over
 shellbolt/_observe/observe.py): on a fake terminal, as plain lines, and a stall.
 
-Real processes; the runs end by themselves (until done, or --duration): no
-sleeps for synchronisation and no timing assertions."""
+Real processes; the runs end by themselves (until done, or --duration), or
+by a signal once the view said what the test waits for: no sleeps for
+synchronisation and no timing assertions."""
 
 from __future__ import annotations
 
 import io
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -182,13 +184,28 @@ command = ["python", "double.py"]
 fields = ["line"]
 inputs = [{{ source = "a", grouping = "shuffle" }}]
 '''.replace("'", '"'))
-    p = subprocess.run([*ML, "run", str(toml), "--duration", "3", "-o", "/dev/null"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr[-3000:]
-    stalled = [ln for ln in p.stderr.splitlines() if ln.startswith("[progress]") and "STALLED" in ln]
-    assert stalled, p.stderr[-3000:]
+    # Stopped (SIGTERM) once the view has said STALLED and shown the bolts'
+    # lines after it, however long the processes took to start; --duration
+    # only bounds a run that never does.
+    proc = subprocess.Popen([*ML, "run", str(toml), "--duration", "60", "-o", "/dev/null"],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if re.match(r"\[progress\] [\d.]+s b: ", line) and any("STALLED" in ln for ln in lines):
+                proc.send_signal(signal.SIGTERM)
+                break
+        err = "\n".join(lines) + "\n" + proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    stalled = [ln for ln in err.splitlines() if ln.startswith("[progress]") and "STALLED" in ln]
+    assert stalled, err[-3000:]
     assert re.search(r"STALLED: 3 trees in flight, none completed for [\d.]+s \(over 0.5s\)", stalled[0]), stalled[0]
-    summary = next(ln for ln in p.stderr.splitlines() if ln.startswith("[summary] "))
-    assert "trees completed 0" in summary and "abandoned at stop 3" in summary
-    queued = [ln for ln in p.stderr.splitlines() if re.match(r"\[progress\] [\d.]+s [ab]: ", ln)]
+    summary = next(ln for ln in err.splitlines() if ln.startswith("[summary] "))
+    assert "trees completed 0" in summary and "abandoned at stop 3" in summary, summary
+    queued = [ln for ln in err.splitlines() if re.match(r"\[progress\] [\d.]+s [ab]: ", ln)]
     assert any(" queued " in ln for ln in queued), queued  # the cycle is full: tuples wait in the inboxes
