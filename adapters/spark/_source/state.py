@@ -409,8 +409,13 @@ class _SourceState:
                     break  # nothing more until Spark commits
                 have_data = bool(self.buffer) or self.log.end > start
                 now = trio.current_time()
+                # maxBatchDurationMs counts once the spout has answered a `next`, as Kafka's source
+                # waits for its first fetch: a spout slower to start than that looked like one with
+                # nothing, and processAllAvailable on a fresh query returned having processed nothing.
+                # A start that never comes ends in the handshake timeout and the restart budget.
+                timed = self._nexts > 0 and (have_data or not self.available_now)
                 # availableNow must not return `start` (that ends the query) before the spout drained.
-                if now >= deadline and (have_data or not self.available_now):
+                if timed and now >= deadline:
                     break
                 if self._nexts > nexts and self._last_empty:  # the spout had nothing, just now
                     if have_data:
@@ -425,7 +430,7 @@ class _SourceState:
                         self._drained = True
                         log.info("multilang source: spout drained after %d tuples (availableNow)", self.log.end)
                         break
-                await self._progress.wait(deadline if have_data or not self.available_now else math.inf)
+                await self._progress.wait(deadline if timed else math.inf)
         finally:
             self._gather_want = None
         return self._take(want)
