@@ -647,7 +647,10 @@ def test_a_spout_emit_that_lands_during_prepare_is_not_committed_without_its_sta
     # checkpoint must not cover it (nor release its held ack). Checked at
     # every commit by the store, and by a kill of count after a few commits
     # (the new process starts from the committed counts; trees acked are not
-    # replayed).
+    # replayed). Max spout pending 150 (more than the spout emits in an
+    # interval) makes at least 4 checkpoints of the 600 trees, so the kill
+    # after the third lands mid-run however late count starts (with count
+    # 1.5 s late the spout had emitted all 600 by then: 2 commits, no kill).
     n = 600
     b = TopologyBuilder()
     b.set_spout("spout", ShellSpout(["python", str(SLOW_SPOUT), str(n), "--per-next", "10", "--delay", "0.01"],
@@ -655,7 +658,7 @@ def test_a_spout_emit_that_lands_during_prepare_is_not_committed_without_its_sta
     b.set_bolt("count", stateful_bolt()).shuffle_grouping("spout")
     b.set_bolt("slowprep", stateful_bolt("--prepare-secs", "0.05")).shuffle_grouping("spout", "quiet")
     topo = build(b, tmp_path, output=("count", ["key"]), **{
-        "topology.max.spout.pending": None, "topology.state.checkpoint.interval.ms": 100,
+        "topology.max.spout.pending": 150, "topology.state.checkpoint.interval.ms": 100,
         "topology.state.provider": f"{__name__}:CutCheckingStore",
         "topology.state.provider.config": {"component": "count", "tasks": 1, "spout": "spout"}})
     killed: list[int] = []
