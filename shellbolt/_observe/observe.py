@@ -223,12 +223,16 @@ class TaskObs:
 
 class RunObs:
     """Run-wide observations: when the run started and ended, when a tree
-    last completed, and the spouts' emit count over time (for the ETA)."""
+    last completed (and when one first failed since), and the spouts' emit
+    count over time (for the ETA)."""
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.ended: float | None = None
         self.last_completion: float | None = None
+        #: when the first tree failed since the last completion: trees that time out and are replayed
+        #: before they are as old as the stall time still make a stall
+        self.failing_since: float | None = None
         self._marks: list[tuple[float, int]] = []  # (time, spout emits) of recent snapshots
 
     def begin(self, now: float, tasks: Iterable[Any]) -> None:
@@ -405,6 +409,8 @@ def snapshot(runtime: Any, now: float | None = None) -> dict[str, Any]:
         roots = acker.roots
         oldest = next(iter(roots.values()), None)  # dicts keep order: the longest-registered root still in flight
         since = oldest.deadline - acker.timeout if oldest is not None else now
+        if obs.failing_since is not None:
+            since = min(since, obs.failing_since)
         if obs.last_completion is not None:
             since = max(since, obs.last_completion)
         stalled_s = max(0.0, now - since)

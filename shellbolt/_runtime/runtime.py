@@ -495,6 +495,7 @@ class Runtime:
         if acked:
             now = trio.current_time()
             self.observer.last_completion = now
+            self.observer.failing_since = None
             done = self.acker.last_done  # its age stands for the trees completed with it (observe.py)
             by_spout: dict[int, list[Any]] = {}
             for task_id, msg_id in acked:
@@ -509,6 +510,9 @@ class Runtime:
                 if done is not None and done.spout_task == task_id:
                     t.obs.completed(now, now - done.deadline + self.acker.timeout, len(ids))
                 t.acked(ids)  # type: ignore[attr-defined]
+        # (the live view's stall counts from the first failure since the last completion too)
+        if failed and not acked and self.observer.failing_since is None:
+            self.observer.failing_since = trio.current_time()
         for (task_id, msg_id), cause in zip(failed, causes):
             t = tasks[task_id]
             t.pending_roots -= 1  # type: ignore[attr-defined]

@@ -106,8 +106,8 @@ NeverAcks().run()
 '''
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # (2: the spout and the bolt on different host workers)
-def test_a_run_whose_trees_never_complete_is_reported_stalled(workers, tmp_path):
+def _never_acking_topology(tmp_path: Path, *, stall_secs: float, message_timeout: float = 30) -> Path:
+    """A sentence spout (max spout pending 10) into a bolt that never acks."""
     (tmp_path / "never_acks.py").write_text(NEVER_ACKS)
     (tmp_path / "sentences.txt").write_text("one two\nthree four\n" * 50)
     toml = tmp_path / "stall.toml"
@@ -116,7 +116,8 @@ def test_a_run_whose_trees_never_complete_is_reported_stalled(workers, tmp_path)
 name = "stall"
 [topology.conf]
 "topology.max.spout.pending" = 10
-"multilang.progress.stall.secs" = 0.5
+"topology.message.timeout.secs" = {message_timeout}
+"multilang.progress.stall.secs" = {stall_secs}
 "multilang.shutdown.grace.secs" = 0
 "multilang.kill.grace.secs" = 0.2
 [spouts.sentences]
@@ -127,6 +128,12 @@ command = ["python", "never_acks.py"]
 fields = ["word"]
 inputs = [{{ source = "sentences", grouping = "shuffle" }}]
 '''.replace("'", '"'))
+    return toml
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # (2: the spout and the bolt on different host workers)
+def test_a_run_whose_trees_never_complete_is_reported_stalled(workers, tmp_path):
+    toml = _never_acking_topology(tmp_path, stall_secs=0.5)
     # (4.5 s: frames at 2 and 4 s, the second well after the first trees, however slowly the processes start)
     p = subprocess.run([*ML, "run", str(toml), "--duration", "4.5", "--progress-tasks", "-o", "/dev/null",
                         "--workers", str(workers)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -145,6 +152,23 @@ inputs = [{{ source = "sentences", grouping = "shuffle" }}]
     assert all(len(ln) <= 100 for ln in progress)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_trees_that_time_out_before_the_stall_time_are_reported_stalled(workers, tmp_path):
+    """The message timeout (1 s) shorter than the stall time (3 s): each
+    tree times out and is replayed before it is 2 s old (the expiry looks
+    once a second), and none ever
+    completes. The view said nothing, as it measured the stall from the
+    oldest tree in flight; it counts from the first failure since the last
+    completion too."""
+    toml = _never_acking_topology(tmp_path, stall_secs=3, message_timeout=1)
+    err = _run_until_stalled([*ML, "run", str(toml), "-o", "/dev/null", "--workers", str(workers)], tmp_path,
+                             last="stuck")
+    stalled = [ln for ln in err.splitlines() if ln.startswith("[progress]") and "STALLED" in ln]
+    assert re.search(r"STALLED: 10 trees in flight, none completed for [\d.]+s \(over 3s\)", stalled[0]), stalled[0]
+    summary = next(ln for ln in err.splitlines() if ln.startswith("[summary] "))
+    assert re.search(r"trees completed 0, failed [1-9]\d* \(timed out [1-9]", summary), summary
+
+
 DOUBLE = '''\
 from multilang import BasicBolt
 
@@ -155,6 +179,29 @@ class Double(BasicBolt):
 
 Double().run()
 '''
+
+
+def _run_until_stalled(argv: list[str], cwd: Path, last: str) -> str:
+    """Run ``argv`` (a ``multilang run`` without --duration) until the view
+    has said STALLED and then shown the line of component ``last``, however
+    long the processes took to start; then SIGTERM. --duration 60 only
+    bounds a run that never says it. Returns its stderr."""
+    proc = subprocess.Popen([*argv, "--duration", "60"], cwd=cwd, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if re.match(rf"\[progress\] [\d.]+s {last}: ", line) and any("STALLED" in ln for ln in lines):
+                proc.send_signal(signal.SIGTERM)
+                break
+        err = "\n".join(lines) + "\n" + proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert any(ln.startswith("[progress]") and "STALLED" in ln for ln in lines), err[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    return err
 
 
 def test_a_deadlocked_cycle_is_reported_stalled(tmp_path):
@@ -184,26 +231,8 @@ command = ["python", "double.py"]
 fields = ["line"]
 inputs = [{{ source = "a", grouping = "shuffle" }}]
 '''.replace("'", '"'))
-    # Stopped (SIGTERM) once the view has said STALLED and shown the bolts'
-    # lines after it, however long the processes took to start; --duration
-    # only bounds a run that never does.
-    proc = subprocess.Popen([*ML, "run", str(toml), "--duration", "60", "-o", "/dev/null"],
-                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    try:
-        for line in proc.stderr:
-            lines.append(line.rstrip("\n"))
-            if re.match(r"\[progress\] [\d.]+s b: ", line) and any("STALLED" in ln for ln in lines):
-                proc.send_signal(signal.SIGTERM)
-                break
-        err = "\n".join(lines) + "\n" + proc.communicate(timeout=60)[1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    err = _run_until_stalled([*ML, "run", str(toml), "-o", "/dev/null"], tmp_path, last="b")
     stalled = [ln for ln in err.splitlines() if ln.startswith("[progress]") and "STALLED" in ln]
-    assert stalled, err[-3000:]
     assert re.search(r"STALLED: 3 trees in flight, none completed for [\d.]+s \(over 0.5s\)", stalled[0]), stalled[0]
     summary = next(ln for ln in err.splitlines() if ln.startswith("[summary] "))
     assert "trees completed 0" in summary and "abandoned at stop 3" in summary, summary
