@@ -392,7 +392,8 @@ class _SourceState:
         want = None if max_rows is None else start + max_rows - self.log.end
         if (want is not None and want <= 0) or (self.available_now and self._drained):
             return self._take(0 if want is not None and want <= 0 else None)
-        deadline = trio.current_time() + opts.max_batch_duration
+        # (maxBatchDurationMs counts once the spout has answered a `next`: below)
+        deadline = trio.current_time() + opts.max_batch_duration if self._nexts else math.inf
         nexts = self._nexts
         self._gather_want = math.inf if want is None else want
         self._poked = True  # a fresh `next` now, as a planning call always made one
@@ -413,7 +414,9 @@ class _SourceState:
                 # waits for its first fetch: a spout slower to start than that looked like one with
                 # nothing, and processAllAvailable on a fresh query returned having processed nothing.
                 # A start that never comes ends in the handshake timeout and the restart budget.
-                timed = self._nexts > 0 and (have_data or not self.available_now)
+                if deadline == math.inf and self._nexts:
+                    deadline = now + opts.max_batch_duration
+                timed = deadline < math.inf and (have_data or not self.available_now)
                 # availableNow must not return `start` (that ends the query) before the spout drained.
                 if timed and now >= deadline:
                     break
