@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import tarfile
+import threading
 import textwrap
 from pathlib import Path
 
@@ -124,3 +125,32 @@ def test_a_spouts_missing_script_is_one_error_naming_the_host_and_the_command(sp
         q.stop()
     assert text.startswith(f"TopologyError: on {socket.gethostname()} (the driver, where spouts run): spout "), text
     assert "script 'no_such_spout.py' not found (commands run in " in text
+
+
+def test_files_that_come_and_go_while_a_folder_is_packed_are_left_out_not_an_error(tmp_path):
+    # A CI run packed the repository while another test's hypothesis wrote and removed files under
+    # .hypothesis/tmp: a file listed by the walk was gone when its bytes were read (FileNotFoundError).
+    # Editors' swap files and rotated logs come and go the same way.
+    (tmp_path / "bolt.py").write_text("print('hi')\n")
+    churn = tmp_path / "churn"
+    churn.mkdir()
+    stop = threading.Event()
+
+    def come_and_go() -> None:
+        i = 0
+        while not stop.is_set():
+            f = churn / f"t{i % 50}"
+            f.write_bytes(b"x" * 4096)
+            f.unlink()
+            i += 1
+
+    thread = threading.Thread(target=come_and_go)
+    thread.start()
+    try:
+        for _ in range(300):
+            path, _name = ship.pack(tmp_path)
+            with tarfile.open(path) as tar:
+                assert "bolt.py" in tar.getnames()
+    finally:
+        stop.set()
+        thread.join()

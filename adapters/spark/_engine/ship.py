@@ -36,7 +36,7 @@ LIBS = ".multilang-libs"
 #: the most a shipped folder may hold: every executor fetches and unpacks it
 MAX_BYTES = 512 << 20
 #: folders never shipped: version control and caches, which no command reads
-_SKIP = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+_SKIP = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis"})
 
 _packed: dict[tuple[str, tuple[str, ...]], tuple[tuple[Any, ...], str, str]] = {}
 _shipped: set[tuple[int, str]] = set()
@@ -113,9 +113,15 @@ def pack(folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[s
     if cached is not None and cached[0] == signature and os.path.exists(cached[1]):
         return cached[1], cached[2]
     digest = hashlib.sha256()
+    kept = []
     for path, st in files:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue  # gone since the walk (a temporary file, a rotated log): not shipped
         digest.update(str(path.relative_to(root)).encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
-        digest.update(path.read_bytes())
+        digest.update(data)
+        kept.append(path)
     for lang, path in libs:
         digest.update(lang.encode() + b"\0" + path.read_bytes())
     base = "".join(c if c.isalnum() or c in "-_" else "_" for c in root.name) or "root"
@@ -127,8 +133,11 @@ def pack(folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[s
     if not os.path.exists(path):
         part = path + ".part"
         with tarfile.open(part, "w:gz", compresslevel=1, dereference=True) as tar:
-            for p, _st in files:
-                tar.add(p, arcname=str(p.relative_to(root)), recursive=False)
+            for p in kept:
+                try:
+                    tar.add(p, arcname=str(p.relative_to(root)), recursive=False)
+                except FileNotFoundError:
+                    pass  # gone since it was read: as above
             for lang, p in libs:
                 tar.add(p, arcname=f"{LIBS}/{lang}/{p.name}", recursive=False)
         os.replace(part, path)
