@@ -156,15 +156,15 @@ def test_a_run_whose_trees_never_complete_is_reported_stalled(workers, tmp_path)
 def test_trees_that_time_out_before_the_stall_time_are_reported_stalled(workers, tmp_path):
     """The message timeout (1 s) shorter than the stall time (3 s): each
     tree times out and is replayed before it is 2 s old (the expiry looks
-    once a second), and none ever
-    completes. The view said nothing, as it measured the stall from the
-    oldest tree in flight; it counts from the first failure since the last
-    completion too."""
+    once a second), and none ever completes. The view said nothing, as it
+    measured the stall from the oldest tree in flight; it counts from the
+    first failure since the last completion too."""
     toml = _never_acking_topology(tmp_path, stall_secs=3, message_timeout=1)
     err = _run_until_stalled([*ML, "run", str(toml), "-o", "/dev/null", "--workers", str(workers)], tmp_path,
                              last="stuck")
     stalled = [ln for ln in err.splitlines() if ln.startswith("[progress]") and "STALLED" in ln]
-    assert re.search(r"STALLED: 10 trees in flight, none completed for [\d.]+s \(over 3s\)", stalled[0]), stalled[0]
+    # (up to 10: a frame may come between a timeout and its replay)
+    assert re.search(r"STALLED: \d+ trees in flight, none completed for [\d.]+s \(over 3s\)", stalled[0]), stalled[0]
     summary = next(ln for ln in err.splitlines() if ln.startswith("[summary] "))
     assert re.search(r"trees completed 0, failed [1-9]\d* \(timed out [1-9]", summary), summary
 
