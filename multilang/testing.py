@@ -729,11 +729,7 @@ def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | No
         run.runtime = rt = Runtime(topology, on_output=lambda rec: run.outputs.append((trio.current_time(), rec)))
 
         async def sample_pids() -> None:
-            stopped = False
             while True:
-                if stop_when is not None and not stopped and stop_when(run):
-                    rt.request_stop("stop_when")
-                    stopped = True
                 for task_id in rt.tasks:
                     pid = current_pid(rt, task_id)
                     if pid is not None:
@@ -743,10 +739,17 @@ def run_topology(topology: Any, *, during: Callable[[Any], Awaitable[None]] | No
                             seen.append(pid)
                 await trio.sleep(sample_every)
 
+        async def stop_once_delivered(enough: Callable[[_R], bool]) -> None:
+            while not enough(run):
+                await trio.sleep(sample_every)
+            rt.request_stop("stop_when")
+
         start = trio.current_time()
         with trio.fail_after(limit):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sample_pids)
+                if stop_when is not None:
+                    nursery.start_soon(stop_once_delivered, stop_when)
                 if during is not None:
                     nursery.start_soon(during, rt)
                 run.result = await rt.run(**run_kw)

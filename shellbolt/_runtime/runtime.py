@@ -511,7 +511,7 @@ class Runtime:
                     t.obs.completed(now, now - done.deadline + self.acker.timeout, len(ids))
                 t.acked(ids)  # type: ignore[attr-defined]
         # (the live view's stall counts from the first failure since the last completion too)
-        if failed and not acked and self.observer.failing_since is None:
+        if failed and self.observer.failing_since is None:
             self.observer.failing_since = trio.current_time()
         for (task_id, msg_id), cause in zip(failed, causes):
             t = tasks[task_id]

@@ -415,10 +415,10 @@ def test_the_first_plan_waits_for_a_spout_slower_to_start_than_max_batch_duratio
     # processed nothing. As Kafka's source waits for its first fetch, the
     # duration counts once the spout has answered.
     events = tmp_path / "events.jsonl"
-    late = ("import runpy, sys, time; time.sleep(1.5); sys.argv = sys.argv[1:]; "
+    late = ("import runpy, sys, time; time.sleep(3); sys.argv = sys.argv[1:]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')")
     reader = reader_for(command=json.dumps(["python", "-c", late, str(ACK_SPOUT), str(events), "6"]), fields="sentence",
-                        includeMsgId="true", replayLog=tmp_path / "replay", maxBatchDurationMs=1000)
+                        includeMsgId="true", replayLog=tmp_path / "replay", maxBatchDurationMs=2000)
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start, ReadMaxRows(100))

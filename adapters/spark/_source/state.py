@@ -392,8 +392,7 @@ class _SourceState:
         want = None if max_rows is None else start + max_rows - self.log.end
         if (want is not None and want <= 0) or (self.available_now and self._drained):
             return self._take(0 if want is not None and want <= 0 else None)
-        # (maxBatchDurationMs counts once the spout has answered a `next`: below)
-        deadline = trio.current_time() + opts.max_batch_duration if self._nexts else math.inf
+        deadline = math.inf  # (set once the spout has answered a `next`: below)
         nexts = self._nexts
         self._gather_want = math.inf if want is None else want
         self._poked = True  # a fresh `next` now, as a planning call always made one
