@@ -17,11 +17,13 @@ from __future__ import annotations
 import atexit
 import glob
 import hashlib
+import io
 import os
 import shutil
 import socket
 import stat
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -112,37 +114,49 @@ def pack(folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[s
     cached = _packed.get(key)
     if cached is not None and cached[0] == signature and os.path.exists(cached[1]):
         return cached[1], cached[2]
+    # One read of each file: the archive holds the bytes its name's digest covers, even where a file
+    # changes while it is packed (tar.add would stat and read it again, and fail on one that shrank).
     digest = hashlib.sha256()
-    kept = []
-    for path, st in files:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            continue  # gone since the walk (a temporary file, a rotated log): not shipped
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
-        digest.update(data)
-        kept.append(path)
-    for lang, path in libs:
-        digest.update(lang.encode() + b"\0" + path.read_bytes())
-    base = "".join(c if c.isalnum() or c in "-_" else "_" for c in root.name) or "root"
-    name = f"multilang-{base}-{digest.hexdigest()[:16]}.tgz"
     if not _tmp:
         _tmp.append(scratch_folder("multilang-ship-"))
         atexit.register(shutil.rmtree, _tmp[0], True)
+    fd, part = tempfile.mkstemp(suffix=".part", dir=_tmp[0])
+    os.close(fd)
+    try:
+        _write(part, root, files, libs, digest)
+    except BaseException:
+        os.unlink(part)
+        raise
+    base = "".join(c if c.isalnum() or c in "-_" else "_" for c in root.name) or "root"
+    name = f"multilang-{base}-{digest.hexdigest()[:16]}.tgz"
     path = os.path.join(_tmp[0], name)
-    if not os.path.exists(path):
-        part = path + ".part"
-        with tarfile.open(part, "w:gz", compresslevel=1, dereference=True) as tar:
-            for p in kept:
-                try:
-                    tar.add(p, arcname=str(p.relative_to(root)), recursive=False)
-                except FileNotFoundError:
-                    pass  # gone since it was read: as above
-            for lang, p in libs:
-                tar.add(p, arcname=f"{LIBS}/{lang}/{p.name}", recursive=False)
-        os.replace(part, path)
+    os.replace(part, path)
     _packed[key] = (signature, path, name)
     return path, name
+
+
+def _write(part: str, root: Path, files: list[tuple[Path, os.stat_result]], libs: list[tuple[str, Path]],
+           digest: Any) -> None:
+    with tarfile.open(part, "w:gz", compresslevel=1) as tar:
+        for p, st in files:
+            try:
+                data = p.read_bytes()
+            except FileNotFoundError:
+                continue  # gone since the walk (a temporary file, a rotated log): not shipped
+            arcname = str(p.relative_to(root))
+            digest.update(arcname.encode() + b"\0" + oct(st.st_mode).encode() + b"\0")
+            digest.update(data)
+            _add(tar, arcname, data, st)
+        for lang, p in libs:
+            data = p.read_bytes()
+            digest.update(lang.encode() + b"\0" + data)
+            _add(tar, f"{LIBS}/{lang}/{p.name}", data, p.stat())
+
+
+def _add(tar: tarfile.TarFile, arcname: str, data: bytes, st: os.stat_result) -> None:
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mode, info.mtime = len(data), stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    tar.addfile(info, io.BytesIO(data))
 
 
 def ship(spark: Any, folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> str:
