@@ -33,7 +33,7 @@ from .._runtime.replay_watch import ReplayWatch
 from .._runtime.tasks import PlainComponentError
 from .forkserver import LOST, ForkedProcess, ForkServer
 from .link import socket_path
-from .view import gone, merge
+from .view import gone, merge, next_due
 from .wire import Frames, encode
 from .worker import placement
 
@@ -428,7 +428,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 st = [w.status for w in ws]
                 if want and all(s is not None and "part" in s for s in st):
                     snapshot([s["part"] for s in st], False)  # type: ignore[index]
-                    next_snapshot = trio.current_time() + snapshot_every
+                    next_snapshot = next_due(next_snapshot, snapshot_every, trio.current_time())
                 return st
 
             def snapshot(parts: list[dict[str, Any]], last: bool) -> None:

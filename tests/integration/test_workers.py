@@ -21,6 +21,7 @@ import trio
 from multilang.errors import TopologyError
 from multilang.shellbolt import (ForkServer, PythonBolt, PythonSpout, Runtime, TopologyBuilder, load_topology,
                                  max_tuples_shares, run_workers, workers_for)
+from multilang.shellbolt._workers.view import next_due
 from multilang.shellbolt._workers.worker import placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +78,19 @@ def test_the_readme_word_count_on_workers_prints_the_embedded_engines_counts(wor
         str(EXAMPLES / "wordcount.toml")).components.values() for t in c.tasks}  # every task, from its own worker
     # each task's process, the last one it ran (the processes have exited; was null on 1 worker only)
     assert all(isinstance(t["pid"], int) and t["pid"] > 0 for t in last["tasks"].values()), last["tasks"]
+
+
+def test_snapshots_stay_on_the_grid_of_their_interval_however_late_each_is_answered():
+    # A trial's 0.5 s metrics bucket on 2 workers: 27 lines in 15 s where one worker wrote 30. Each snapshot
+    # is asked at the first status poll past its time and answered later (here 40 ms); the next one was
+    # counted from then, so the lag grew by that much each time and every twelfth interval had no line.
+    every, lag, due, asked = 0.5, 0.04, 0.5, []
+    for _ in range(100):
+        asked.append(due + lag)
+        due = next_due(due, every, due + lag)
+    assert [int(t // every) for t in asked] == list(range(1, 101))  # one in each interval, none skipped
+    # one answered later than a whole interval: the next is the first point of the grid after it
+    assert next_due(2.0, 0.5, 3.1) == 3.5 and next_due(2.0, 0.5, 2.5) == 3.0
 
 
 def test_more_workers_than_tasks_run_one_worker_per_task_and_say_so():
