@@ -422,20 +422,22 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         click.echo(line, err=True)
 
     start = time.monotonic()
-    stop: dict[str, Any] = {"signal": None, "running": False}
+    stop: dict[str, Any] = {"signal": None, "running": False, "at_once": False, "said": False}
 
     def on_signal(signum: int, frame: Any) -> None:
         _signals.release_terminal(signum)
         first = stop["signal"] is None
         stop["signal"] = signum
         if not first or not stop["running"]:
+            stop["at_once"] = True
             raise KeyboardInterrupt  # a second signal, or no query to stop yet: at once
 
     def should_stop() -> bool:
-        if not stop["running"]:  # the query runs: a signal now stops it between batches
-            stop["running"] = True
-            for s in old:  # again: PySpark's SparkContext put its own SIGINT handler in place
-                signal.signal(s, on_signal)
+        stop["running"] = True  # the query runs: a signal now stops it between batches
+        if stop["signal"] is not None and not stop["said"]:  # (said here: a handler's write to stderr could be
+            stop["said"] = True                              # inside the main thread's own)
+            click.echo(f"{signal.Signals(stop['signal']).name}: stopping after the batch running now (the summary "
+                       "and the output so far follow; signal again to stop at once)", err=True)
         return stop["signal"] is not None
 
     view = None
@@ -443,7 +445,16 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         from .live import LiveView
 
         view = LiveView(sys.stderr, tty=True)
+
+    def not_after_a_signal(record: logging.LogRecord) -> bool:
+        # py4j logs a KeyboardInterrupt raised inside a call into the JVM (a signal during the start-up,
+        # or a second one) on the root logger, with its traceback: the stop was asked for, "interrupted" says so
+        return stop["signal"] is None or f"{os.sep}py4j{os.sep}" not in record.pathname
+
     old = {s: signal.signal(s, on_signal) for s in _signals.handled()}
+    printing = list(logging.getLogger().handlers)
+    for h in printing:
+        h.addFilter(not_after_a_signal)
     try:
         result = run_topology(topology, master=master, remote=remote, spark_conf=spark_conf, checkpoint=checkpoint,
                               duration=duration,
@@ -457,9 +468,15 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
+        if stop["at_once"]:  # cut short inside a call into the JVM, whose connection the next call found broken
+            click.echo("interrupted", err=True)
+            return _signals.exit_status(stop["signal"])
         click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
         return EXIT_FAILED
     finally:
+        if stop["signal"] is None:  # (after one, py4j's connections log their ends as the process exits too)
+            for h in printing:
+                h.removeFilter(not_after_a_signal)
         for s, h in old.items():
             signal.signal(s, h)
         if view is not None:

@@ -7,11 +7,14 @@ their own SparkSession), real processes, real kills."""
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -171,6 +174,63 @@ def test_the_readme_word_count_killed_mid_run_resumes_from_its_checkpoint_and_pr
     assert (ck / "state").is_dir() and (ck / "spouts" / "sentences" / "task-0" / "committed.json").is_file()
     assert not list(ck.rglob("*.sqlite")) and list((tmp_path / "cache" / "multilang" / "replay-ids").rglob("*.sqlite"))
     assert [orjson.loads(line) for line in again.stdout.decode().splitlines()] == _plain_counts(_alice())
+
+
+def _signalled(args: list[str], tmp_path: Path, *when: bytes) -> tuple[int, str]:
+    """Run the CLI on Spark with ``args``; each time a line of its stderr
+    starts with the next of ``when``, send it SIGINT; its exit code and its
+    stderr, once every process that holds it has ended (within 240 s)."""
+    proc = subprocess.Popen(CLI + ["run", "--engine", "spark", *args, "--checkpoint", str(tmp_path / "ck")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV, cwd=ROOT,
+                            start_new_session=True)
+    lines: queue.Queue[bytes | None] = queue.Queue()
+
+    def read() -> None:
+        for raw in proc.stderr:
+            lines.put(raw)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    waits = list(when)
+    deadline = time.monotonic() + 240
+    try:
+        while (raw := lines.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            seen.append(raw.decode(errors="replace"))
+            if waits and raw.startswith(waits[0]):
+                waits.pop(0)
+                proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    except (queue.Empty, subprocess.TimeoutExpired):
+        pytest.fail("the run (or a process it started) did not end:\n" + "".join(seen)[-3000:])
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    return proc.returncode, "".join(seen)
+
+
+@pytest.mark.parametrize("when", [b"WARNING: Using incubator modules", b"Setting default log level"])
+def test_a_signal_while_spark_starts_ends_the_run_at_once_with_no_traceback_and_no_jvm_left(tmp_path, when):
+    # A trial's Ctrl-C during the start-up exited 130 after py4j logged three tracebacks: the main thread was
+    # inside a call into the JVM, and PySpark's own SIGINT handler (installed by its SparkContext) called into
+    # the JVM again from it. The session is now made in a thread of its own, which the main thread waits for.
+    # And the JVM being started outlived the run (a process holding its stderr, past the 240 s allowed): it is
+    # killed. The first line: the JVM starting; the second: its SparkContext being made.
+    code, err = _signalled([str(_wordcount(tmp_path))], tmp_path, when)
+    assert code == 130 and err.rstrip().endswith("interrupted"), err[-3000:]
+    assert "Traceback" not in err and "ERROR root" not in err, err[-3000:]
+
+
+def test_a_second_signal_stops_a_running_query_at_once(tmp_path):
+    # The first says what it does, as on the embedded engine. The second, cut short inside a call into the JVM,
+    # left its connection broken for the next: "error: the Spark job failed: Answer from Java side is empty",
+    # exit 1, in a trial.
+    code, err = _signalled([str(_wordcount(tmp_path)), "--duration", "60", "-c",
+                            "multilang.spark.max.tuples.per.trigger=100"], tmp_path, b"[progress] batch 0: ",
+                           b"SIGINT: stopping after the batch running now")
+    assert code == 130 and err.rstrip().endswith("interrupted"), err[-3000:]
+    assert "the Spark job failed" not in err and "Traceback" not in err, err[-3000:]
 
 
 def test_flag_mistakes_are_usage_errors(tmp_path):

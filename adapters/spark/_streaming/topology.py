@@ -29,8 +29,10 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -187,7 +189,70 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
     """A session for the CLI: this interpreter for the Python workers, no UI,
     no progress bars, Spark's own logging at ERROR (stderr), then the
     user's ``spark_conf``. ``remote``: a Spark Connect URL (``sc://host:port``,
-    or ``local[N]`` for a local server)."""
+    or ``local[N]`` for a local server).
+
+    Made in a thread of its own, which the main thread waits for: PySpark's
+    SparkContext, made in the main thread, installs a SIGINT handler that
+    calls into the JVM, and a Ctrl-C while the main thread was already in
+    such a call (the rest of the start-up) made py4j log three tracebacks
+    of a reentrant call (a trial). The caller's handler stays in place, and
+    a signal finds the main thread waiting, not inside py4j. If it raises
+    there (a KeyboardInterrupt), the JVM being started is killed: started a
+    moment before, it outlived the run (minutes, in a test)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _new_session(SparkSession, master, name, remote, spark_conf)
+    made: dict[str, Any] = {}
+    abandoned = threading.Event()
+
+    def make() -> None:
+        try:
+            session = _new_session(SparkSession, master, name, remote, spark_conf)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            made["error"] = exc
+            return
+        if abandoned.is_set():  # (up after all: stopped before the process ends, which waits for this thread)
+            session.stop()
+        made["session"] = session
+
+    before = _children()
+    thread = threading.Thread(target=make, name="multilang-spark-session")
+    thread.start()
+    try:
+        thread.join()
+    except BaseException:
+        abandoned.set()
+        for pid in _children() - before:  # the JVM PySpark launched (spark-submit, exec'ed into java)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        raise
+    if "error" in made:
+        raise made["error"]
+    return made["session"]
+
+
+def _children() -> set[int]:
+    """The pids of this process's children (Linux's /proc; elsewhere none)."""
+    me, out = os.getpid(), set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue  # (ended meanwhile)
+            if int(stat[stat.rindex(b")") + 2:].split()[1]) == me:  # "pid (comm) state ppid ..."
+                out.add(int(entry))
+    return out
+
+
+def _new_session(SparkSession: Any, master: str, name: str, remote: str | None,
+                 spark_conf: dict[str, str] | None) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local") or (remote or "").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no slow hostname lookups
