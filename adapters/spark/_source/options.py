@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -46,6 +46,14 @@ def _json_option(options: Any, key: str, kind: type, default: Any) -> Any:
     if not isinstance(value, kind):
         raise _OptionError(f"option {key!r} must be a JSON {kind.__name__}, got {raw!r}")
     return value
+
+
+@overload
+def _int_option(options: Any, key: str, default: int, minimum: int = 1) -> int: ...
+
+
+@overload
+def _int_option(options: Any, key: str, default: None, minimum: int = 1) -> int | None: ...
 
 
 def _int_option(options: Any, key: str, default: int | None, minimum: int = 1) -> int | None:
@@ -137,10 +145,10 @@ class _Options:
                 f'option "component" must not be {CONSUMER_COMPONENT!r}: the spout\'s context names the Spark '
                 f"query (its consumer) {CONSUMER_COMPONENT!r}; choose another component id"
             )
-        parallelism = _int_option(options, "parallelism", 1) or 1
+        parallelism = _int_option(options, "parallelism", 1)
         if parallelism > MAX_PARALLELISM:
             raise _OptionError(f'option "parallelism" must be at most {MAX_PARALLELISM}, got {parallelism}')
-        task_index = _int_option(options, "taskIndex", 0, minimum=0) or 0
+        task_index = _int_option(options, "taskIndex", 0, minimum=0)
         if task_index >= parallelism:
             raise _OptionError(
                 f'option "taskIndex" must be below option "parallelism" ({parallelism}): task indexes '
@@ -161,19 +169,19 @@ class _Options:
             archive=options.get("archive") or None,
             env={str(k): str(v) for k, v in env.items()},
             conf=_json_option(options, "conf", dict, {}),
-            max_batch_size=_int_option(options, "maxBatchSize", 1000) or 1000,
+            max_batch_size=_int_option(options, "maxBatchSize", 1000),
             max_pending=_int_option(options, "maxPending", None),
-            max_batch_duration=(_int_option(options, "maxBatchDurationMs", 500) or 500) / 1000.0,
+            max_batch_duration=_int_option(options, "maxBatchDurationMs", 500) / 1000.0,
             replay_log=options.get("replayLog"),
             dedupe=dedupe,
             include_msg_id=_bool_option(options, "includeMsgId", False),
             stream=options.get("stream") or "default",
             component=component,
-            available_now_idle=(_int_option(options, "availableNowIdleMs", 200, minimum=0) or 0) / 1000.0,
+            available_now_idle=_int_option(options, "availableNowIdleMs", 200, minimum=0) / 1000.0,
             task_index=task_index,
             parallelism=parallelism,
             values_format=values_format,
-            dedupe_cache_mb=_int_option(options, "dedupeCacheMb", 16) or 16,
+            dedupe_cache_mb=_int_option(options, "dedupeCacheMb", 16),
         )
 
     def json_schema(self) -> StructType:
