@@ -471,6 +471,9 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         if stop["at_once"]:  # cut short inside a call into the JVM, whose connection the next call found broken
             click.echo("interrupted", err=True)
             return _signals.exit_status(stop["signal"])
+        if stop["signal"] is not None:  # (a signal to the whole process group reaches Spark's JVM too)
+            click.echo(f"interrupted: Spark stopped with the run ({spark_error_text(exc).splitlines()[0]})", err=True)
+            return _signals.exit_status(stop["signal"])
         click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
         return EXIT_FAILED
     finally:

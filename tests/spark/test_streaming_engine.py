@@ -21,6 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from multilang.errors import TopologyError
+
 pytest.importorskip("pyspark")
 
 #: on the standalone cluster's worker: one Spark JVM at a time there (tests/conftest.py)
@@ -231,6 +233,27 @@ def test_a_second_signal_stops_a_running_query_at_once(tmp_path):
                            b"SIGINT: stopping after the batch running now")
     assert code == 130 and err.rstrip().endswith("interrupted"), err[-3000:]
     assert "the Spark job failed" not in err and "Traceback" not in err, err[-3000:]
+
+
+def test_a_command_that_cannot_run_is_said_before_spark_starts_on_a_local_master(tmp_path):
+    # A trial's bolt command not on PATH: exit 1 after 10 to 33 s of Spark, four task attempts and 10 Python
+    # tracebacks, where the embedded engine says it in one line, exit 2. On a local master the executors run
+    # the commands on this machine, in a copy of the topology's folder: checked first, the same way.
+    from multilang.adapters.spark import run_topology
+
+    for command, problem in [(["nosuchinterp", "split.py"], "command 'nosuchinterp' not found on PATH"),
+                             (["ruby", "no_such_split.rb"], "script 'no_such_split.rb' not found")]:
+        toml = _wordcount(tmp_path)
+        split = orjson.dumps(["ruby", str(EXAMPLES / "ruby" / "split_bolt.rb")]).decode().replace(",", ", ")
+        text = toml.read_text()
+        assert f"command = {split}" in text
+        toml.write_text(text.replace(f"command = {split}", f"command = {orjson.dumps(command).decode()}"))
+        proc = _run([str(toml)], timeout=60)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and f"bolt 'split': {problem}" in err, err[-2000:]
+        assert "Traceback" not in err and "Setting default log level" not in err, err[-2000:]  # Spark never started
+        with pytest.raises(TopologyError, match=f"bolt 'split': {problem}"):  # from Python too, given the file
+            run_topology(str(toml))
 
 
 def test_flag_mistakes_are_usage_errors(tmp_path):

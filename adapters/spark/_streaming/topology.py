@@ -45,7 +45,8 @@ import orjson
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 from multilang.shellbolt import (
-    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, scratch_folder, sort_key,
+    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, load_topology, scratch_folder,
+    sort_key,
 )
 
 from .._engine.ship import ship
@@ -555,14 +556,14 @@ def _view(topo: Topology, ck: Location, upto: int) -> tuple[list[dict[str, Any]]
 
 
 def run_topology(
-    topology: Topology, *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
+    topology: Topology | str | os.PathLike[str], *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
     spark_conf: dict[str, str] | None = None, checkpoint: str | None = None, duration: float | None = None,
     max_tuples: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
     should_stop: Callable[[], bool] | None = None, on_snapshot: Callable[[dict[str, Any]], None] | None = None,
 ) -> SparkRunResult:
-    """Run a topology (e.g. from ``load_topology``) as a Structured Streaming query.
+    """Run a topology (from ``load_topology``, or its file's path) as a Structured Streaming query.
 
     Bounded spouts run until drained (``trigger(availableNow=True)``); with
     ``duration`` or ``max_tuples`` the query runs micro-batch after
@@ -579,7 +580,16 @@ def run_topology(
     """
     from pyspark.sql import SparkSession
 
+    if not isinstance(topology, Topology):
+        topology = load_topology(topology)
     order = _check(topology)
+    if spark is None and remote is None and master.startswith("local"):
+        # One machine: its executors run each command here, in a copy of the topology's folder. A command
+        # that cannot run is said now, as the embedded engine says it, not after Spark's start-up and four
+        # attempts of a task, each with the executor's traceback (a trial: half a minute, 500 lines).
+        for comp in topology.components.values():
+            if comp.is_shell:
+                topology.resolve_command(comp)
     temp = checkpoint is None
     ck = Location(checkpoint or scratch_folder("multilang-spark-"))
     _claim(ck, topology)
@@ -619,6 +629,11 @@ def run_topology(
         stopped_by = "done"
         try:
             while True:
+                # (first as soon as the query runs: the caller's signals stop it between batches from then on;
+                # a trial's Ctrl-C during the first batch, before this was asked, tore the query down mid-batch)
+                if should_stop is not None and should_stop():
+                    stopped_by = "signal"
+                    break
                 ended = q.awaitTermination(0.5)
                 progress.poll(q.recentProgress)
                 if on_snapshot is not None:
@@ -630,9 +645,6 @@ def run_topology(
                     break
                 if max_tuples is not None and progress.run_tuples >= max_tuples:
                     stopped_by = "max_tuples"
-                    break
-                if should_stop is not None and should_stop():
-                    stopped_by = "signal"
                     break
         finally:
             if q.isActive:
@@ -651,6 +663,13 @@ def run_topology(
         return SparkRunResult(records, counters, dict(progress.spouts), progress.batches, dead, stopped_by)
     finally:
         if own:
+            if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                # Stopped at once (a second signal): what Spark logs of the batch torn down, its tasks'
+                # Python workers gone, is noise (a trial: 60 to 100 lines of Java errors after "interrupted").
+                try:
+                    spark.sparkContext.setLogLevel("OFF")
+                except Exception:  # noqa: BLE001 - a Connect session has no SparkContext here; said or not
+                    pass
             spark.stop()
         if temp:
             ck.delete_all()
