@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 import time
+import urllib.parse
 from typing import IO, Any, NoReturn
 
 import click
@@ -137,6 +138,8 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             if remote is not None and remote.startswith("sc://") and spark_conf:
                 raise TopologyError(f"{', '.join(sorted(spark_conf))}: with --remote {remote} the Connect server's "
                                     "Spark conf applies; set it where the server starts (docs/DEPLOY.md)")
+            if archives is not None:
+                _local_archives_exist(archives)
             if workers is not None:
                 raise TopologyError(f"--workers {workers} applies to the embedded engine; on --engine spark the "
                                     "executors run the tasks (--master local[N], or the cluster's)")
@@ -395,6 +398,24 @@ def _spark_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _local_archives_exist(archives: str) -> None:
+    """TopologyError unless each archive of ``--archives`` that is a file
+    here (a path, or a file: URI; a URI of another scheme is the cluster's
+    to find) exists: else Spark started, then failed with a Java
+    NoSuchFileException (exit 1, a trial). ``#name`` after one is the
+    folder it unpacks into."""
+    for entry in filter(None, (e.strip() for e in archives.split(","))):
+        path = entry.split("#", 1)[0]
+        if path.startswith("file:"):
+            path = urllib.parse.urlparse(path).path
+        elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+            continue
+        if not os.path.isfile(path):
+            what = "is not a file" if os.path.exists(path) else "does not exist"
+            raise TopologyError(f"--archives {entry}: {path} {what} (a local archive is read here and shipped to "
+                                "the executors)")
 
 
 def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint: str | None,

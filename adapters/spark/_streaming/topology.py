@@ -556,9 +556,9 @@ def _view(topo: Topology, ck: Location, upto: int) -> tuple[list[dict[str, Any]]
 
 
 def run_topology(
-    topology: Topology | str | os.PathLike[str], *, spark: Any = None, master: str = "local[*]", remote: str | None = None,
-    spark_conf: dict[str, str] | None = None, checkpoint: str | None = None, duration: float | None = None,
-    max_tuples: int | None = None,
+    topology: Topology | str | os.PathLike[str], *, spark: Any = None, master: str = "local[*]",
+    remote: str | None = None, spark_conf: dict[str, str] | None = None, checkpoint: str | None = None,
+    duration: float | None = None, max_tuples: int | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
     on_progress: Callable[[str], None] | None = None, max_retries: int = 3,
     should_stop: Callable[[], bool] | None = None, on_snapshot: Callable[[dict[str, Any]], None] | None = None,
