@@ -493,7 +493,8 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
             click.echo("interrupted", err=True)
             return _signals.exit_status(stop["signal"])
         if stop["signal"] is not None:  # (a signal to the whole process group reaches Spark's JVM too)
-            click.echo(f"interrupted: Spark stopped with the run ({spark_error_text(exc).splitlines()[0]})", err=True)
+            cause = (spark_error_text(exc).splitlines() or [type(exc).__name__])[0]
+            click.echo(f"interrupted: Spark stopped with the run ({cause})", err=True)
             return _signals.exit_status(stop["signal"])
         click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
         return EXIT_FAILED
