@@ -483,8 +483,13 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
                               on_progress=echo if progress and view is None else None,
                               on_snapshot=view.show if view is not None else None, should_stop=should_stop)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return _signals.exit_status(stop["signal"] or signal.SIGINT)
+        signum = stop["signal"] or signal.SIGINT
+        if not stop["running"]:  # (as the embedded engine says it: a signal before the query ran)
+            click.echo(f"[summary] interrupted by {signal.Signals(signum).name} before the topology started: "
+                       "nothing ran", err=True)
+        else:
+            click.echo("interrupted", err=True)
+        return _signals.exit_status(signum)
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
@@ -526,7 +531,8 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     if checkpoint:
         where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
         click.echo(f"[summary] checkpoint {where} (run the same command to continue)", err=True)
-    if stop["signal"] is not None:
+    if stop["signal"] is not None:  # (what the committed batches gave, as the embedded engine says it)
+        interrupted(stop["signal"], bool(topology.output.key))
         return _signals.exit_status(stop["signal"])
     return EXIT_OK if result.ok else EXIT_FAILED
 
