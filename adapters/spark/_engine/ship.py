@@ -116,14 +116,13 @@ def pack(folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[s
         return cached[1], cached[2]
     # One read of each file: the archive holds the bytes its name's digest covers, even where a file
     # changes while it is packed (tar.add would stat and read it again, and fail on one that shrank).
-    digest = hashlib.sha256()
     if not _tmp:
         _tmp.append(scratch_folder("multilang-ship-"))
         atexit.register(shutil.rmtree, _tmp[0], True)
     fd, part = tempfile.mkstemp(suffix=".part", dir=_tmp[0])
     os.close(fd)
     try:
-        _write(part, root, files, libs, digest)
+        digest = _write(part, root, files, libs)
     except BaseException:
         os.unlink(part)
         raise
@@ -135,8 +134,9 @@ def pack(folder: str | os.PathLike[str], exclude: Sequence[str] = ()) -> tuple[s
     return path, name
 
 
-def _write(part: str, root: Path, files: list[tuple[Path, os.stat_result]], libs: list[tuple[str, Path]],
-           digest: Any) -> None:
+def _write(part: str, root: Path, files: list[tuple[Path, os.stat_result]], libs: list[tuple[str, Path]]) -> Any:
+    """Archive ``files`` and ``libs`` at ``part``; the digest of what it holds."""
+    digest = hashlib.sha256()
     with tarfile.open(part, "w:gz", compresslevel=1) as tar:
         for p, st in files:
             try:
@@ -151,6 +151,7 @@ def _write(part: str, root: Path, files: list[tuple[Path, os.stat_result]], libs
             data = p.read_bytes()
             digest.update(lang.encode() + b"\0" + data)
             _add(tar, f"{LIBS}/{lang}/{p.name}", data, p.stat())
+    return digest
 
 
 def _add(tar: tarfile.TarFile, arcname: str, data: bytes, st: os.stat_result) -> None:
