@@ -24,7 +24,7 @@ from .common import (
     embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
     stopped_before_start,
 )
-from .output import Output, flush_every, output_file
+from .output import NothingRan, Output, flush_every, output_file
 from .summary import print_summary
 
 
@@ -484,11 +484,11 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
                               on_snapshot=view.show if view is not None else None, should_stop=should_stop)
     except KeyboardInterrupt:
         signum = stop["signal"] or signal.SIGINT
-        if not stop["running"]:  # (as the embedded engine says it: a signal before the query ran)
+        if not stop["running"]:  # (as the embedded engine says it: a signal before the query ran; FILE left)
             click.echo(f"[summary] interrupted by {signal.Signals(signum).name} before the topology started: "
                        "nothing ran", err=True)
-        else:
-            click.echo("interrupted", err=True)
+            raise NothingRan(_signals.exit_status(signum))
+        click.echo("interrupted", err=True)
         return _signals.exit_status(signum)
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -497,7 +497,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         if stop["at_once"]:  # cut short inside a call into the JVM, whose connection the next call found broken
             click.echo("interrupted", err=True)
             return _signals.exit_status(stop["signal"])
-        if stop["signal"] is not None:  # (a signal to the whole process group reaches Spark's JVM too)
+        if stop["signal"] is not None:  # (the JVM died of its own signal: SIGKILL, or the OOM killer's)
             cause = (spark_error_text(exc).splitlines() or [type(exc).__name__])[0]
             click.echo(f"interrupted: Spark stopped with the run ({cause})", err=True)
             return _signals.exit_status(stop["signal"])

@@ -34,6 +34,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -269,9 +270,31 @@ def _new_session(SparkSession: Any, master: str, name: str, remote: str | None,
         return _local_connect(with_task_retries(remote), name, conf)
     if remote is not None:  # the server's own settings are not ours to change
         return SparkSession.builder.appName(name).remote(remote).getOrCreate()
+    _jvm_alone({"spark.master": master, "spark.app.name": name, **conf})
     spark = SparkSession.builder.appName(name).master(master).config(map=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _jvm_alone(conf: dict[str, str]) -> None:
+    """Start this process's Spark JVM (PySpark's gateway, with ``conf`` as
+    spark-submit takes it) in a session of its own, as the component
+    processes run: a signal sent to the CLI's process group (a terminal's
+    Ctrl-C, ``timeout``, systemd's stop, ``kill -- -PGID``) reaches the
+    CLI, which stops the query after its batch and writes the output, and
+    not the JVM and its Python workers too (a trial: a SIGTERM to the group
+    ended the JVM at once; an empty output file, and a traceback of
+    PySpark's accumulator server). The SparkContext made next takes it up.
+    The JVM still ends with this process: it exits when its stdin, a pipe
+    from here, closes. Nothing if this process has a JVM already (PySpark
+    keeps it for good)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if getattr(SparkContext, "_gateway", None) is not None:
+        return
+    gateway = launch_gateway(SparkConf().setAll(list(conf.items())), popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway)  # (what SparkContext(gateway=...) does with it first)
 
 
 def _local_connect(master: str, name: str, conf: dict[str, str]) -> Any:
@@ -288,6 +311,9 @@ def _local_connect(master: str, name: str, conf: dict[str, str]) -> Any:
     opts = {**conf, "spark.app.name": name, "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(port)}
     os.environ["SPARK_LOCAL_REMOTE"] = "1"
+    # (the server's token, as _start_connect_server makes it when unset: its JVM, started now, reads it)
+    os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", str(uuid.uuid4()))
+    _jvm_alone({**opts, "spark.master": master})
     ConnectSession._start_connect_server(master, opts)  # what remote("local[N]") calls; keeps the runtime confs
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     # "localhost", as pyspark's own local URL: a local channel with the token, not TLS (ChannelBuilder)
