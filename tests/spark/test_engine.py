@@ -95,3 +95,35 @@ def test_direct_grouping_is_rejected(spark, tmp_path):
     """))
     with pytest.raises(TopologyError, match="direct groupings"):
         run_topology(load_topology(toml), spark=spark)
+
+
+def test_dead_letters_name_the_bolt_task_the_input_and_the_cause_as_the_embedded_engine_does(spark, tmp_path):
+    # A trial's dead letters on Spark said "task": 0 whatever the task, and their keys ("values", "error")
+    # were not the embedded engine's --dead-letter line ("input", "cause"). A row that fails every retry is
+    # given up on; the rows of the other lines go on.
+    lines = [f"bad {i}" if i % 3 == 0 else f"good {i}" for i in range(30)]
+    (tmp_path / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    toml = tmp_path / "fail.toml"
+    toml.write_text(textwrap.dedent(f"""\
+        [spouts.sentences]
+        command = ["python", "{EXAMPLES}/python/sentence_spout.py", "text.txt"]
+        fields = ["sentence"]
+        [bolts.upper]
+        command = ["ruby", "{ROOT}/tests/spark/components/bolts_fail.rb"]
+        fields = ["value"]
+        parallelism = 2
+        inputs = [{{ source = "sentences", grouping = "fields", fields = ["sentence"] }}]
+    """))
+    topology = load_topology(toml)
+    result = run_topology(topology, spark=spark)
+    assert not result.ok
+    assert sorted(r["value"] for r in result.outputs) == sorted(line.upper() for line in lines
+                                                               if line.startswith("good"))
+    dead = result.dead_letters
+    assert sorted(d["input"][0] for d in dead) == sorted(line for line in lines if line.startswith("bad"))
+    tasks = topology.components["upper"].tasks  # (Storm's ids: sentences 1, upper 2 and 3)
+    assert {d["task"] for d in dead} == set(tasks), dead  # each of the bolt's tasks had bad lines
+    for d in dead:
+        assert set(d) == {"component", "task", "input", "cause", "attempts", "source", "stream"}, d
+        assert (d["component"], d["source"], d["stream"], d["attempts"]) == ("upper", "sentences", "default", 4), d
+        assert f"cannot take row {d['input'][0]}" in d["cause"], d

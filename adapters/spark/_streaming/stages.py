@@ -65,6 +65,8 @@ class Plan:
     keyed: dict[str, int] = field(default_factory=dict)
     #: bolt -> parallelism
     parallelism: dict[str, int] = field(default_factory=dict)
+    #: bolt -> its task ids in the topology (Storm's, as the embedded engine numbers them), by task index
+    task_ids: dict[str, list[int]] = field(default_factory=dict)
     #: bolt -> per task, an int whose hash partitioning is the task (repartitioned bolts)
     spread: dict[str, list[int]] = field(default_factory=dict)
     state_dir: str = ""
@@ -210,8 +212,10 @@ class StageFn:
             sel = b.filter(mask)
             if sel.num_rows:
                 cols = sel.to_pydict()
+                # (by task index for a bolt without state too: each of its tasks' rows have a partition of
+                # their own, and a dead letter says whose it was)
                 for p, c, s, v in zip(cols["_p"], cols["_c"], cols["_s"], cols["_v"]):
-                    mine.setdefault(p if keyed else 0, []).append((c, s, v))
+                    mine.setdefault(p, []).append((c, s, v))
         opts = _Options(max_retries=plan.max_retries, dead_letter="record", warm=not keyed, stateful=keyed,
                         max_in_flight=int(plan.specs[bolt].conf["topology.shellbolt.max.pending"]))
         retries = _attempt()  # counted once per Spark task, on its first task's counters
@@ -224,11 +228,11 @@ class StageFn:
             report: dict[str, Any] = {}
             for out in _run_partition(spec, opts, items, report.update):
                 for rec in out:
-                    if type(rec) is _Dead:
+                    if type(rec) is _Dead:  # (--dead-letter's line, as the embedded engine's, and the input's stream)
                         rows.add(DEAD, task, bolt, rec.stream, orjson.dumps(
-                            {"component": bolt, "task": task, "source": rec.source, "stream": rec.stream,
-                             "values": rec.values, "error": rec.error, "attempts": rec.attempts},
-                            default=repr).decode())
+                            {"component": bolt, "task": plan.task_ids[bolt][task], "input": rec.values,
+                             "cause": rec.error, "attempts": rec.attempts, "source": rec.source,
+                             "stream": rec.stream}, default=repr).decode())
                     else:
                         rows.route(rec[0], rec[1], rec[2], task)
                 if len(rows) >= _FLUSH:

@@ -152,6 +152,7 @@ def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) ->
         plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
                                       str(topo.resource_dir), _in_flight(name in keyed))
     plan.parallelism = {name: topo.components[name].parallelism for name in order}
+    plan.task_ids = {name: list(topo.components[name].tasks) for name in order}
     return plan
 
 
