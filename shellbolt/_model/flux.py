@@ -99,11 +99,19 @@ def parse_properties(path: str | os.PathLike[str]) -> dict[str, str]:
 
     ``key=value``, ``key: value`` and ``key value``; ``#`` and ``!`` comments;
     a trailing backslash continues a line; ``\\t``, ``\\n``, ``\\r``, ``\\f``,
-    ``\\uXXXX`` and escaped separators are unescaped."""
+    ``\\uXXXX`` and escaped separators are unescaped. The text is UTF-8, or
+    else ISO-8859-1, as Java reads a ``.properties`` file (a Storm user's
+    file with an accented letter in Latin-1)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise TopologyError(f"properties file {str(path)!r} not found") from None
+    except IsADirectoryError:
+        raise TopologyError(f"properties file {str(path)!r} is a directory") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:  # what Java's Properties.load reads (Flux's --filter): ISO-8859-1, every byte a char
+        text = data.decode("latin-1")
     props: dict[str, str] = {}
     logical: list[str] = []
     pending = ""
@@ -207,7 +215,7 @@ def _list_item(value: str, index: int, where: str, name: str) -> str:
     """``${prop[i]}``: Flux reads the property as ``["a", "b"]`` and takes an item."""
     try:
         items = yaml.safe_load(value)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, LookupError, TypeError):  # (a constructor's: "!!int two")
         items = None
     if not isinstance(items, list):
         raise TopologyError(f"{where}: ${{{name}}}: property value {value!r} is not a list like [\"a\", \"b\"]")
@@ -227,6 +235,8 @@ class _Loader(yaml.SafeLoader):
 
 
 def _unique_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    if not isinstance(node, yaml.MappingNode):  # ("!!map x": the constructor says it is not a mapping)
+        return loader.construct_mapping(node, deep=deep)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
@@ -245,6 +255,27 @@ def _unique_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False)
 
 class _DuplicateKey(yaml.YAMLError):
     pass
+
+
+def _construct_object(loader: _Loader, node: yaml.Node, deep: bool = False) -> Any:
+    """A node's value; a tagged scalar its tag's constructor cannot take
+    (``!!int two``, ``!!bool maybe``, ``!!timestamp 2020-13-45``) is a YAML
+    error at its line, not a ValueError, KeyError or IndexError of
+    PyYAML's with a traceback."""
+    try:
+        return yaml.SafeLoader.construct_object(loader, node, deep)
+    except yaml.YAMLError:
+        raise
+    except (ValueError, LookupError, TypeError, OverflowError) as exc:
+        value = node.value if isinstance(node, yaml.ScalarNode) else "..."
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        why = f" ({exc})" if type(exc) is ValueError and str(exc) else ""  # (a KeyError's text is the value again)
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{tag} {value!r} is not a valid {tag[2:] if tag.startswith('!!') else tag}{why}",
+            node.start_mark) from None
+
+
+_Loader.construct_object = _construct_object  # type: ignore[method-assign]
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
@@ -291,6 +322,10 @@ def _read(path: Path, properties: Mapping[str, str] | None, env: Mapping[str, st
         raise TopologyError(f"topology file {str(path)!r} not found") from None
     except IsADirectoryError:
         raise TopologyError(f"{path} is a directory, not a Flux YAML file") from None
+    except UnicodeDecodeError as exc:  # (YAML is Unicode: SnakeYAML refuses such a file too)
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise TopologyError(f"{path}: not valid YAML: line {line}: byte 0x{exc.object[exc.start]:02x} is not UTF-8 "
+                            "(save the file as UTF-8)") from None
     text = substitute(text, properties, env, source=str(path))
     try:
         doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader

@@ -461,6 +461,47 @@ def test_mistakes_that_flux_would_pass_over_are_topology_errors(tmp_path, body, 
     assert str(info.value).startswith(f"{path}: ") and needle in str(info.value), str(info.value)
 
 
+@pytest.mark.parametrize("value, needle", [
+    ("!!int two", "line 2, column 82: !!int 'two' is not a valid int (invalid literal"),
+    ('!!int ""', "!!int '' is not a valid int"),
+    ("!!float abc", "!!float 'abc' is not a valid float"),
+    ("!!bool maybe", "!!bool 'maybe' is not a valid bool"),
+    ("!!timestamp 2020-13-45", "!!timestamp '2020-13-45' is not a valid timestamp (month must be in 1..12)"),
+    ("!!timestamp 2020-02-30", "is not a valid timestamp (day is out of range for month)"),
+    ("!!map x", "expected a mapping node, but found scalar"),
+])
+def test_a_tagged_value_its_tag_cannot_take_is_a_yaml_error_at_its_line(tmp_path, value, needle):
+    # (a trial: PyYAML's ValueError, KeyError or IndexError, with a traceback and exit 1)
+    path = _shell_file(tmp_path, f"""
+        spouts: [{{id: s, className: org.apache.storm.testing.TestWordSpout, parallelism: {value}}}]
+    """)
+    with pytest.raises(TopologyError) as info:
+        load_flux(path)
+    assert str(info.value).startswith(f"{path}: not valid YAML: ") and needle in str(info.value), str(info.value)
+
+
+def test_a_yaml_file_that_is_not_utf8_is_a_topology_error_naming_it(tmp_path):
+    # (a trial: UnicodeDecodeError with a traceback, for the file and for a file it includes)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"name: x\n# caf\xe9\nspouts: [{id: s, className: org.apache.storm.testing.TestWordSpout}]\n")
+    with pytest.raises(TopologyError, match=r"latin\.yaml: not valid YAML: line 2: byte 0xe9 is not UTF-8"):
+        load_flux(latin)
+    main = write(tmp_path / "main.yaml", """
+        includes: [{resource: false, file: latin.yaml}]
+    """)
+    with pytest.raises(TopologyError, match=r"latin\.yaml: not valid YAML: line 2: byte 0xe9"):
+        load_flux(main)
+
+
+def test_a_properties_file_in_latin1_reads_as_java_reads_it(tmp_path):
+    # Java's Properties.load, which Flux's --filter uses, reads ISO-8859-1: a Storm user's file with "caf\xe9"
+    # in it failed here with a traceback. UTF-8 is read as UTF-8.
+    (tmp_path / "latin.properties").write_bytes(b"name = caf\xe9\n")
+    (tmp_path / "utf8.properties").write_bytes("name = caf\u00e9 \u2713\n".encode())
+    assert parse_properties(tmp_path / "latin.properties") == {"name": "caf\u00e9"}
+    assert parse_properties(tmp_path / "utf8.properties") == {"name": "caf\u00e9 \u2713"}
+
+
 def test_keys_a_yaml_merge_brings_in_may_be_overridden(tmp_path):
     path = _shell_file(tmp_path, """
         spouts:
