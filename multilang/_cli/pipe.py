@@ -115,6 +115,9 @@ def pipe(fields: str | None, output_fields: str | None, json_input: bool, conf: 
     code = EXIT_OUTPUT_CLOSED if out.closed and signum is None else exit_code(result, signum)
     if code not in (EXIT_OK, EXIT_OUTPUT_CLOSED):
         print_summary(result, time.monotonic() - start, dead_letter)
+    if result.gave_up and feed.open:  # (each line up to it is output or a dead letter: Runtime._give_up_read_once)
+        click.echo(f"[summary] stdin: the run gave up after line {feed.last_taken}; the lines after it were not "
+                   "processed (neither output nor dead letters)", err=True)
     if signum is not None:
         interrupted(signum, False)
     raise SystemExit(code)

@@ -71,6 +71,7 @@ class StdinFeed:
         #: the longest line taken (multilang.max.frame.bytes): a longer one is
         #: a dead letter, and what is read of it is not kept (memory is bounded)
         self.max_line = 64 << 20
+        self.last_taken = 0  # the stdin line number of the last input the spout took
 
     def __iter__(self) -> "StdinFeed":
         return self
@@ -89,6 +90,8 @@ class StdinFeed:
         for _ in got:
             lines[seq] = numbers.popleft()
             seq += 1
+        if got:
+            self.last_taken = lines[seq - 1]
         self._taken = seq
         if self._room is not None and len(items) <= self.CAPACITY // 2:
             self._room.set()

@@ -358,6 +358,39 @@ class PythonSpoutTask(SpoutTask):
         self.notices.append((kind, msg_id, cause))
         self.kick()
 
+    @property
+    def read_once(self) -> bool:
+        """Its source is open-ended (``multilang pipe``'s stdin, the asyncio
+        feed): what it gave cannot be had again, by a replay after the run
+        or by a resumed run."""
+        return getattr(self._items, "open", None) is not None
+
+    def give_up_inputs(self, cause: str) -> None:
+        """The run gave up (a component past its restart budget) with this
+        read-once spout's inputs not done: each one it gave and was not told
+        is done (in flight, failed and waiting for its replay, or its
+        failure not heard yet), and each its source has read and not given
+        yet, is a dead letter with ``cause`` now, instead of being lost
+        without a word. Done here, not by the task's loop: that may be
+        waiting for room in the inbox of the bolt that gave up."""
+        rt = self.runtime
+        last_try = {m: c for kind, m, c in self.notices if kind == "fail" and c and c != cause}  # (moot now)
+        self.notices.clear()
+        waiting = set(self._replay)
+        self._replay.clear()
+        for msg_id in sorted(self._values):
+            why = f"{cause} (its last try: {last_try[msg_id]})" if msg_id in last_try else cause
+            if self._on_fail is not None:
+                self._on_fail(msg_id)
+            attempts = self._fails.pop(msg_id, 0) + (msg_id not in waiting)
+            rt.dead_letter(self, msg_id, self._values.pop(msg_id), why, attempts)
+        self._crashes.clear()
+        got = self._take(1 << 30) if self._take is not None else []
+        for values in got:  # (numbered as the source numbers them: multilang pipe's stdin line)
+            rt.dead_letter(self, self._seq, values, cause, 0)
+            self._seq += 1
+        self._exhausted = True
+
     def acked(self, msg_ids: list[Any]) -> None:
         # Done with these inputs at once: an ack needs no decision, so it
         # does not wait in the notices (a fail for the same id cannot be

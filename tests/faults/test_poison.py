@@ -217,6 +217,33 @@ def test_two_poisons_that_kill_the_process_fit_the_default_restart_budget(tmp_pa
     assert [json.loads(x)["input"] for x in dead.read_text().splitlines()] == [["poison"], ["poison"]]
 
 
+def test_when_pipe_gives_up_every_line_it_took_is_output_or_a_dead_letter(tmp_path):
+    # One poison line in ten: each costs restarts, and the bolt's restart budget runs out. A trial's run then
+    # ended with 955 of 1,000 lines neither printed nor written to --dead-letter, and nothing said which.
+    # Now each line the run took and did not finish is a dead letter naming the give-up, and the summary says
+    # where stdin was left (20,000 lines: more than the run reads ahead).
+    dead = tmp_path / "dead.jsonl"
+    lines = ["poison" if i % 10 == 9 else f"line{i}" for i in range(20_000)]
+    proc = subprocess.run(ML + ["pipe", "--dead-letter", str(dead), "--", *CRASH_BOLT],
+                          input="".join(f"{x}\n" for x in lines), capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 1 and "gave up:" in proc.stderr, proc.stderr[-3000:]
+    last = int(re.search(r"\[summary\] stdin: the run gave up after line (\d+); the lines after it were not "
+                         r"processed \(neither output nor dead letters\)", proc.stderr).group(1))
+    assert last < len(lines), last  # (it stopped reading: the rest was never taken)
+    printed = [json.loads(x)[0] for x in proc.stdout.splitlines()]
+    letters = [json.loads(x) for x in dead.read_text().splitlines()]
+    by_line = {d["line"]: d for d in letters}
+    assert len(by_line) == len(letters)  # (one letter per line)
+    # Exactly once: each of the lines up to `last` printed (a good line's text is its own) or a dead letter.
+    out = {int(x[4:]) + 1 for x in printed}  # ("LINE8" is line 9)
+    assert len(out) == len(printed) and not out & set(by_line), proc.stderr[-2000:]
+    assert out | set(by_line) == set(range(1, last + 1)), sorted(set(range(1, last + 1)) - out - set(by_line))[:10]
+    gave_up = [d for d in letters if d["cause"].startswith("not done when the run gave up: component 'bolt'")]
+    assert len(gave_up) > len(letters) // 2, letters[:3]
+    assert all(d["input"] == [lines[d["line"] - 1]] for d in letters)
+
+
 def test_with_max_tuples_the_inputs_failed_beside_a_poison_are_still_replayed(tmp_path):
     # They were failed with it when its process died; --max-tuples must not
     # stop their replays (it did: 49 good lines were lost with exit 0).
