@@ -93,6 +93,8 @@ class Report:
     strict: bool = False
     #: Checks that passed only when run again with the longer wait (a slow component, ``SLOW_TIMEOUT``).
     slow: list[str] = field(default_factory=list)
+    #: The component answered no handshake within 5 s, and did within 30 s: each check waited that long for it.
+    slow_start: bool = False
 
     def is_warning(self, r: CheckResult) -> bool:
         """A failed check that is only reported: a recommended one, not
@@ -186,6 +188,7 @@ class Report:
             "warnings": self.warnings,
             "not_applicable": self.not_applicable,
             "slow": self.slow,
+            "slow_start": self.slow_start,
             "duration": round(self.duration, 3),
             "results": results,
         }
@@ -222,6 +225,9 @@ class Report:
                     lines.extend(f"       {s}" for s in r.stderr.splitlines()[-8:])
         if self.not_applicable:
             lines.append(f"{self.not_applicable} not applicable" + ("" if verbose else " (-v lists them)"))
+        if self.slow_start:
+            lines.append("the component answered no handshake within 5 s, and did within 30 s (a slow start: a JVM, "
+                         "heavy imports): each check waited up to 30 s for its pid reply")
         if self.slow:
             lines.append(f"{len(self.slow)} passed only when run again with a 30 s wait for each frame: the component "
                          "answers more slowly than 2 s (Storm waits topology.message.timeout.secs, 30 s, for an ack)")
