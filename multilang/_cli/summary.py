@@ -65,8 +65,13 @@ def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = No
         click.echo(f"[summary] spout {name} saw message id {clip(repr(msg_id))} fail {times} times"
                    + (f"; last cause: {cause}" if cause else ""), err=True)
     if getattr(result, "state_path", None) and not result.stateful:
-        click.echo(f"[summary] state: no bolt of this topology accepted the state extension (§9.7), so "
-                   f"{result.state_path} holds nothing from this run", err=True)
+        # (a component none of whose processes got through its handshake could not say: a trial's stateful
+        # count bolt, its worker killed each time before, read as one that is not stateful)
+        silent = [n for n, e in exts.items() if e is None and n not in spouts]
+        why = (f"{', '.join(silent)} never completed a handshake, and no other bolt" if silent else
+               "no bolt of this topology")
+        click.echo(f"[summary] state: {why} accepted the state extension (§9.7), so {result.state_path} holds "
+                   "nothing from this run", err=True)
     if getattr(result, "stateful", None):
         where = (f"kept in {result.state_path}" if result.state_path else
                  "kept for this run only (resume a run with --state-dir DIR)")

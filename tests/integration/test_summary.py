@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from multilang._cli.summary import print_summary
+from multilang.shellbolt import RunResult
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 COMPONENTS = Path(__file__).resolve().parent / "components"
@@ -137,3 +140,22 @@ inputs = [{{ source = "cues", grouping = "all" }}]
     assert final["last_error"] == f"from index {last}", final
     assert final["metrics"] == {"last": last}, final
     assert f"[summary]     b metrics: last={last}" in p.stderr.splitlines(), p.stderr
+
+
+def _state_line(capsys, **result) -> str:
+    print_summary(RunResult(stats={}, completed=0, failed=0, timed_out=0, pending=0, gave_up=[], outputs=[],
+                            state_path="/s/wc.sqlite", spouts=["sentences"], **result), 1.0)
+    return next(line for line in capsys.readouterr().err.splitlines() if line.startswith("[summary] state"))
+
+
+def test_a_stateful_bolt_that_never_completed_a_handshake_is_not_said_to_be_stateless(capsys):
+    # A trial: the spout's worker killed each time before its processes started; the count bolt is stateful,
+    # and the line said that no bolt of the topology accepted the state extension.
+    exts = {"sentences": None, "split": ["batch"], "count": None}
+    assert _state_line(capsys, extensions=exts) == (
+        "[summary] state: count never completed a handshake, and no other bolt accepted the state extension "
+        "(§9.7), so /s/wc.sqlite holds nothing from this run")
+    exts = {"sentences": ["batch"], "split": ["batch"], "count": []}
+    assert _state_line(capsys, extensions=exts) == (
+        "[summary] state: no bolt of this topology accepted the state extension (§9.7), so /s/wc.sqlite holds "
+        "nothing from this run")
