@@ -221,6 +221,12 @@ class ShellProcess:
         self._log_budget = LineBudget()
 
     @property
+    def spawned_pid(self) -> int | None:
+        """The pid of the process the host started (the leader of its process
+        group), not the one its pid reply names (a wrapper's child may answer)."""
+        return self.proc.pid if self.proc is not None else None
+
+    @property
     def open(self) -> bool:
         """False once the child's stdout closed or broke the protocol: the
         reader is about to raise, so writers must stop sending."""

@@ -21,6 +21,8 @@ import tempfile
 
 from multilang.errors import MultilangError
 
+from .pids import is_running, start_time
+
 __all__ = ["make", "owner_tag", "owner_gone"]
 
 _OWNER = ".multilang-owner"
@@ -55,7 +57,7 @@ def make(prefix: str, socket_name_len: int = 0) -> str:
             base = short[0]
     path = tempfile.mkdtemp(prefix=prefix, dir=base)
     with open(os.path.join(path, _OWNER), "w", encoding="ascii") as f:
-        f.write(f"{os.getpid()} {_started(os.getpid()) or ''}")
+        f.write(f"{os.getpid()} {start_time(os.getpid()) or ''}")
     return path
 
 
@@ -80,7 +82,7 @@ def sweep() -> list[str]:
             pid = int(pid_text)
         except (OSError, ValueError):
             continue
-        if not _running(pid, started):
+        if not is_running(pid, started):
             shutil.rmtree(e.path, ignore_errors=True)
             removed.append(e.path)
     return removed
@@ -89,7 +91,7 @@ def sweep() -> list[str]:
 def owner_tag() -> str:
     """This process, as a file's name can say that it owns the file:
     ``PID-STARTED`` (its start time in clock ticks, where the system tells)."""
-    return f"{os.getpid()}-{_started(os.getpid()) or ''}"
+    return f"{os.getpid()}-{start_time(os.getpid()) or ''}"
 
 
 def owner_gone(tag: str) -> bool:
@@ -98,26 +100,4 @@ def owner_gone(tag: str) -> bool:
     pid, sep, started = tag.partition("-")
     if not sep or not pid.isdigit() or not (started.isdigit() or not started):
         return False
-    return not _running(int(pid), started)
-
-
-def _running(pid: int, started: str) -> bool:
-    """Whether process ``pid`` is the one that started at ``started`` (a pid
-    reused by another process is not the owner)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process has the pid now: not ours to judge, keep the folder
-    now = _started(pid)
-    return not started or now is None or now == started
-
-
-def _started(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
+    return not is_running(int(pid), started)

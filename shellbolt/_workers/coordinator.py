@@ -23,6 +23,7 @@ from typing import Any, Callable
 import trio
 
 from .._host import scratch
+from .._host.pids import signal_group
 from .._model.results import COUNTERS, DEAD_LETTER_SAMPLE, DeadLetter, RunResult
 from multilang.errors import MultilangError, TopologyError
 
@@ -110,6 +111,7 @@ class _Worker:
         self.extensions: dict[int, list[str] | None] = {}  # shell task id -> what its process negotiated, as of then
         self.stateful: set[str] = set()  # the components its processes ran as stateful bolts (§9.7), as of then
         self.carried: dict[int, list[int]] = {}  # task id -> the COUNTERS of its dead processes, summed
+        self.processes: dict[int, str] = {}  # its component processes (pid -> start time), as of its last status
 
     def carry(self, tasks: list[int], restarted: bool = True) -> None:
         """Its process died: what its tasks did and its spouts' trees that
@@ -227,6 +229,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     #: what every worker is told once the run stops ("stop", then "finish"), said again to one that says
     #: hello after it (a stop during the workers' start-up: it would emit through the grace, and never end)
     said: list[Any] = []
+    #: the component processes of the workers that died (pid -> start time): ended by end_orphans, or at the end
+    orphans: list[dict[int, str]] = []
     stopped_by = "done"
     try:
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
@@ -293,6 +297,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 w.extensions = msg[2]["extensions"]
                                 w.stateful.update(msg[2].get("stateful", ()))
                                 w.pending = msg[2]["pending"]
+                                w.processes = msg[2]["processes"]
                         elif kind == "cp_flags":
                             ck.flags[msg[1]] = msg[2]
                             await ck.step(broadcast, workers, rollback)
@@ -333,6 +338,22 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     log.warning("state rolled back to %s on every host worker: %s",  # (once: the workers are quiet)
                                 rolled_back_to(ck.store.txid), cause)
 
+            async def end_orphans(w: _Worker, processes: dict[int, str]) -> None:
+                """A worker died: its component processes (§5.4's end, their
+                stdin closed by its death) get the kill grace, then SIGTERM, the
+                grace again, then SIGKILL, each to its process group. One hung
+                or stopped reads no end of its input, and outlived the run (a
+                trial)."""
+                grace = float(topology.conf.get("multilang.kill.grace.secs") or 0)
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    await trio.sleep(grace)
+                    hit = [pid for pid, started in processes.items() if signal_group(pid, started, sig)]
+                    if hit:
+                        log.warning("host worker %d died: %d of its component processes (pid %s) still ran %s: %s",
+                                    w.index, len(hit), ", ".join(map(str, hit)),
+                                    f"{grace:g}s after" if sig == signal.SIGTERM else "after SIGTERM",
+                                    signal.Signals(sig).name)
+
             async def watch(w: _Worker) -> None:
                 while True:
                     assert w.proc is not None
@@ -342,6 +363,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             await w.read_all.wait()
                     if w.result is not None:
                         return
+                    orphans.append(w.processes)
+                    nursery.start_soon(end_orphans, w, w.processes)
+                    w.processes = {}
                     tasks = [t for t, at in where.items() if at == w.index]
                     if stopping.is_set():  # not started again: what it did counts, its trees in flight stay pending
                         log.warning("host worker %d (pid %d) died (%s) while the run stopped: not started again; "
@@ -557,9 +581,15 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
         for w in ws:
             if w.proc is not None and w.proc.returncode is None:
                 w.proc.kill()
+            if w.result is None:  # (killed now, or dead unwatched as the run ended: what it ran goes too)
+                orphans.append(w.processes)
+        for processes in orphans:  # (and what the dead workers' left, at once: the run is over)
+            for pid, started in processes.items():
+                signal_group(pid, started)
         ck.committed_outputs = list(ck.store.outputs().values())
         ck.close()
         shutil.rmtree(directory, ignore_errors=True)
+        scratch.sweep()  # (and a dead worker's own folders, pid folders: no finally of its removed them)
     if view._key_index is not None:  # the committed view (a resumed run's earlier part, a dead worker's keys) ...
         for record in ck.committed_outputs:
             view.outputs_by_key[view._view_key(record)] = record

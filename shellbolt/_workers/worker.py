@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from .._host.pids import start_time
 from .._model.results import COUNTERS
 from .._model.topology import Topology
 from .._runtime.collector import prepare_gc
@@ -70,6 +71,26 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+_STARTED: dict[int, str] = {}  # pid -> start time, of this worker's component processes (read once each)
+
+
+def _processes(rt: Any) -> dict[int, str]:
+    """This worker's component processes: pid -> start time (Linux; none
+    elsewhere). If this worker dies, the main process kills those still
+    running: one that is hung or stopped reads no end of its input, and
+    would outlive the run (a trial)."""
+    now: dict[int, str] = {}
+    for task in rt.tasks.values():
+        pid = getattr(getattr(task, "proc", None), "spawned_pid", None)
+        if pid is not None:
+            started = _STARTED.get(pid) or start_time(pid)
+            if started:
+                now[pid] = started
+    _STARTED.clear()
+    _STARTED.update(now)
+    return now
+
+
 def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
     cp = rt.checkpoints
     part = {"part": view.part(rt, link.worker, link.placement)} if snapshot else {}
@@ -77,6 +98,7 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
             "received": link.received, "pending": rt.acker.pending, "emitted": rt.emitted_by_spouts,
             "completed": rt.acker.stats["completed"], "failed": rt.acker.stats["failed"],
             "forever": rt.replayed_past_max(),  # (the main process's ReplayWatch: its trees are counted here)
+            "processes": _processes(rt),
             # (its tasks' counters: if this process dies, the run's counts keep what it did)
             "counters": {t: [getattr(s, k) for k in COUNTERS] for stats in rt.stats.values()
                          for t, s in stats.tasks.items() if link.placement[t] == link.worker},

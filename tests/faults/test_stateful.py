@@ -412,6 +412,47 @@ def test_the_fork_server_killed_or_stopped_the_workers_run_on_and_one_that_dies_
         assert "host worker" not in err, err[-3000:]
 
 
+@pytest.mark.parametrize("when", ["while-the-run-goes-on", "as-the-run-ends"])
+def test_a_dead_workers_stopped_component_is_ended_by_the_main_process_and_its_folders_removed(tmp_path, corpus,
+                                                                                              when):
+    """Worker 1's count process is stopped (SIGSTOP: it reads no end of its
+    input, as a hung one does not), then worker 1 is SIGKILLed. The main
+    process ends what the dead worker ran as the host ends a process (the
+    kill grace, SIGTERM, the grace, SIGKILL to its group) while the run goes
+    on (--duration: stopped by a signal after that), or at once as the run
+    ends (to the end: the counts stay exact). A trial's stopped or hung
+    component outlived the run (parent pid 1), and the dead worker's pid
+    folder stayed in the temporary directory."""
+    path, expected = corpus
+    toml = wordcount_toml(tmp_path, path, ["node", str(EXAMPLES / "node" / "count_bolt.js")])
+    state, tmp = tmp_path / "state", tmp_path / "tmp"
+    tmp.mkdir()
+    going_on = when == "while-the-run-goes-on"
+    run = _run_cli(toml, state, "--workers", "2", "-c", "multilang.kill.grace.secs=0.3",
+                   *(["--duration", "600"] if going_on else []), tmp=tmp)
+    lines: list[str] = []
+    with _reaped(run):
+        _wait("the first checkpoint", run, lambda: _committed_txid(state / "wordcount.sqlite") >= 1)
+        worker = _wait("worker-1 running", run, lambda: _processes(run, "worker-1"))[0]
+        count = _wait("its count process", run, lambda: [p for p in descendant_pids(worker)
+                                                         if running(p) and re.search(VICTIMS["count"], cmdline(p))])[0]
+        seen = Seen([count])
+        os.kill(count, signal.SIGSTOP)
+        os.kill(worker, signal.SIGKILL)
+        if going_on:
+            _stderr_until(run, lines, f"host worker 1 died: 1 of its component processes (pid {count}) still ran "
+                                      "after SIGTERM: SIGKILL")
+            _wait("the count process gone", run, lambda: not seen.running())
+            run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=180)
+    err = "".join(lines) + err
+    assert run.returncode == (143 if going_on else 0), err[-3000:]
+    if not going_on:
+        assert _counts(out) == expected
+    assert not seen.running(), f"count process {count} outlived the run:\n{err[-3000:]}"
+    assert not _scratch_of([worker], [tmp]), err[-3000:]  # (its pid folder: no finally of its ran)
+
+
 def _with_python_split(tmp_path: Path, corpus: Path, split: Path) -> Path:
     """The README's word count over ``corpus`` with the Python ``split``
     script in place of the Ruby split (held emits, as the README's)."""

@@ -14,6 +14,7 @@ import pytest
 
 from multilang.errors import MultilangError
 from multilang.shellbolt._host import scratch
+from multilang.shellbolt._host.pids import start_time
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def _folder(tmp, name: str, owner: str | None):
 def test_only_the_folders_of_owners_that_are_gone_are_swept(tmp):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)
-    me = f"{os.getpid()} {scratch._started(os.getpid())}"
+    me = f"{os.getpid()} {start_time(os.getpid())}"
     dead = _folder(tmp, "multilang-pids-dead", f"{dead_pid} 1")
     reused = _folder(tmp, "multilang-state-reused", f"{os.getpid()} 1")  # this pid, another start: a reused pid
     mine = _folder(tmp, "multilang-workers-mine", me)
@@ -51,7 +52,7 @@ def test_a_folder_names_its_owner_and_is_private(tmp):
     assert os.path.dirname(path) == str(tmp)
     assert os.stat(path).st_mode & 0o777 == 0o700
     pid, started = open(os.path.join(path, ".multilang-owner")).read().split()
-    assert int(pid) == os.getpid() and started == scratch._started(os.getpid())
+    assert int(pid) == os.getpid() and started == start_time(os.getpid())
     assert path not in scratch.sweep() and os.path.isdir(path)
 
 

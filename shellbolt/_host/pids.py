@@ -1,0 +1,58 @@
+"""Which process a pid names: its start time (Linux's ``/proc``), so that a
+pid the kernel has given to another process since is not taken for the one
+that had it (a scratch folder's owner, a dead host worker's components)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["start_time", "is_running", "signal_group"]
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """The process's state letter and start time in clock ticks since boot
+    (Linux's /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), fields[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), or None."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def is_running(pid: int, started: str | None) -> bool:
+    """Whether process ``pid`` is the one that started at ``started`` (a pid
+    reused by another process is not; without a start time to compare, any
+    process with the pid is taken for it, and another user's always is)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process has the pid now: not ours to judge
+    now = start_time(pid)
+    return not started or now is None or now == started
+
+
+def signal_group(pid: int, started: str, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to the process group that process ``pid`` leads (our
+    component processes each lead one: §5.4), if it is still the process
+    that started at ``started``; True if it went to that process running.
+    Where the process has exited and is not reaped yet, what is left of its
+    group (a wrapper's children) gets SIGKILL, and the answer is False."""
+    stat = _stat(pid) if started else None
+    if stat is None or stat[1] != started:
+        return False  # (gone, or the pid is another process's now, or no start time to be sure)
+    exited = stat[0] == "Z"
+    try:
+        os.killpg(pid, signal.SIGKILL if exited else sig)
+    except OSError:
+        return False
+    return not exited
