@@ -51,6 +51,19 @@ def parse_conf(pairs: tuple[str, ...]) -> dict[str, Any]:
                                      f"-c '{key}=\"{raw}\"'", param_hint="--conf")
     return conf
 
+class IntRange(click.IntRange):
+    """click's, saying what is wrong in a user's words: "'1.5' is not a
+    valid integer", not "... is not a valid integer range" (a trial)."""
+
+    name = "integer"
+
+
+class FloatRange(click.FloatRange):
+    """click's, saying "'abc' is not a valid number" (not "float range")."""
+
+    name = "number"
+
+
 def finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number of seconds")

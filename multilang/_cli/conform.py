@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .common import EXIT_SIGINT, EXIT_USAGE, check_command
+from .common import EXIT_SIGINT, EXIT_USAGE, FloatRange, IntRange, check_command
 
 
 @click.command(
@@ -21,7 +21,7 @@ from .common import EXIT_SIGINT, EXIT_USAGE, check_command
               help="Report format (written to stdout).")
 @click.option("--vectors", "vectors_dir", type=click.Path(file_okay=False, path_type=pathlib.Path), default=None,
               help="Directory of vector files. Default: the vectors shipped with the package (spec/vectors).")
-@click.option("--timeout", type=click.FloatRange(min=0.05, max=600), default=None,
+@click.option("--timeout", type=FloatRange(min=0.05, max=600), default=None,
               help="Seconds to wait for each expected frame; above 2 it also stretches every other wait "
                    "(handshake, ready line, exit, pid file) in proportion. Default: 2, and a check that failed "
                    "only because a frame came later runs again with 30 (Storm's message timeout).")
@@ -29,7 +29,7 @@ from .common import EXIT_SIGINT, EXIT_USAGE, check_command
               help="Failed recommended checks fail the run too (reported as FAIL, not WARN).")
 @click.option("-k", "select", metavar="SUBSTRING", default=None, help="Run only vectors whose id contains SUBSTRING.")
 @click.option("--verbose", "-v", is_flag=True, help="List the checks that do not apply to this component too.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1, max=64), default=None,
+@click.option("--jobs", "-j", type=IntRange(min=1, max=64), default=None,
               help="Vectors run at once, each against its own process. Default: 4 (2 per core, at most 4); 1: one "
                    "after another (a component that cannot bear several of itself at once).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

@@ -9,18 +9,18 @@ import click
 
 from multilang.shellbolt import setup_logging
 
-from .common import EXIT_FAILED, EXIT_USAGE
+from .common import EXIT_FAILED, EXIT_USAGE, FloatRange, IntRange
 
 
 @click.command("replay")
 @click.argument("recording", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--component", required=True, metavar="C", help="The recorded component to replay.")
 @click.option("--task", type=int, metavar="N", help="Its task (needed when it ran more than one).")
-@click.option("--session", type=click.IntRange(min=1), metavar="K",
+@click.option("--session", type=IntRange(min=1), metavar="K",
               help="The task's process session (1, 2, ... a restart starts a new one). Default: the last complete one.")
 @click.option("--cwd", type=click.Path(file_okay=False, exists=True),
               help="Where CMD runs. Default: where the recorded process ran (the topology's resource directory).")
-@click.option("--timeout", type=click.FloatRange(min=0.05, max=3600), default=10.0, show_default=True,
+@click.option("--timeout", type=FloatRange(min=0.05, max=3600), default=10.0, show_default=True,
               help="Seconds CMD may send nothing while the replay waits for it (handshake, an ack, a sync): "
                    "longer is a hang (exit 1).")
 @click.option("--partial", is_flag=True,

@@ -21,7 +21,7 @@ from ..errors import MultilangError, TopologyError
 from . import signals as _signals
 from .common import (
     EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_USAGE, dead_letter_writer, distinct_files,
-    embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
+    FloatRange, IntRange, embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
     stopped_before_start,
 )
 from .output import NothingRan, Output, flush_every, output_file
@@ -32,9 +32,9 @@ from .summary import print_summary
 @click.argument("topology_file", type=click.Path(dir_okay=False))
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
               help="local: the embedded trio runtime. spark: compile onto Spark.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, v: finite(v),
+@click.option("--duration", type=FloatRange(min=0, min_open=True), callback=lambda ctx, param, v: finite(v),
               help="Stop after this many seconds.")
-@click.option("--max-tuples", type=click.IntRange(min=1),
+@click.option("--max-tuples", type=IntRange(min=1),
               help="Stop after the spouts emitted this many tuples and their trees finished (waiting at most "
                    "topology.message.timeout.secs x (1 + multilang.max.replays) for those).")
 @click.option("--until-done/--no-until-done", default=None,
@@ -54,7 +54,7 @@ from .summary import print_summary
 @click.option("--record", "record_dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Record every frame each shell task reads and writes in DIR (a new or empty directory; bounded "
                    "by multilang.record.*), for multilang replay (docs/OBSERVE.md).")
-@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+@click.option("--workers", type=IntRange(min=1), metavar="N",
               help="Host worker processes (Storm's topology.workers; default: the conf key, else 1): the tasks are "
                    "dealt round-robin to N processes, so the host uses N cores (docs/WORKERS.md).")
 @click.option("--state-dir", type=click.Path(file_okay=False), metavar="DIR",
@@ -80,7 +80,7 @@ from .summary import print_summary
 @click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Append the run's metrics to FILE as a JSON line every topology.builtin.metrics.bucket.size.secs "
                    "(10) and when the run ends (docs/OBSERVE.md).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+@click.option("--metrics-port", type=IntRange(0, 65535), metavar="PORT",
               help="Serve the metrics at http://127.0.0.1:PORT/metrics (Prometheus text format) while the topology "
                    "runs; 0: a free port, printed on stderr.")
 @click.option("--metrics-host", metavar="HOST",

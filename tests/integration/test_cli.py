@@ -844,3 +844,15 @@ def test_help_texts_are_whole_sentences_and_every_option_says_what_it_does():
         assert f"  {name} " in commands
     pipe_help = multilang("pipe", "--help").stdout
     assert "-c, --conf KEY=VALUE" in pipe_help and "Conf override" in pipe_help
+
+
+@pytest.mark.parametrize("args, said", [
+    (["run", "examples/wordcount.toml", "--workers", "1.5"], "'1.5' is not a valid integer."),
+    (["run", "examples/wordcount.toml", "--max-tuples", "1e3"], "'1e3' is not a valid integer."),
+    (["run", "examples/wordcount.toml", "--duration", "abc"], "'abc' is not a valid number."),
+    (["conform", "-j", "two", "--", "python", "x"], "'two' is not a valid integer."),
+])
+def test_a_number_option_that_is_not_a_number_says_so_in_plain_words(args, said):
+    # (click's own: "'1.5' is not a valid integer range", a trial found it unclear)
+    r = multilang(*args)
+    assert r.returncode == 2 and said in r.stderr and "range" not in r.stderr.splitlines()[-1], r.stderr
