@@ -23,6 +23,7 @@ A restarted process gets the committed state in its ``init``.
 
 from __future__ import annotations
 
+import math
 import shutil
 import sqlite3
 from typing import Any
@@ -249,13 +250,19 @@ class Checkpointer:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def quiescent(self) -> bool:
-        """Every tree in flight waits only for held acks."""
-        hx = self._held_xor
+    def quiescent(self, parked: bool = False) -> bool:
+        """Every tree in flight waits only for held acks; with ``parked``,
+        or has touched no stateful task yet (see :meth:`_cut`)."""
+        hx, touched = self._held_xor, self.touched
         for r, root in self.rt.acker.roots.items():
-            if root.value != hx.get(r, 0):
+            if root.value != hx.get(r, 0) and (not parked or r in touched):
                 return False
         return True
+
+    def _held_trees(self) -> set[int]:
+        """The trees in flight that wait only for held acks."""
+        hx = self._held_xor
+        return {r for r, root in self.rt.acker.roots.items() if root.value == hx.get(r, 0)}
 
     async def run(self) -> None:
         rt = self.rt
@@ -268,11 +275,13 @@ class Checkpointer:
                     with trio.move_on_at(deadline):
                         await self._first_ready.wait()
                     continue
-                quiet = self._quiet_needed(trio.current_time()) if self.held and self.quiescent() else None
+                # (trees parked in a bolt that waits for more input do not keep the spouts waiting: _checkpoint)
+                quiet = (self._quiet_needed(trio.current_time()) if self.held and self.quiescent(parked=True)
+                         else None)
                 if quiet is not None:
                     seen = rt.emitted_by_spouts
                     await trio.sleep(quiet)
-                    if rt.emitted_by_spouts == seen and self.quiescent():
+                    if rt.emitted_by_spouts == seen and self.quiescent(parked=True):
                         why = f"the spouts were quiet {quiet:g} s and trees wait for it"
                         break
                     continue
@@ -331,18 +340,29 @@ class Checkpointer:
         self.paused = True
         try:
             # Late answers to a prepare a rollback abandoned come first (§9.7:
-            # one prepare unanswered at a time), then the cut.
-            while self._owed & self.ready or not self.quiescent():
+            # one prepare unanswered at a time), then the cut. A tree that has
+            # touched no stateful task may be parked in a bolt that holds its
+            # input until more comes (a batching bolt, Storm's common pattern):
+            # with the spouts paused it never comes, and a cut that waited for
+            # it waited for a tick or the message timeout, rolled back and
+            # replayed, for ever (a trial). Past a short patience such trees
+            # are left out of the cut, as if begun after it: none of their
+            # tuples was written to a stateful task, so their changes and
+            # acks are the next checkpoint's.
+            patient_until = trio.current_time() + max(0.02, self.interval / 10)
+            while self._owed & self.ready or not self.quiescent(parked=trio.current_time() >= patient_until):
                 if self.epoch != epoch:
                     return False
-                await rt.wait_for_change()
-            # The cut: every tree pending now waits only for held acks, and the
-            # prepares go out in this same step, ahead of any tuple not yet
-            # written (send_state): so each stateful task answers with the
-            # changes of exactly these trees. A tree a spout emits after the
-            # cut (a `next` that was outstanding) is processed after the
-            # prepare: its changes and its held acks wait for the next checkpoint.
-            covered = set(rt.acker.roots)
+                with trio.move_on_at(patient_until if trio.current_time() < patient_until else math.inf):
+                    await rt.wait_for_change()
+            # The cut: every tree pending now that touched a stateful task
+            # waits only for held acks, and the prepares go out in this same
+            # step, ahead of any tuple not yet written (send_state): so each
+            # stateful task answers with the changes of exactly these trees. A
+            # tree a spout emits after the cut (a `next` that was outstanding)
+            # is processed after the prepare: its changes and its held acks
+            # wait for the next checkpoint, as do a parked tree's.
+            covered = self._held_trees()
             n_held = len(self.held)
             store = self._open()
             txid = self._txid_asked = max(store.txid or 0, self._txid_asked) + 1
