@@ -105,17 +105,18 @@ class Output:
             self.runtime.request_stop("output closed")
 
 
-class NothingRan(SystemExit):
-    """The run was stopped before its topology started (a signal during
-    Spark's start-up): nothing ran, and FILE of ``-o`` is left as it was."""
+class NoOutput(SystemExit):
+    """The run ended without writing its output (a signal during Spark's
+    start-up, a Spark job that failed: the Spark engine writes the output
+    view at the end): FILE of ``-o`` is left as it was."""
 
 
 @contextlib.contextmanager
 def output_file(path: str, refused: int, failed: int) -> Iterator[IO[str]]:
     """``-o FILE``: the run writes a hidden file beside FILE, moved over FILE
     when the run ends (its output so far, after a signal too). A run refused
-    (SystemExit with code ``refused``), one stopped before anything ran
-    (:class:`NothingRan`), or a host that crashes, leaves FILE as it was: never empty
+    (SystemExit with code ``refused``), one that wrote no output
+    (:class:`NoOutput`), or a host that crashes, leaves FILE as it was: never empty
     or half-written in place of the old one. A run that ended well whose
     hidden file could not be moved (a full disk) exits ``failed``. ``-`` is stdout. A FILE that is
     not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is
@@ -180,7 +181,7 @@ def output_file(path: str, refused: int, failed: int) -> Iterator[IO[str]]:
     try:
         yield stream
     except SystemExit as exc:
-        keep = exc.code != refused and not isinstance(exc, NothingRan)
+        keep = exc.code != refused and not isinstance(exc, NoOutput)
         if not finish(keep) and exc.code in (0, None):  # (a run that ended well, its output not where asked)
             raise SystemExit(failed) from None
         raise

@@ -24,7 +24,7 @@ from .common import (
     FloatRange, IntRange, embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
     stopped_before_start,
 )
-from .output import NothingRan, Output, flush_every, output_file
+from .output import NoOutput, Output, flush_every, output_file
 from .summary import print_summary
 
 
@@ -424,8 +424,6 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     """``multilang run --engine spark``: a Structured Streaming query
     (docs/SPARK.md); a line per micro-batch and a summary on stderr, the
     output view as JSON lines on ``output``; returns the exit code."""
-    from multilang.adapters.spark import run_topology, spark_error_text
-
     if remote is not None and not re.match(r"^(sc://\S+|local(\[([1-9]\d*|\*)\])?)$", remote):
         click.echo(f"error: --remote {remote!r}: a Spark Connect URL is sc://host[:port][/;params], or local[N] "
                    "for a local Connect server", err=True)
@@ -435,6 +433,29 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         if unreachable:
             click.echo(f"error: --remote {remote}: {unreachable}", err=True)
             return EXIT_USAGE
+
+    letters = None
+    if dead_letter:  # (opened now, as the embedded engine opens it: a run without dead letters leaves it empty)
+        try:
+            letters = open(dead_letter, "wb")  # noqa: SIM115 - closed below, after the run
+        except OSError as exc:
+            click.echo(f"error: --dead-letter {dead_letter}: {exc.strerror or exc}", err=True)
+            return EXIT_USAGE
+    try:
+        return _spark_run(topology, master=master, remote=remote, checkpoint=checkpoint, duration=duration,
+                          max_tuples=max_tuples, output=output, progress=progress, dead_letter=dead_letter,
+                          letters=letters, spark_conf=spark_conf)
+    finally:
+        if letters is not None:
+            letters.close()
+
+
+def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: str | None, duration: float | None,
+               max_tuples: int | None, output: Any, progress: bool, dead_letter: str | None, letters: Any,
+               spark_conf: dict[str, str] | None) -> int:
+    """The query, its signals and its summary, once the options are checked
+    (``letters``: --dead-letter's file, open)."""
+    from multilang.adapters.spark import run_topology, spark_error_text
 
     def emit(rec: dict[str, Any]) -> None:
         output.write(orjson.dumps(rec).decode() + "\n")
@@ -482,27 +503,28 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
                               max_tuples=max_tuples, on_record=emit,
                               on_progress=echo if progress and view is None else None,
                               on_snapshot=view.show if view is not None else None, should_stop=should_stop)
+    # (The output view is written at the end: none of these wrote any, and -o FILE is left as it was.)
     except KeyboardInterrupt:
         signum = stop["signal"] or signal.SIGINT
-        if not stop["running"]:  # (as the embedded engine says it: a signal before the query ran; FILE left)
+        if not stop["running"]:  # (as the embedded engine says it: a signal before the query ran)
             click.echo(f"[summary] interrupted by {signal.Signals(signum).name} before the topology started: "
                        "nothing ran", err=True)
-            raise NothingRan(_signals.exit_status(signum))
-        click.echo("interrupted", err=True)
-        return _signals.exit_status(signum)
+        else:
+            click.echo("interrupted", err=True)
+        raise NoOutput(_signals.exit_status(signum)) from None
     except TopologyError as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
         if stop["at_once"]:  # cut short inside a call into the JVM, whose connection the next call found broken
             click.echo("interrupted", err=True)
-            return _signals.exit_status(stop["signal"])
+            raise NoOutput(_signals.exit_status(stop["signal"])) from None
         if stop["signal"] is not None:  # (the JVM died of its own signal: SIGKILL, or the OOM killer's)
             cause = (spark_error_text(exc).splitlines() or [type(exc).__name__])[0]
             click.echo(f"interrupted: Spark stopped with the run ({cause})", err=True)
-            return _signals.exit_status(stop["signal"])
+            raise NoOutput(_signals.exit_status(stop["signal"])) from None
         click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
-        return EXIT_FAILED
+        raise NoOutput(EXIT_FAILED) from None
     finally:
         if stop["signal"] is None:  # (after one, py4j's connections log their ends as the process exits too)
             for h in printing:
@@ -524,10 +546,9 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
     if result.dead_letters:
         click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after their retries"
                    + (f", written to {dead_letter}" if dead_letter else "; --dead-letter FILE keeps them"), err=True)
-        if dead_letter:
-            with open(dead_letter, "wb") as f:
-                for d in result.dead_letters:
-                    f.write(orjson.dumps(d, default=repr) + b"\n")
+        if letters is not None:
+            for d in result.dead_letters:
+                letters.write(orjson.dumps(d, default=repr) + b"\n")
     if checkpoint:
         where = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
         click.echo(f"[summary] checkpoint {where} (run the same command to continue)", err=True)

@@ -307,3 +307,17 @@ def test_flag_mistakes_are_usage_errors(tmp_path):
     local = subprocess.run(CLI + ["run", str(toml), "--checkpoint", str(tmp_path / "x")], capture_output=True,
                            env=ENV, timeout=60)
     assert local.returncode == 2 and b"--checkpoint applies to --engine spark" in local.stderr
+
+
+def test_a_spark_run_that_fails_leaves_the_output_file_and_empties_the_dead_letter_file(tmp_path):
+    # A trial: a Spark that could not start (a bad driver memory), a bad conf or a failed query replaced -o FILE
+    # with an empty file, where README says a crashed run leaves it as it was; and a stale --dead-letter file
+    # from an earlier run was left as it was, where the embedded engine empties it (this run's letters: none).
+    out, letters = tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
+    out.write_text('{"an earlier run": 1}\n')
+    letters.write_text('{"an earlier letter": 1}\n')
+    proc = _run([str(_wordcount(tmp_path)), "-c", "spark.driver.memory=banana", "-o", str(out),
+                 "--dead-letter", str(letters)], timeout=120)
+    assert proc.returncode == 1 and b"error: the Spark job failed" in proc.stderr, proc.stderr[-3000:]
+    assert out.read_text() == '{"an earlier run": 1}\n'
+    assert letters.read_text() == ""
