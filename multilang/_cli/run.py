@@ -20,9 +20,9 @@ from multilang.shellbolt import setup_logging
 from ..errors import MultilangError, TopologyError
 from . import signals as _signals
 from .common import (
-    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_USAGE, dead_letter_writer, distinct_files,
-    FloatRange, IntRange, embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf, run_trio,
-    stopped_before_start,
+    EXIT_FAILED, EXIT_OK, EXIT_OUTPUT_CLOSED, EXIT_SIGINT, EXIT_USAGE, FloatRange, IntRange, dead_letter_writer,
+    distinct_files, embedded_runtime, exit_code, finite, interrupted, live_view, owning_signals, parse_conf,
+    run_trio, stopped_before_start,
 )
 from .output import NoOutput, Output, flush_every, output_file
 from .summary import print_summary

@@ -252,7 +252,7 @@ class Checkpointer:
 
     def quiescent(self, parked: bool = False) -> bool:
         """Every tree in flight waits only for held acks; with ``parked``,
-        or has touched no stateful task yet (see :meth:`_cut`)."""
+        or has touched no stateful task yet (see :meth:`_checkpoint`)."""
         hx, touched = self._held_xor, self.touched
         for r, root in self.rt.acker.roots.items():
             if root.value != hx.get(r, 0) and (not parked or r in touched):
