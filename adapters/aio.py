@@ -310,9 +310,7 @@ class _Session:
                 c = dataclasses.replace(c, impl=PythonSpout(feed, fields=c.impl.fields, streams=c.impl.streams))
             comps[name] = c
         self._topology = dataclasses.replace(topology, components=comps)
-        for c in self._topology.components.values():
-            if c.is_shell:
-                self._topology.resolve_command(c)  # a missing command: TopologyError now, not later
+        self._topology.check_commands()  # a missing command: TopologyError now, not later
         self._out: deque[Any] = deque()
         self._out_waiter: asyncio.Future[None] | None = None
         self._paused = False

@@ -566,6 +566,21 @@ class Topology:
             source_to_stream_to_fields=source_fields,
         )
 
+    def check_commands(self) -> None:
+        """Every shell component's command can run here (:meth:`resolve_command`):
+        else a TopologyError naming each one that cannot, a line each (a
+        trial fixed one missing command, ran again, and only then heard of
+        the next)."""
+        problems = []
+        for comp in self.components.values():
+            if comp.is_shell:
+                try:
+                    self.resolve_command(comp)
+                except TopologyError as exc:
+                    problems.append(str(exc))
+        if problems:
+            raise TopologyError("\n".join(problems))
+
     def resolve_command(self, comp: ComponentDef) -> tuple[list[str], str, dict[str, str]]:
         """argv, cwd and environment of a shell component.
 

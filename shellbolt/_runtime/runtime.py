@@ -142,9 +142,7 @@ class Runtime:
 
     def _build(self) -> None:
         topo = self.topology
-        for comp in topo.components.values():
-            if comp.is_shell:
-                topo.resolve_command(comp)  # a missing program is a TopologyError now, not a crash loop
+        topo.check_commands()  # a missing program is a TopologyError now, not a crash loop
         placement = self.placement
         for comp in topo.components.values():
             for t in comp.tasks:

@@ -856,3 +856,15 @@ def test_a_number_option_that_is_not_a_number_says_so_in_plain_words(args, said)
     # (click's own: "'1.5' is not a valid integer range", a trial found it unclear)
     r = multilang(*args)
     assert r.returncode == 2 and said in r.stderr and "range" not in r.stderr.splitlines()[-1], r.stderr
+
+
+def test_every_command_that_cannot_run_is_named_not_only_the_first(tmp_path):
+    # (a trial fixed one missing command, ran again, and only then heard of the next)
+    topo = tmp_path / "t.toml"
+    topo.write_text('[spouts.s]\ncommand = ["python", "nope_spout.py"]\nfields = ["x"]\n'
+                    '[bolts.b]\ncommand = ["nosuchinterp", "b.rb"]\nfields = ["y"]\ninputs = [{ source = "s" }]\n')
+    r = multilang("run", str(topo))
+    assert r.returncode == 2, r.stderr
+    assert "spout 's': script 'nope_spout.py' not found" in r.stderr, r.stderr
+    assert "bolt 'b': command 'nosuchinterp' not found on PATH" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

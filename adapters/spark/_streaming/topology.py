@@ -614,9 +614,7 @@ def run_topology(
         # One machine: its executors run each command here, in a copy of the topology's folder. A command
         # that cannot run is said now, as the embedded engine says it, not after Spark's start-up and four
         # attempts of a task, each with the executor's traceback (a trial: half a minute, 500 lines).
-        for comp in topology.components.values():
-            if comp.is_shell:
-                topology.resolve_command(comp)
+        topology.check_commands()
     temp = checkpoint is None
     ck = Location(checkpoint or scratch_folder("multilang-spark-"))
     _claim(ck, topology)
