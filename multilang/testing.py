@@ -524,15 +524,11 @@ def child_pids(pid: int | None = None) -> list[int]:
     """Pids whose parent is ``pid`` (default: this process), zombies included;
     not the JVM of this process's SparkSession, which lives as long as the
     session (a test run's, shared by its Spark tests), not as long as a test."""
+    from multilang.shellbolt import child_pids as children
+
     pid = os.getpid() if pid is None else pid
     jvm = _spark_gateway_pid() if pid == os.getpid() else None
-    kids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            fields = _stat_fields(int(d))
-            if fields is not None and int(fields[1]) == pid and int(d) != jvm:
-                kids.append(int(d))
-    return sorted(kids)
+    return [kid for kid in children(pid) if kid != jvm]
 
 
 def _spark_gateway_pid() -> int | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["start_time", "is_running", "signal_group"]
+__all__ = ["start_time", "is_running", "signal_group", "children"]
 
 
 def _stat(pid: int) -> tuple[str, str] | None:
@@ -19,6 +19,26 @@ def _stat(pid: int) -> tuple[str, str] | None:
         return fields[0].decode(), fields[19].decode()
     except (OSError, IndexError):
         return None
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid``, zombies included, sorted (Linux's
+    /proc; elsewhere none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # (ended meanwhile)
+            if int(fields[1]) == pid:  # "pid (comm) state ppid ..."
+                out.append(int(entry))
+    return sorted(out)
 
 
 def start_time(pid: int) -> str | None:

@@ -42,6 +42,7 @@ from multilang.messages import ConnectionClosed, Handshake, Message, Pid, TaskId
 
 from .._model.conf import ProcessConf
 from .._observe.ratelog import LineBudget
+from .pids import start_time
 
 _STDERR = {"stream": "stderr"}
 
@@ -210,6 +211,7 @@ class ShellProcess:
         self.conn = Connection(role, Side.HOST, max_frame_size=conf.max_frame_bytes)
         self.proc: Transport | None = None
         self.pid: int | None = None
+        self._spawned: tuple[int, str] | None = None  # (pid, start time) of self.proc: spawned
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL)
         self._last_inbound = trio.current_time()
         self._watch: trio.CancelScope | None = None  # the subprocess timeout (§5.2), see watch()
@@ -221,10 +223,16 @@ class ShellProcess:
         self._log_budget = LineBudget()
 
     @property
-    def spawned_pid(self) -> int | None:
-        """The pid of the process the host started (the leader of its process
-        group), not the one its pid reply names (a wrapper's child may answer)."""
-        return self.proc.pid if self.proc is not None else None
+    def spawned(self) -> tuple[int, str] | None:
+        """The process the host started (the leader of its process group, not
+        the one its pid reply names: a wrapper's child may answer): its pid and
+        start time (read once; Linux), or None (not started, or no start time
+        to tell it from a later process given its pid)."""
+        if self._spawned is None and self.proc is not None:
+            started = start_time(self.proc.pid)
+            if started is not None:
+                self._spawned = (self.proc.pid, started)
+        return self._spawned
 
     @property
     def open(self) -> bool:

@@ -21,7 +21,6 @@ from typing import Any
 
 import trio
 
-from .._host.pids import start_time
 from .._model.results import COUNTERS
 from .._model.topology import Topology
 from .._runtime.collector import prepare_gc
@@ -71,24 +70,13 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-_STARTED: dict[int, str] = {}  # pid -> start time, of this worker's component processes (read once each)
-
-
 def _processes(rt: Any) -> dict[int, str]:
     """This worker's component processes: pid -> start time (Linux; none
     elsewhere). If this worker dies, the main process kills those still
     running: one that is hung or stopped reads no end of its input, and
     would outlive the run (a trial)."""
-    now: dict[int, str] = {}
-    for task in rt.tasks.values():
-        pid = getattr(getattr(task, "proc", None), "spawned_pid", None)
-        if pid is not None:
-            started = _STARTED.get(pid) or start_time(pid)
-            if started:
-                now[pid] = started
-    _STARTED.clear()
-    _STARTED.update(now)
-    return now
+    spawned = (getattr(getattr(t, "proc", None), "spawned", None) for t in rt.tasks.values())
+    return dict(s for s in spawned if s is not None)
 
 
 def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:

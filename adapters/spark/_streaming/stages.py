@@ -63,8 +63,6 @@ class Plan:
     specs: dict[str, _Spec] = field(default_factory=dict)
     #: bolts whose tasks keep state (fed by fields / global / all) -> parallelism
     keyed: dict[str, int] = field(default_factory=dict)
-    #: bolt -> parallelism
-    parallelism: dict[str, int] = field(default_factory=dict)
     #: bolt -> its task ids in the topology (Storm's, as the embedded engine numbers them), by task index
     task_ids: dict[str, list[int]] = field(default_factory=dict)
     #: bolt -> per task, an int whose hash partitioning is the task (repartitioned bolts)

@@ -46,8 +46,8 @@ import orjson
 from multilang.errors import TopologyError
 from multilang.messages import DEFAULT_STREAM
 from multilang.shellbolt import (
-    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, grouping_class, hashable, load_topology, scratch_folder,
-    sort_key,
+    ANY_FIELDS, PythonBolt, ShellBolt, Topology, blank_row, child_pids, grouping_class, hashable, load_topology,
+    scratch_folder, sort_key,
 )
 
 from .._engine.ship import ship
@@ -151,7 +151,6 @@ def _plan(topo: Topology, order: list[str], state_dir: str, max_retries: int) ->
         ins = [(i.source, i.stream, topo.components[i.source].outputs[i.stream]) for i in c.inputs]
         plan.specs[name] = stage_spec(name, c.impl, ins, list(c.outputs), dict(topo.conf), dict(c.conf),
                                       str(topo.resource_dir), _in_flight(name in keyed))
-    plan.parallelism = {name: topo.components[name].parallelism for name in order}
     plan.task_ids = {name: list(topo.components[name].tasks) for name in order}
     return plan
 
@@ -217,14 +216,14 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
             session.stop()
         made["session"] = session
 
-    before = _children()
+    before = set(child_pids(os.getpid()))
     thread = threading.Thread(target=make, name="multilang-spark-session")
     thread.start()
     try:
         thread.join()
     except BaseException:
         abandoned.set()
-        for pid in _children() - before:  # the JVM PySpark launched (spark-submit, exec'ed into java)
+        for pid in set(child_pids(os.getpid())) - before:  # the JVM PySpark launched (spark-submit, exec'ed into java)
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -233,25 +232,6 @@ def _local_session(SparkSession: Any, master: str, name: str, remote: str | None
     if "error" in made:
         raise made["error"]
     return made["session"]
-
-
-def _children() -> set[int]:
-    """The pids of this process's children (Linux's /proc; elsewhere none)."""
-    me, out = os.getpid(), set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue  # (ended meanwhile)
-            if int(stat[stat.rindex(b")") + 2:].split()[1]) == me:  # "pid (comm) state ppid ..."
-                out.add(int(entry))
-    return out
 
 
 def _new_session(SparkSession: Any, master: str, name: str, remote: str | None,
@@ -634,8 +614,8 @@ def run_topology(
         shipped = ship(spark, topology.resource_dir, exclude=[ck.root] if ck.local else [])
         for spec in plan.specs.values():
             spec.use_archive(shipped)
-        plan.spread = {name: _spread(spark, n) for name, n in plan.parallelism.items()
-                       if name in plan.keyed or n > 1}
+        plan.spread = {name: _spread(spark, len(ids)) for name, ids in plan.task_ids.items()
+                       if name in plan.keyed or len(ids) > 1}
         sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]
