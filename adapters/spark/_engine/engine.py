@@ -372,25 +372,27 @@ class _LeaseSink(BoltSink):
             return None  # no tree: an unanchored emit upstream
         return type(token) in (tuple, _Many) and self.live(token)  # a tick is waited for by nobody
 
-    def _tree_failed(self, token: Any, cause: str | None) -> None:
+    def _tree_failed(self, token: Any, cause: str | None, alone: bool = False) -> None:
         lease = self.engine.lease
         if lease is not None:
             for tok in row_tokens((token,)):  # none for a tick's (TupleEdges) or FREE
-                lease.notice("fail", tok, cause)
+                lease.notice("fail", tok, cause, alone)
 
     def unsent(self, task: ShellBoltTask, token: Any, cause: str) -> None:
         self._tree_failed(token, cause)
 
     def lost(self, task: ShellBoltTask, cause: str) -> None:
-        """The lease replays the rows the dead process had in flight; the
-        cause names the process (its pid: the lease adds its stderr tail)."""
+        """The lease replays the rows the dead process had in flight (one
+        that was alone in it is to blame; others are tried alone first:
+        :meth:`_Lease.notice`); the cause names the process (its pid: the
+        lease adds its stderr tail)."""
         tokens = list(task.in_flight.values())
         task.in_flight.clear()
         rows = len(row_tokens(tokens))
         if rows > 1:
             cause = f"{cause} (with {rows - 1} other rows in flight)"
         for token in tokens:
-            self._tree_failed(token, cause)
+            self._tree_failed(token, cause, rows == 1)
 
     def acked(self, task: ShellBoltTask, tids: list[str], touched: set[Task]) -> None:
         pop = task.in_flight.pop

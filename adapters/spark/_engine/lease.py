@@ -7,6 +7,7 @@ cause of their own last failure.
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Any, NamedTuple
 
 import trio
@@ -36,14 +37,15 @@ class _Multi:
 
 
 class _Row:
-    __slots__ = ("source", "stream", "values", "attempt", "outputs", "sent_at", "done", "dead", "multi", "key",
-                 "cause", "pending")
+    __slots__ = ("source", "stream", "values", "attempt", "charged", "outputs", "sent_at", "done", "dead", "multi",
+                 "key", "cause", "pending", "suspect", "unblamed")
 
     def __init__(self, source: str, stream: str, values: list[Any], key: Any = None) -> None:
         self.source = source
         self.stream = stream
         self.values = values
-        self.attempt = 0
+        self.attempt = 0  # its attempts so far, less one (the token of its current attempt)
+        self.charged = 0  # its failed attempts that count against max_retries (_Lease.notice)
         self.outputs: list[Any] = []
         self.sent_at: float | None = None
         self.done = False
@@ -54,6 +56,8 @@ class _Row:
         #: the direct lane: tuples of this attempt's tree not yet acked (the row's own, and in a
         #: chain the ones its bolts emitted to the next bolt); the tree completes at 0
         self.pending = 1
+        self.suspect = False  # in flight beside another row when its process died: waits to be tried alone
+        self.unblamed = 0  # such deaths not yet charged (charged if it kills a process alone)
 
 
 #: keyed leases: the mark before an output tied to no row (unanchored)
@@ -104,6 +108,10 @@ class _Lease:
         self._last_attempt = -1
         self.keyed = opts.keyed
         self.crash: str | None = None  # the first process death this lease saw, with its stderr tail
+        #: rows in flight beside others when their process died, in the order they failed: each is tried
+        #: alone (:meth:`_isolate`), so that a crash is charged to the row that caused it
+        self.suspects: deque[int] = deque()
+        self.alone: int | None = None  # the suspect being tried alone now (nothing else is in flight)
         self._crash_cause: tuple[str, str] | None = None  # cache: a crash cause -> it with the tail
         self.log = _worker_log()
         self.log.enter(self, engine)
@@ -140,8 +148,8 @@ class _Lease:
 
     async def exchange(self, items: list[Any]) -> list[Any]:
         self._check()
-        while len(self.rows) >= self.opts.max_in_flight:
-            await self._wait(0.25)
+        while len(self.rows) >= self.opts.max_in_flight or self.suspects or self.alone is not None:
+            await self._wait(0.25)  # (no new row while suspects are tried alone)
             self._check()
         if self.engine.direct is not None:
             return self._feed(items)
@@ -386,8 +394,12 @@ class _Lease:
         c["tuples_out"] += out
         if many:
             self.acked(many)
-        else:
-            self.wake()
+            return
+        if self.suspects or self.alone is not None:
+            if self.alone is not None and self.alone not in rows:
+                self.alone = None  # (it completed)
+            self._isolate()
+        self.wake()
 
     def is_current(self, msg_id: Any) -> bool:
         """Whether the lease still waits for this attempt of its row."""
@@ -395,11 +407,21 @@ class _Lease:
         row = self.rows.get(seq)
         return lid == self.id and row is not None and row.attempt == attempt and not row.done
 
-    def notice(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
+    def notice(self, kind: str, msg_id: Any, cause: str | None = None, alone: bool = False) -> None:
         """A row's tree completed (``"ack"``) or failed (``"fail"``, with
         the runtime's word for why: the bolt's fail and the error it sent
         before it, the death of the process that held the tuple, a refused
-        emit, the message timeout)."""
+        emit, the message timeout).
+
+        A process's death fails every row it held, the one that killed it
+        and those only in flight beside it. Such a failure is charged to
+        the row (counted against ``max_retries``) only where it was the one
+        row its process held (``alone``: the direct lane knows) or was tried
+        alone; otherwise the row is a suspect, and the suspects are tried
+        one at a time once nothing else is in flight (:meth:`_isolate`). A
+        row that crashes its process every time then uses its retries
+        alone, and the rows beside it come out once (a trial: one such row
+        among 300 made 251 dead letters)."""
         lid, seq, attempt = msg_id
         row = self.rows.get(seq)
         if lid != self.id or row is None or row.attempt != attempt or row.done:
@@ -410,6 +432,8 @@ class _Lease:
                 return
             self.counters["acked"] += 1
             row.done = True
+            if seq == self.alone:
+                self.alone = None
             self._resolve(seq, row)
         else:
             self.counters["failed"] += 1
@@ -421,10 +445,28 @@ class _Lease:
             row.multi = False
             row.attempt += 1
             row.pending = 1  # the next attempt's tree: its one tuple
-            if row.attempt <= self.opts.max_retries:
+            lost = cause is not None and "process was lost" in cause
+            if lost and not alone and seq != self.alone:
+                row.suspect = True
+                row.unblamed += 1
+                row.sent_at = None  # (the direct lane's timeout does not run for a row not sent)
+                self.suspects.append(seq)
+                self.counters["retried"] += 1
+                self._isolate()
+                self.wake()
+                return
+            row.charged += 1
+            if lost and row.unblamed:  # alone, it killed its process: so it did the times it was a suspect
+                row.charged += row.unblamed
+                row.unblamed = 0
+            if seq == self.alone and not lost:
+                self.alone = None  # (failed for a cause of its own: retried as any row)
+            if row.charged <= self.opts.max_retries:
                 self.counters["retried"] += 1
                 self._resend(seq, row)
             else:
+                if seq == self.alone:
+                    self.alone = None
                 row.done = True
                 row.dead = self._cause(row)
                 self.counters["dead_letter"] += 1
@@ -432,11 +474,32 @@ class _Lease:
                     self._resolve(seq, row)
                 else:
                     self.error = RowFailed(
-                        f"input row {seq} of this partition ({_short(row.values)}) failed {row.attempt} times "
+                        f"input row {seq} of this partition ({_short(row.values)}) failed {row.charged} times "
                         f"(max_retries={self.opts.max_retries}): {row.dead}. Fix the bolt, raise max_retries or "
                         "topology.message.timeout.secs, or pass dead_letter to keep going and collect such rows"
                     )
+        if self.suspects or self.alone is not None:
+            self._isolate()
         self.wake()
+
+    def _isolate(self) -> None:
+        """Try the next suspect alone, once no other row is in flight (new
+        rows wait meanwhile: :meth:`exchange`)."""
+        if self.alone is not None:
+            return
+        suspects, rows = self.suspects, self.rows
+        for row in rows.values():
+            if not row.done and not row.suspect:
+                return  # in flight: wait for it
+        while suspects:
+            seq = suspects.popleft()
+            row = rows.get(seq)
+            if row is None or not row.suspect:
+                continue
+            row.suspect = False
+            self.alone = seq
+            self._resend(seq, row)
+            return
 
     def _with_tail(self, cause: str) -> str:
         """A crash cause ("...'s process was lost: component 'x' task 1 (pid
@@ -488,7 +551,7 @@ class _Lease:
 
     def _release(self, row: _Row) -> None:
         if row.dead is not None:
-            self.ready.append(_Dead(row.source, row.stream, row.values, row.dead, row.attempt, row.key))
+            self.ready.append(_Dead(row.source, row.stream, row.values, row.dead, row.charged, row.key))
             return
         ready = self.ready
         keyed = self.keyed

@@ -45,7 +45,9 @@ class StatefulBoltCrashed(ComponentCrashed):
 
 
 class DeadLetter(NamedTuple):
-    """A row given up on (``dead_letter="record"``): its values, why, how often tried."""
+    """A row given up on (``dead_letter="record"``): its values, why, and
+    how many of its attempts failed for its own cause (a try in flight
+    beside a crash it did not cause is not one: docs/SPARK.md)."""
 
     input: list[Any]
     error: str
