@@ -83,7 +83,17 @@ __all__ = [
 
 def spark_error_text(exc: BaseException) -> str:
     """The useful part of an error that crossed Spark (the Python exception
-    raised in the worker, found in the Py4J text), else the error itself."""
+    raised in the worker, found in the Py4J text), else the error itself;
+    for a JVM exception PySpark captured, what its innermost cause says (a
+    bad conf value: "Error while instantiating 'org.apache...'", caused by
+    "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'abc' in the config ...")."""
+    cause = getattr(exc, "_cause", None)  # (a CapturedException's cause, captured too)
+    if isinstance(cause, BaseException):
+        while isinstance(getattr(cause, "_cause", None), BaseException):
+            cause = cause._cause
+        desc = getattr(cause, "_desc", None)
+        if isinstance(desc, str) and desc.strip():
+            return desc.strip()
     text = str(exc)
     hits = re.findall(r"^(?:[\w.]+\.)?((?:RowFailed|OutputSchemaError|StatefulBoltCrashed|ComponentCrashed|"
                       r"HeartbeatTimeout|TopologyError|MultilangError)\b.*)$", text, re.M)

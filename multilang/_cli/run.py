@@ -523,7 +523,15 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
             cause = (spark_error_text(exc).splitlines() or [type(exc).__name__])[0]
             click.echo(f"interrupted: Spark stopped with the run ({cause})", err=True)
             raise NoOutput(_signals.exit_status(stop["signal"])) from None
-        click.echo(f"error: the Spark job failed: {spark_error_text(exc)}", err=True)
+        text = spark_error_text(exc)
+        bad_conf = re.search(r"\[INVALID_CONF_VALUE[^\n]*", f"{text}\n{exc}")  # (a -c spark.KEY=VALUE refused)
+        if bad_conf:
+            click.echo(f"error: a Spark conf value (-c spark.KEY=VALUE) is invalid: {bad_conf.group(0)}", err=True)
+            raise NoOutput(EXIT_USAGE) from None
+        if not stop["running"] and spark_conf:  # (Spark's word may not name the key: "For input string: "x"")
+            given = ", ".join(f"{k}={v}" for k, v in spark_conf.items())
+            text = f"{text} (before the query ran; the Spark conf given: {given})"
+        click.echo(f"error: the Spark job failed: {text}", err=True)
         raise NoOutput(EXIT_FAILED) from None
     finally:
         if stop["signal"] is None:  # (after one, py4j's connections log their ends as the process exits too)

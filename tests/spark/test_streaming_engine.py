@@ -319,5 +319,14 @@ def test_a_spark_run_that_fails_leaves_the_output_file_and_empties_the_dead_lett
     proc = _run([str(_wordcount(tmp_path)), "-c", "spark.driver.memory=banana", "-o", str(out),
                  "--dead-letter", str(letters)], timeout=120)
     assert proc.returncode == 1 and b"error: the Spark job failed" in proc.stderr, proc.stderr[-3000:]
+    # (Spark's own words do not name the key here: the message says which conf was given)
+    assert b"the Spark conf given: spark.driver.memory=banana" in proc.stderr, proc.stderr[-3000:]
     assert out.read_text() == '{"an earlier run": 1}\n'
     assert letters.read_text() == ""
+    # A value Spark's SQL conf refuses: a usage error naming the key and the value (a trial: exit 1 and "Error
+    # while instantiating 'org.apache.spark.sql.internal.SessionStateBuilder'", neither named)
+    proc = _run([str(_wordcount(tmp_path)), "-c", "spark.sql.shuffle.partitions=abc", "-o", str(out)], timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "error: a Spark conf value (-c spark.KEY=VALUE) is invalid: " in err, err[-3000:]
+    assert """The value 'abc' in the config "spark.sql.shuffle.partitions" is invalid""" in err, err[-3000:]
+    assert "Traceback" not in err and out.read_text() == '{"an earlier run": 1}\n'
