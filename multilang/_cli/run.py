@@ -376,7 +376,6 @@ def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
     (sc://host[:port]...; port 15002 by default), or None: a TCP connection
     is tried first, because PySpark's client retries a refused connection
     for minutes before it gives up."""
-    import socket
     from urllib.parse import urlparse
 
     try:
@@ -386,11 +385,35 @@ def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
         return f"not a Spark Connect URL ({exc})"
     if not host:
         return "no host in the URL (sc://host[:port])"
+    why = _no_connection(host, port, timeout)
+    return None if why is None else f"cannot reach a Spark Connect server at {host}:{port} ({why}); is it running?"
+
+
+def _unreachable_master(master: str, timeout: float = 5.0) -> str | None:
+    """Why no standalone master of ``master`` (spark://HOST[:PORT][,HOST[:PORT]...];
+    port 7077 by default) can be reached, or None: Spark's client tries to
+    register for a minute (3 tries, 20 s apart) before it says so."""
+    whys = []
+    for part in master.removeprefix("spark://").split(","):
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "7077")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            return f"{part!r} is not HOST:PORT"
+        why = _no_connection(host, int(port), timeout)
+        if why is None:
+            return None
+        whys.append(f"{host}:{port} ({why})")
+    return f"cannot reach a Spark master at {', '.join(whys)}; is it running?"
+
+
+def _no_connection(host: str, port: int, timeout: float) -> str | None:
+    """Why a TCP connection to host:port fails, or None."""
+    import socket
+
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
-        why = exc.strerror or str(exc) or type(exc).__name__
-        return f"cannot reach a Spark Connect server at {host}:{port} ({why}); is it running?"
+        return exc.strerror or str(exc) or type(exc).__name__
     return None
 
 def _spark_value(value: Any) -> str:
@@ -432,6 +455,11 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         unreachable = _unreachable(remote)
         if unreachable:
             click.echo(f"error: --remote {remote}: {unreachable}", err=True)
+            return EXIT_USAGE
+    if master.startswith("spark://"):
+        unreachable = _unreachable_master(master)
+        if unreachable:
+            click.echo(f"error: --master {master}: {unreachable}", err=True)
             return EXIT_USAGE
 
     letters = None

@@ -292,6 +292,10 @@ def test_flag_mistakes_are_usage_errors(tmp_path):
         # nothing listens there: said at once, not after PySpark's minutes of retries
         ([str(toml), "--remote", "sc://127.0.0.1:1"], "cannot reach a Spark Connect server at 127.0.0.1:1"),
         ([str(toml), "--remote", "sc://:15002"], "no host in the URL"),
+        # (a trial: Spark's client tried to register for 65 s, then failed with exit 1)
+        ([str(toml), "--master", "spark://127.0.0.1:1,127.0.0.1:2"],
+         "cannot reach a Spark master at 127.0.0.1:1 (Connection refused), 127.0.0.1:2 (Connection refused)"),
+        ([str(toml), "--master", "spark://h:x"], "'h:x' is not HOST:PORT"),
         # (Spark started, then failed with a Java NoSuchFileException, exit 1: a trial)
         ([str(toml), "--archives", f"{tmp_path / 'env.tgz'}#env"], f"{tmp_path / 'env.tgz'} does not exist"),
         ([str(toml), "--archives", f"file://{tmp_path}#env"], f"{tmp_path} is not a file"),
