@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -74,6 +75,10 @@ def test_a_topology_and_multilang_bolts_under_spark_connect(tmp_path):
     # The query's first start failed (its worker was slow to connect back) and the second started it.
     assert (tmp_path / "python.slow").is_dir()
     assert "starting it again (2 of 6)" in proc.stderr.decode(), proc.stderr.decode()[-3000:]
+    # PySpark's foreachBatch worker prints its URL with the server's token: not to our stderr (a trial)
+    assert "ForeachBatch worker is starting with url sc://localhost:" in proc.stderr.decode()
+    tokens = re.findall(r"token=[^;\s]*", proc.stderr.decode())
+    assert tokens and set(tokens) == {"token=<redacted>"}, proc.stderr.decode()[-3000:]
     got = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert got["listening"] and all(_loopback(a) for a in got["listening"]), got["listening"]
     plain = Counter(w for line in text.read_text(encoding="utf-8").splitlines() for w in words(line.strip()))

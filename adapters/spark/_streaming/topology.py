@@ -257,7 +257,7 @@ def _new_session(SparkSession: Any, master: str, name: str, remote: str | None,
     return spark
 
 
-def _jvm_alone(conf: dict[str, str]) -> None:
+def _jvm_alone(conf: dict[str, str], redact: bool = False) -> None:
     """Start this process's Spark JVM (PySpark's gateway, with ``conf`` as
     spark-submit takes it) in a session of its own, as the component
     processes run: a signal sent to the CLI's process group (a terminal's
@@ -268,14 +268,40 @@ def _jvm_alone(conf: dict[str, str]) -> None:
     PySpark's accumulator server). The SparkContext made next takes it up.
     The JVM still ends with this process: it exits when its stdin, a pipe
     from here, closes. Nothing if this process has a JVM already (PySpark
-    keeps it for good)."""
+    keeps it for good). ``redact``: the JVM's stderr (its Python workers'
+    too) comes through :func:`_redacted`."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if getattr(SparkContext, "_gateway", None) is not None:
         return
-    gateway = launch_gateway(SparkConf().setAll(list(conf.items())), popen_kwargs={"start_new_session": True})
+    popen: dict[str, Any] = {"start_new_session": True}
+    if redact:
+        read, write = os.pipe()
+        popen["stderr"] = write
+    try:
+        gateway = launch_gateway(SparkConf().setAll(list(conf.items())), popen_kwargs=popen)
+    finally:
+        if redact:
+            os.close(write)
+    if redact:
+        threading.Thread(target=_redacted, args=(read,), name="multilang-jvm-stderr", daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)  # (what SparkContext(gateway=...) does with it first)
+
+
+_TOKEN = re.compile(rb"(token=)[^;\s]+")
+
+
+def _redacted(fd: int) -> None:
+    """Copy the Spark Connect JVM's stderr to ours, line by line, without
+    the server's token: PySpark's foreachBatch worker prints its URL with
+    it ("... starting with url sc://localhost:PORT/;user_id=;token=...")."""
+    with open(fd, "rb", buffering=0) as pipe:
+        for line in iter(pipe.readline, b""):
+            try:
+                os.write(2, _TOKEN.sub(rb"\1<redacted>", line))
+            except OSError:
+                return
 
 
 def _local_connect(master: str, name: str, conf: dict[str, str]) -> Any:
@@ -294,7 +320,7 @@ def _local_connect(master: str, name: str, conf: dict[str, str]) -> Any:
     os.environ["SPARK_LOCAL_REMOTE"] = "1"
     # (the server's token, as _start_connect_server makes it when unset: its JVM, started now, reads it)
     os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", str(uuid.uuid4()))
-    _jvm_alone({**opts, "spark.master": master})
+    _jvm_alone({**opts, "spark.master": master}, redact=True)
     ConnectSession._start_connect_server(master, opts)  # what remote("local[N]") calls; keeps the runtime confs
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     # "localhost", as pyspark's own local URL: a local channel with the token, not TLS (ChannelBuilder)
