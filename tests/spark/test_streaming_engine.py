@@ -334,3 +334,45 @@ def test_a_spark_run_that_fails_leaves_the_output_file_and_empties_the_dead_lett
     assert proc.returncode == 2 and "error: a Spark conf value (-c spark.KEY=VALUE) is invalid: " in err, err[-3000:]
     assert """The value 'abc' in the config "spark.sql.shuffle.partitions" is invalid""" in err, err[-3000:]
     assert "Traceback" not in err and out.read_text() == '{"an earlier run": 1}\n'
+
+
+def test_the_connect_servers_foreach_batch_worker_ends_when_the_server_does(tmp_path):
+    # A trial: kill -9 of the CLI under --remote local[N] ended the server's JVM, and the Python process
+    # that JVM runs foreachBatch in went on (its Connect client retries for minutes). Here a process named
+    # as Spark's foreachBatch worker takes a batch writer's first step, and its parent (the JVM) is killed.
+    pkg = tmp_path / "fakespark"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "foreach_batch_worker.py").write_text(textwrap.dedent("""\
+        import sys, time
+        from multilang.adapters.spark._streaming.topology import _end_with_the_server
+        _end_with_the_server()
+        print("watching", flush=True)
+        time.sleep(120)
+    """))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; "
+         "w = subprocess.Popen([sys.executable, '-m', 'fakespark.foreach_batch_worker']); "
+         "print(w.pid, flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    worker = int(parent.stdout.readline())
+    try:
+        assert parent.stdout.readline() == b"watching\n"
+        parent.kill()
+        parent.wait()
+
+        def running() -> bool:
+            try:
+                return " (Z)" not in Path(f"/proc/{worker}/status").read_text()  # (a zombie ended)
+            except FileNotFoundError:
+                return False
+
+        deadline = time.monotonic() + 60
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not running()
+    finally:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

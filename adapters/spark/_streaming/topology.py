@@ -404,6 +404,7 @@ class _BatchWriter:
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
+        _end_with_the_server()
         df = df.mapInArrow(RouteFn(self.plan, batch_id), ROW_SCHEMA)
         for name in self.order:
             keys = self.plan.spread.get(name)
@@ -413,6 +414,32 @@ class _BatchWriter:
             df = df.mapInArrow(StageFn(self.plan, name, batch_id), ROW_SCHEMA)
         (df.where(F.col("_for").isin(*KEPT)).repartition(1)  # a shuffle: coalesce(1) would run the last stage as one task
          .write.mode("overwrite").parquet(self.ck.spark_path(*batch_dir(batch_id))))
+
+
+_watching = False
+
+
+def _end_with_the_server() -> None:
+    """In the Python process Spark Connect runs ``foreachBatch`` in (a
+    child of the server's JVM): end it when the JVM ends. A trial killed
+    the CLI (kill -9) under ``--remote local[N]``: the JVM exited, and this
+    process went on (its Connect client retries an unreachable server for
+    minutes). Nothing in a classic driver, where ``foreachBatch`` runs in
+    the CLI's own process."""
+    global _watching
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if _watching or spec is None or not spec.name.endswith(".foreach_batch_worker"):
+        return
+    _watching = True
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent != 1:
+            time.sleep(0.5)
+        os._exit(1)  # (its server is gone: nothing it does from now on can be committed)
+
+    threading.Thread(target=watch, name="multilang-end-with-the-server", daemon=True).start()
 
 
 def _spread(spark: Any, n: int) -> list[int]:
