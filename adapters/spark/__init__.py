@@ -87,18 +87,18 @@ def spark_error_text(exc: BaseException) -> str:
     for a JVM exception PySpark captured, what its innermost cause says (a
     bad conf value: "Error while instantiating 'org.apache...'", caused by
     "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'abc' in the config ...")."""
-    cause = getattr(exc, "_cause", None)  # (a CapturedException's cause, captured too)
-    if isinstance(cause, BaseException):
-        while isinstance(getattr(cause, "_cause", None), BaseException):
-            cause = cause._cause
-        desc = getattr(cause, "_desc", None)
-        if isinstance(desc, str) and desc.strip():
-            return desc.strip()
     text = str(exc)
     hits = re.findall(r"^(?:[\w.]+\.)?((?:RowFailed|OutputSchemaError|StatefulBoltCrashed|ComponentCrashed|"
                       r"HeartbeatTimeout|TopologyError|MultilangError)\b.*)$", text, re.M)
     if hits:
         return hits[-1]
+    cause = getattr(exc, "_cause", None)  # (a CapturedException's cause, captured too)
+    if isinstance(cause, BaseException):
+        while isinstance(getattr(cause, "_cause", None), BaseException):
+            cause = cause._cause
+        desc = getattr(cause, "_desc", None)
+        if isinstance(desc, str) and desc.strip() and "Traceback" not in desc:
+            return desc.strip()
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     # A Java exception: its message (the innermost "Caused by:"), never a stack frame ("at ...").
     java = [ln for ln in lines if re.match(r"^(?:Caused by: )?[\w.$]+(?:Exception|Error)\b(?::|$)", ln)]

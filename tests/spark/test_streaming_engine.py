@@ -376,3 +376,30 @@ def test_the_connect_servers_foreach_batch_worker_ends_when_the_server_does(tmp_
             os.kill(worker, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_a_stateful_bolt_that_keeps_crashing_ends_the_run_with_one_line_not_pages_of_stacks(tmp_path):
+    # A trial: about 500 lines of Spark's and py4j's Python and Java stacks (each task attempt's, the
+    # query's, the foreachBatch proxy's) came before the one-line error.
+    bolt = tmp_path / "crashing_count.js"
+    bolt.write_text(textwrap.dedent(f"""\
+        'use strict';
+        const {{ CountBolt }} = require({orjson.dumps(str(EXAMPLES / "node" / "count_bolt.js")).decode()});
+        class Crashing extends CountBolt {{
+          process(tup) {{
+            this.seen = (this.seen || 0) + 1;
+            if (this.seen === 20) {{ process.stderr.write("count: cannot go on\\n"); process.exit(3); }}
+            super.process(tup);
+          }}
+        }}
+        new Crashing().run();
+    """))
+    out = tmp_path / "out.jsonl"
+    proc = _run([str(_wordcount(tmp_path, ["node", str(bolt)])), "--max-tuples", "50", "-o", str(out)], timeout=180)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: the Spark job failed: StatefulBoltCrashed: component 'count' task "), err[-3000:]
+    assert "Traceback" not in err and "\tat " not in err, err[-3000:]
+    assert err.count("count: cannot go on") >= 1  # (the bolt's own words, from the multilang.spark log)
+    assert len(err.splitlines()) < 150, err[-3000:]

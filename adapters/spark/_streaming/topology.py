@@ -183,6 +183,14 @@ appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+# A failed task's and a failed query's errors, each with its Python and Java stacks (a failing stateful bolt:
+# about 500 lines): the multilang.spark log says what the bolt did, and the CLI says why the run stopped.
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.query.name = org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution
+logger.query.level = off
+logger.query3.name = org.apache.spark.sql.execution.streaming.MicroBatchExecution
+logger.query3.level = off
 """
 
 
