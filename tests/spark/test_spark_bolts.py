@@ -459,6 +459,45 @@ def test_a_chain_on_the_direct_lane_keeps_every_guarantee(where, monkeypatch, te
     _assert_the_fault_rows(ok, dead, lines, tmp_path)
 
 
+BATCHING_POISON_BOLT = textwrap.dedent("""\
+    import sys
+    from multilang import Bolt
+
+    class Batching(Bolt):  # acks its input three at a time; dies on "poison"
+        def initialize(self, conf, context):
+            self.held = []
+
+        def process(self, tup):
+            if tup.values[0] == "poison":
+                raise SystemExit(3)
+            self.held.append(tup)
+            if len(self.held) == 3:
+                for t in self.held:
+                    self.emit([t.values[0]], anchors=self.held)
+                self.ack_many(self.held)
+                self.held = []
+
+    Batching().run()
+""")
+
+
+def test_a_bolt_that_batches_its_input_ends_the_crash_isolation_instead_of_hanging(tmp_path):
+    """Rows in flight beside a crash are tried alone; a bolt that completes
+    a row only with two more never completes one alone: the row times out,
+    and the lease goes back to sending rows together, charging each death
+    to every row it failed. Every row ends as an output or a dead letter,
+    the poison among the dead."""
+    script = tmp_path / "batching.py"
+    script.write_text(BATCHING_POISON_BOLT)
+    rows = [f"v{i:02d}" for i in range(30)]
+    rows.insert(10, "poison")
+    fn = shell_bolt_partition(["python", str(script)], fields=["out"], dead_letter="record", max_retries=3,
+                              warm=False, counters=False, conf={"topology.message.timeout.secs": 2})
+    ok, dead = _in_process(fn, rows)
+    assert ("poison",) in dead
+    assert sorted([v for (v,) in ok] + [v for (v,) in dead]) == sorted(rows), (ok, list(dead))
+
+
 def test_the_direct_lane_is_for_shell_bolts_fed_by_the_rows_one_after_another(monkeypatch):
     from multilang.adapters.spark import _Engine, _make_spec
     from multilang.shellbolt import Runtime

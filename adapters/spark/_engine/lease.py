@@ -112,6 +112,7 @@ class _Lease:
         #: alone (:meth:`_isolate`), so that a crash is charged to the row that caused it
         self.suspects: deque[int] = deque()
         self.alone: int | None = None  # the suspect being tried alone now (nothing else is in flight)
+        self.isolating = True  # (off once a row tried alone timed out: :meth:`_stop_isolating`)
         self._crash_cause: tuple[str, str] | None = None  # cache: a crash cause -> it with the tail
         self.log = _worker_log()
         self.log.enter(self, engine)
@@ -446,7 +447,7 @@ class _Lease:
             row.attempt += 1
             row.pending = 1  # the next attempt's tree: its one tuple
             lost = cause is not None and "process was lost" in cause
-            if lost and not alone and seq != self.alone:
+            if lost and not alone and seq != self.alone and self.isolating:
                 row.suspect = True
                 row.unblamed += 1
                 row.sent_at = None  # (the direct lane's timeout does not run for a row not sent)
@@ -456,11 +457,13 @@ class _Lease:
                 self.wake()
                 return
             row.charged += 1
-            if lost and row.unblamed:  # alone, it killed its process: so it did the times it was a suspect
-                row.charged += row.unblamed
+            if lost and row.unblamed and (alone or seq == self.alone):
+                row.charged += row.unblamed  # alone, it killed its process: so it did when it was a suspect
                 row.unblamed = 0
             if seq == self.alone and not lost:
                 self.alone = None  # (failed for a cause of its own: retried as any row)
+                if cause is not None and cause.startswith("timed out"):
+                    self._stop_isolating()
             if row.charged <= self.opts.max_retries:
                 self.counters["retried"] += 1
                 self._resend(seq, row)
@@ -500,6 +503,21 @@ class _Lease:
             self.alone = seq
             self._resend(seq, row)
             return
+
+    def _stop_isolating(self) -> None:
+        """A row tried alone timed out: this bolt may complete a row only
+        with rows after it (one that batches its input), which wait while
+        suspects are tried. From now on this lease sends the suspects and
+        new rows together again, and charges a death to every row it
+        failed."""
+        self.isolating = False
+        suspects, rows = self.suspects, self.rows
+        while suspects:
+            seq = suspects.popleft()
+            row = rows.get(seq)
+            if row is not None and row.suspect:
+                row.suspect = False
+                self._resend(seq, row)
 
     def _with_tail(self, cause: str) -> str:
         """A crash cause ("...'s process was lost: component 'x' task 1 (pid
