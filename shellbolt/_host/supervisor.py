@@ -65,7 +65,8 @@ class RestartPolicy:
     own: ``first_backoff`` doubling up to ``max_backoff``, back to
     ``first_backoff`` after a process that did work and lived
     ``reset_after`` seconds (a crash after a long healthy life is not a
-    crash loop).
+    crash loop), or when ``times`` holds no crash of the window (also when
+    its owner cleared it: the Spark lane does for each partition).
 
     A process that did no work (the caller says: a bolt's settled no tuple,
     a spout's answered no ``next``, ``ack`` or ``fail``) is a crash loop however slowly it dies:
@@ -100,13 +101,13 @@ class RestartPolicy:
     def crashed(self, *, started: float, now: float, worked: bool = True) -> Restart | GiveUp:
         """A process started at ``started`` was lost at ``now``, having done
         work or not (``worked``): restart or give up?"""
-        if worked and now - started > self.reset_after:
-            self._backoff = self.first_backoff
-        self._idle_streak = 0 if worked else self._idle_streak + 1
         times = self.times
-        times.append(now)
         while times and times[0] < now - self.window:
             times.popleft()
+        if not times or worked and now - started > self.reset_after:
+            self._backoff = self.first_backoff  # (none of the component's crashes in the window: a fresh start)
+        self._idle_streak = 0 if worked else self._idle_streak + 1
+        times.append(now)
         if len(times) > self.budget or self._idle_streak > self.budget:
             times.pop()  # (a give-up is no restart: another task of the component counts the restarts only)
             if self._idle_streak > self.budget:

@@ -498,6 +498,50 @@ def test_a_bolt_that_batches_its_input_ends_the_crash_isolation_instead_of_hangi
     assert sorted([v for (v,) in ok] + [v for (v,) in dead]) == sorted(rows), (ok, list(dead))
 
 
+FLAKY_BOLT = textwrap.dedent("""\
+    import os, sys
+    from multilang import BasicBolt
+
+    MARK = sys.argv[1]
+
+    class Flaky(BasicBolt):  # dies the first time it sees a "flaky" row; always on "poison"
+        def process(self, tup):
+            v = tup.values[0]
+            if v.startswith("flaky") and not os.path.exists(MARK + v):
+                open(MARK + v, "w").close()
+                os._exit(4)
+            if v == "poison":
+                raise SystemExit(3)
+            self.emit([v])
+
+    Flaky().run()
+""")
+
+
+def test_a_row_that_dies_once_beside_another_is_retried_and_each_partition_has_its_own_restart_budget(tmp_path):
+    """A trial: a row in flight when another row killed the process, that
+    then killed it once itself, was charged for both deaths and given up
+    at max_retries=1; and with a warm engine the third partition in a
+    minute with one poison row gave up (the restart budget ran on across
+    partitions)."""
+    script = tmp_path / "flaky.py"
+    script.write_text(FLAKY_BOLT)
+    rows = [f"v{i:03d}" for i in range(300)]
+    rows.insert(100, "flaky1")
+    rows.insert(200, "flaky2")
+    fn = shell_bolt_partition(["python", str(script), str(tmp_path / "mark-")], fields=["out"],
+                              dead_letter="record", max_retries=1, counters=False)
+    ok, dead = _in_process(fn, rows)
+    assert not dead and sorted(v for (v,) in ok) == sorted(rows)
+    fn = shell_bolt_partition(["python", str(script), str(tmp_path / "mark-")], fields=["out"],
+                              dead_letter="record", max_retries=0, counters=False)  # (warm: one engine)
+    for _ in range(3):  # each poison: 2 deaths (beside others, then alone) of the budget's 5 a minute
+        rows = [f"v{i:03d}" for i in range(300)]
+        rows.insert(150, "poison")
+        ok, dead = _in_process(fn, rows)
+        assert list(dead) == [("poison",)] and len(ok) == 300
+
+
 def test_the_direct_lane_is_for_shell_bolts_fed_by_the_rows_one_after_another(monkeypatch):
     from multilang.adapters.spark import _Engine, _make_spec
     from multilang.shellbolt import Runtime

@@ -38,7 +38,7 @@ class _Multi:
 
 class _Row:
     __slots__ = ("source", "stream", "values", "attempt", "charged", "outputs", "sent_at", "done", "dead", "multi",
-                 "key", "cause", "pending", "suspect", "unblamed")
+                 "key", "cause", "pending", "suspect")
 
     def __init__(self, source: str, stream: str, values: list[Any], key: Any = None) -> None:
         self.source = source
@@ -57,7 +57,6 @@ class _Row:
         #: chain the ones its bolts emitted to the next bolt); the tree completes at 0
         self.pending = 1
         self.suspect = False  # in flight beside another row when its process died: waits to be tried alone
-        self.unblamed = 0  # such deaths not yet charged (charged if it kills a process alone)
 
 
 #: keyed leases: the mark before an output tied to no row (unanchored)
@@ -101,6 +100,11 @@ class _Lease:
         engine.leases += 1
         self.stats0 = engine.snapshot()
         self.restarts0 = self._restarts()
+        # Each partition gets the restart budget afresh: a warm engine's earlier partitions' deaths (another
+        # Spark task's poison rows, a minute ago) do not count against this one's (a trial: the third task
+        # on a Python worker gave up on its one poison row).
+        for name in {t.name for t in engine.bolt_tasks}:
+            engine.runtime.restart_times(name).clear()
         self.timeout = engine.runtime.acker.timeout
         self.emptied_at: float | None = None  # when the last row was resolved
         self._last_root: int | None = None  # cache: root -> row of the last output
@@ -449,17 +453,13 @@ class _Lease:
             lost = cause is not None and "process was lost" in cause
             if lost and not alone and seq != self.alone and self.isolating:
                 row.suspect = True
-                row.unblamed += 1
                 row.sent_at = None  # (the direct lane's timeout does not run for a row not sent)
                 self.suspects.append(seq)
                 self.counters["retried"] += 1
                 self._isolate()
                 self.wake()
                 return
-            row.charged += 1
-            if lost and row.unblamed and (alone or seq == self.alone):
-                row.charged += row.unblamed  # alone, it killed its process: so it did when it was a suspect
-                row.unblamed = 0
+            row.charged += 1  # (not for the deaths it was a suspect of: a row that dies once, alone, is retried)
             if seq == self.alone and not lost:
                 self.alone = None  # (failed for a cause of its own: retried as any row)
                 if cause is not None and cause.startswith("timed out"):
