@@ -41,9 +41,11 @@ class RateLimitedLog:
         # kind -> [window start, suppressed count, level, the last message's start]
         self._kinds: dict[str, list[Any]] = {}
 
-    def log(self, where: str, level: int, now: float, fmt: str, *args: Any) -> None:
+    def log(self, where: str, level: int, now: float, fmt: str, *args: Any, kind: str | None = None) -> None:
+        """``kind``: what makes lines the same kind (default: ``kind_of``
+        of the message); the count's report quotes the last message."""
         msg = fmt % args if args else fmt
-        kind = kind_of(where, msg)
+        kind = kind_of(where, msg) if kind is None else kind
         state = self._kinds.get(kind)
         if state is not None and now - state[0] < self.interval:
             state[1] += 1

@@ -166,14 +166,15 @@ class _WorkerLog(logging.Handler):
                 head = f"other kinds of WARN/ERROR line (over {_LOG_KINDS} in {_LOG_INTERVAL:g}s)"
                 kind = kind_of(where, head)
             win[1].add(kind)
-        self.gate.log(where, record.levelno, now, "%s", head)
-        self._drain_capture(comp, task, pid, msg, head)
+        first = _PREFIX.sub("", msg.split("\n", 1)[0], count=1)  # (the line as it reads: quoted by a count)
+        self.gate.log(where, record.levelno, now, "%s", first, kind=kind)
+        self._drain_capture(comp, task, pid, msg, first)
 
     def _drain_capture(self, comp: str | None, task: int | None, pid: str | None, msg: str | None,
-                       head: str | None) -> None:
+                       first: str | None) -> None:
         out, self.capture.out = self.capture.out, []
         for level, text in out:
-            if msg is not None and text == head:  # the first of its kind in this interval: the whole record
+            if msg is not None and text == first:  # the first of its kind in this interval: the whole record
                 self._write(level, comp, task, pid, msg)
             else:  # "split:2: 1234 more like this in the last 10s: ..."
                 m = _WHERE.match(text)
