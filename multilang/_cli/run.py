@@ -390,15 +390,16 @@ def _unreachable(remote: str, timeout: float = 5.0) -> str | None:
 
 
 def _unreachable_master(master: str, timeout: float = 5.0) -> str | None:
-    """Why no standalone master of ``master`` (spark://HOST[:PORT][,HOST[:PORT]...];
-    port 7077 by default) can be reached, or None: Spark's client tries to
-    register for a minute (3 tries, 20 s apart) before it says so."""
+    """Why no standalone master of ``master`` (spark://HOST:PORT[,HOST:PORT...],
+    each with its port, as Spark wants them) can be reached, or None: Spark's
+    client tries to register for a minute (3 tries, 20 s apart) before it
+    says so."""
     whys = []
     for part in master.removeprefix("spark://").split(","):
-        host, _, port = part.rpartition(":") if ":" in part else (part, "", "7077")
+        host, _, port = part.rpartition(":")
         host = host.strip("[]")
-        if not host or not port.isdigit():
-            return f"{part!r} is not HOST:PORT"
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return f"{part!r} is not HOST:PORT (a standalone master listens on port 7077 unless told otherwise)"
         why = _no_connection(host, int(port), timeout)
         if why is None:
             return None

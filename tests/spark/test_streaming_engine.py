@@ -296,6 +296,8 @@ def test_flag_mistakes_are_usage_errors(tmp_path):
         ([str(toml), "--master", "spark://127.0.0.1:1,127.0.0.1:2"],
          "cannot reach a Spark master at 127.0.0.1:1 (Connection refused), 127.0.0.1:2 (Connection refused)"),
         ([str(toml), "--master", "spark://h:x"], "'h:x' is not HOST:PORT"),
+        ([str(toml), "--master", "spark://127.0.0.1"], "'127.0.0.1' is not HOST:PORT"),
+        ([str(toml), "--master", "spark://127.0.0.1:99999"], "'127.0.0.1:99999' is not HOST:PORT"),
         # (Spark started, then failed with a Java NoSuchFileException, exit 1: a trial)
         ([str(toml), "--archives", f"{tmp_path / 'env.tgz'}#env"], f"{tmp_path / 'env.tgz'} does not exist"),
         ([str(toml), "--archives", f"file://{tmp_path}#env"], f"{tmp_path} is not a file"),
