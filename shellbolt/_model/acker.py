@@ -38,9 +38,10 @@ the result as the token from then on: anchoring adds to its ``ack_val``).
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from .rng import getrandbits
 
 __all__ = ["Acker", "Root", "TupleEdges", "new_edge_id", "edges_of", "roots_of"]
 
@@ -49,7 +50,7 @@ _MASK = (1 << 64) - 1
 _EPOCHS = 256
 
 
-def new_edge_id(rand: Callable[[int], int] = random.getrandbits) -> int:
+def new_edge_id(rand: Callable[[int], int] = getrandbits) -> int:
     """A random non-zero 64-bit edge id."""
     while True:
         e = rand(64)
@@ -95,7 +96,7 @@ class Acker:
     """Tracks tuple trees. Call :meth:`completed` / :meth:`failed_roots` after
     updates to learn what to tell the spouts."""
 
-    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = random.getrandbits,
+    def __init__(self, timeout: float = 30.0, *, rand: Callable[[int], int] = getrandbits,
                  worker: int = 0, workers: int = 1) -> None:
         self.timeout = timeout
         self._rand = rand

@@ -14,7 +14,6 @@ exactly as the embedded one does.
 
 from __future__ import annotations
 
-import random
 import zlib
 from typing import Any, ClassVar, Sequence
 
@@ -23,6 +22,7 @@ import orjson
 from multilang.errors import TopologyError
 
 from .conf import one_of
+from .rng import RNG
 
 __all__ = ["Grouping", "GROUPINGS", "register_grouping", "grouping_class", "new_grouping", "fields_task_index",
            "Router"]
@@ -69,7 +69,7 @@ class Grouping:
         self.target = target
         self.tasks = list(tasks)
         self.field_index = list(field_index)
-        self._next = random.randrange(len(self.tasks)) if self.tasks else 0
+        self._next = RNG.randrange(len(self.tasks)) if self.tasks else 0
 
     def choose(self, values: list[Any]) -> list[int]:
         """Target tasks for a non-direct emit."""

@@ -33,10 +33,10 @@ Pure: no trio, no I/O; time is passed in (the run's trio clock)."""
 from __future__ import annotations
 
 import math
-import random
 from typing import Any, Iterable
 
 from .._model.results import latest_metrics
+from .._model.rng import RNG
 
 __all__ = ["Histogram", "TaskObs", "RunObs", "snapshot", "blank_row", "merge_extensions", "WINDOW", "MAX_PROBES", "STALL_KEY", "DEFAULT_STALL_SECS"]
 
@@ -445,4 +445,4 @@ def snapshot(runtime: Any, now: float | None = None) -> dict[str, Any]:
 
 def pick_probe(batch: list[Any]) -> Any:
     """The tuple of a batch that stands for it (at random: no position bias)."""
-    return batch[int(random.random() * len(batch))]
+    return batch[int(RNG.random() * len(batch))]

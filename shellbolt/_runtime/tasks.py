@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import random
 from collections import deque
 from typing import Any, NamedTuple, Protocol
 
@@ -20,6 +19,7 @@ from multilang.errors import ComponentError
 from .._model.acker import Acker, TupleEdges, edges_of
 from .._model.conf import SCHEMA
 from .._model.grouping import Grouping
+from .._model.rng import getrandbits
 from .._model.results import Cause
 from .._model.topology import ComponentDef, Topology
 from .._observe.observe import TaskObs
@@ -234,7 +234,7 @@ def component_error(exc: BaseException) -> ComponentError | None:
 
 def new_tuple_id() -> str:
     # §3.1: the decimal string of a random signed 64-bit number.
-    return str(random.getrandbits(64) - (1 << 63))
+    return str(getrandbits(64) - (1 << 63))
 
 
 class Task:

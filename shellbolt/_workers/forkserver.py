@@ -356,9 +356,6 @@ def _fork_worker(args: list[str], closing: list[int]) -> int:
             os.close(fd)
         os.setsid()
         name_process(f"multilang-w{args[1]}")
-        import random
-
-        random.seed()  # (Python reseeds it at a fork too; the acker's ids must differ between workers)
         if os.getppid() == server:  # (else the server was killed before it told the main process of this fork:
             worker.main(args)      # the main process started the worker as a new interpreter)
         code = 0
