@@ -327,6 +327,9 @@ def test_a_spark_run_that_fails_leaves_the_output_file_and_empties_the_dead_lett
     assert proc.returncode == 1 and b"error: the Spark job failed" in proc.stderr, proc.stderr[-3000:]
     # (Spark's own words do not name the key here: the message says which conf was given)
     assert b"the Spark conf given: spark.driver.memory=banana" in proc.stderr, proc.stderr[-3000:]
+    # With --remote local[N] the JVM's stderr comes through a copy (its token redacted): what it says shows
+    proc = _run([str(_wordcount(tmp_path)), "--remote", "local[1]", "-c", "spark.driver.memory=banana"], timeout=120)
+    assert proc.returncode == 1 and b"Invalid maximum heap size: -Xmxbanana" in proc.stderr, proc.stderr[-3000:]
     assert out.read_text() == '{"an earlier run": 1}\n'
     assert letters.read_text() == ""
     # A value Spark's SQL conf refuses: a usage error naming the key and the value (a trial: exit 1 and "Error

@@ -284,16 +284,15 @@ def _jvm_alone(conf: dict[str, str], redact: bool = False) -> None:
     if getattr(SparkContext, "_gateway", None) is not None:
         return
     popen: dict[str, Any] = {"start_new_session": True}
-    if redact:
+    if redact:  # (copied from the start: what a JVM that fails to start says is shown too)
         read, write = os.pipe()
         popen["stderr"] = write
+        threading.Thread(target=_redacted, args=(read,), name="multilang-jvm-stderr", daemon=True).start()
     try:
         gateway = launch_gateway(SparkConf().setAll(list(conf.items())), popen_kwargs=popen)
     finally:
         if redact:
-            os.close(write)
-    if redact:
-        threading.Thread(target=_redacted, args=(read,), name="multilang-jvm-stderr", daemon=True).start()
+            os.close(write)  # (the JVM holds its own: the copy ends when it exits)
     SparkContext._ensure_initialized(gateway=gateway)  # (what SparkContext(gateway=...) does with it first)
 
 
