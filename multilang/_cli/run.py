@@ -564,6 +564,9 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
         if not stop["running"] and spark_conf:  # (Spark's word may not name the key: "For input string: "x"")
             given = ", ".join(f"{k}={v}" for k, v in spark_conf.items())
             text = f"{text} (before the query ran; the Spark conf given: {given})"
+        if "JAVA_GATEWAY_EXITED" in text:  # (no job ran: the JVM said why, above)
+            click.echo(f"error: Spark's JVM did not start (its own words are above): {text}", err=True)
+            raise NoOutput(EXIT_FAILED) from None
         click.echo(f"error: the Spark job failed: {text}", err=True)
         raise NoOutput(EXIT_FAILED) from None
     finally:

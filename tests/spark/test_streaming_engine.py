@@ -324,7 +324,8 @@ def test_a_spark_run_that_fails_leaves_the_output_file_and_empties_the_dead_lett
     letters.write_text('{"an earlier letter": 1}\n')
     proc = _run([str(_wordcount(tmp_path)), "-c", "spark.driver.memory=banana", "-o", str(out),
                  "--dead-letter", str(letters)], timeout=120)
-    assert proc.returncode == 1 and b"error: the Spark job failed" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 1 and b"error: Spark's JVM did not start (its own words are above): " in proc.stderr, \
+        proc.stderr[-3000:]
     # (Spark's own words do not name the key here: the message says which conf was given)
     assert b"the Spark conf given: spark.driver.memory=banana" in proc.stderr, proc.stderr[-3000:]
     # With --remote local[N] the JVM's stderr comes through a copy (its token redacted): what it says shows
