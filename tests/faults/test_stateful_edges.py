@@ -568,7 +568,12 @@ def test_held_acks_stay_bounded_with_a_fast_spout_and_no_max_spout_pending(tmp_p
     assert res.ok and res.stopped_by == "request" and res.pending == 0 and len(windows) >= 8, (res, windows)
     assert stored_completed(tmp_path) == list(range(acked))
     assert stored_total(tmp_path, "count") == expected_counts(range(acked))
-    assert all(held <= emitted + 256 for held, emitted in windows), windows  # + spout bursts sampled late
+    # A tree still in flight at a cut (untouched by a stateful task, or not done yet) is the next
+    # checkpoint's: its held ack may wait a window or two more. So held acks are bounded by the trees of the
+    # last three windows (+ spout bursts sampled late), never by the run's length (a CI run saw 2,816 held
+    # against 1,856 trees of the last window).
+    for i, (held, _) in enumerate(windows):
+        assert held <= sum(e for _, e in windows[max(0, i - 2):i + 1]) + 256 or i == 0, (i, windows)
     assert len(run.runtime.checkpoints.held) == 0
 
 
