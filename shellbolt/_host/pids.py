@@ -10,15 +10,22 @@ import signal
 __all__ = ["start_time", "is_running", "signal_group", "children"]
 
 
-def _stat(pid: int) -> tuple[str, str] | None:
-    """The process's state letter and start time in clock ticks since boot
-    (Linux's /proc), or None."""
+def _fields(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command's name ("pid (comm)
+    state ppid ..."): state first (Linux), or None (no such process)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        return fields[0].decode(), fields[19].decode()
     except (OSError, IndexError):
         return None
+    return fields if len(fields) > 19 else None
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """The process's state letter and start time in clock ticks since boot
+    (Linux's /proc), or None."""
+    fields = _fields(pid)
+    return None if fields is None else (fields[0].decode(), fields[19].decode())
 
 
 def children(pid: int) -> list[int]:
@@ -28,17 +35,8 @@ def children(pid: int) -> list[int]:
         entries = os.listdir("/proc")
     except OSError:
         return []
-    out = []
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # (ended meanwhile)
-            if int(fields[1]) == pid:  # "pid (comm) state ppid ..."
-                out.append(int(entry))
-    return sorted(out)
+    wanted = str(pid).encode()
+    return sorted(int(e) for e in entries if e.isdigit() and (f := _fields(e)) is not None and f[1] == wanted)
 
 
 def start_time(pid: int) -> str | None:

@@ -48,12 +48,11 @@ _TAIL_PIDS = 64  # processes whose tails are kept
 _SOURCES = ("multilang.shellbolt", "multilang.component")
 
 
-def _headline(msg: str) -> str:
-    """The kind of a WARN/ERROR line, for the rate limit: its first line
-    without tags, with what varies masked, up to the first ": " (an
+def _headline(first: str) -> str:
+    """The kind of a WARN/ERROR line, for the rate limit, from its first
+    line without tags: what varies masked, up to the first ": " (an
     exception's class, not its message), so the same error with another
     row's value in it is the same kind."""
-    first = _PREFIX.sub("", msg.split("\n", 1)[0], count=1)
     return _VARYING.sub("#", first).split(": ", 1)[0][:160]
 
 
@@ -154,7 +153,8 @@ class _WorkerLog(logging.Handler):
             return
         now = time.monotonic()
         where = f"{comp}:{task}" if comp is not None else "runtime"
-        head = _headline(msg)
+        first = _PREFIX.sub("", msg.split("\n", 1)[0], count=1)  # (the line as it reads: quoted by a count)
+        head = _headline(first)
         win = self.windows.get(where)
         if win is None or now - win[0] >= _LOG_INTERVAL:
             if len(self.windows) > 1000:
@@ -166,7 +166,6 @@ class _WorkerLog(logging.Handler):
                 head = f"other kinds of WARN/ERROR line (over {_LOG_KINDS} in {_LOG_INTERVAL:g}s)"
                 kind = kind_of(where, head)
             win[1].add(kind)
-        first = _PREFIX.sub("", msg.split("\n", 1)[0], count=1)  # (the line as it reads: quoted by a count)
         self.gate.log(where, record.levelno, now, "%s", first, kind=kind)
         self._drain_capture(comp, task, pid, msg, first)
 

@@ -303,8 +303,8 @@ def _redacted(fd: int) -> None:
     """Copy the Spark Connect JVM's stderr to ours, line by line, without
     the server's token: PySpark's foreachBatch worker prints its URL with
     it ("... starting with url sc://localhost:PORT/;user_id=;token=...")."""
-    with open(fd, "rb", buffering=0) as pipe:
-        for line in iter(pipe.readline, b""):
+    with open(fd, "rb") as pipe:  # (buffered: a read per chunk, not per byte)
+        for line in pipe:
             try:
                 os.write(2, _TOKEN.sub(rb"\1<redacted>", line))
             except OSError:
