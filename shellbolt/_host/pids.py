@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["start_time", "is_running", "signal_group", "children"]
+__all__ = ["start_time", "is_running", "signal_group", "children", "group", "cmdline"]
 
 
 def _fields(pid: int | str) -> list[bytes] | None:
@@ -39,6 +39,33 @@ def children(pid: int) -> list[int]:
     return sorted(int(e) for e in entries if e.isdigit() and (f := _fields(e)) is not None and f[1] == wanted)
 
 
+def group(pid: int, started: str) -> list[int]:
+    """The processes of the process group that process ``pid`` (started at
+    ``started``) leads or led, the leader included while it runs; zombies
+    not counted; none if the pid is another process's now (Linux's /proc;
+    elsewhere none). See :func:`signal_group` for why a group without its
+    leader is still the one it led."""
+    stat = _stat(pid)
+    if not started or (stat is not None and stat[1] != started):
+        return []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    wanted = str(pid).encode()
+    return sorted(int(e) for e in entries
+                  if e.isdigit() and (f := _fields(e)) is not None and f[2] == wanted and f[0] != b"Z")
+
+
+def cmdline(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ("" if gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux), or None."""
     stat = _stat(pid)
@@ -63,11 +90,22 @@ def signal_group(pid: int, started: str, sig: int = signal.SIGKILL) -> bool:
     """Send ``sig`` to the process group that process ``pid`` leads (our
     component processes each lead one: §5.4), if it is still the process
     that started at ``started``; True if it went to that process running.
-    Where the process has exited and is not reaped yet, what is left of its
-    group (a wrapper's children) gets SIGKILL, and the answer is False."""
-    stat = _stat(pid) if started else None
-    if stat is None or stat[1] != started:
-        return False  # (gone, or the pid is another process's now, or no start time to be sure)
+    Where the process has exited, what is left of its group (a wrapper's
+    children) gets SIGKILL, and the answer is False: whether it is not reaped
+    yet, or gone (the kernel gives no new process a pid that is still a
+    process group's id, so a group of that id without its leader is what is
+    left of the one it led)."""
+    if not started:
+        return False  # (no start time to be sure the pid is still the one we started)
+    stat = _stat(pid)
+    if stat is None:  # (gone: its group's other members, if any are left)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return False
+    if stat[1] != started:
+        return False  # (the pid is another process's now: that process leads no group of ours)
     exited = stat[0] == "Z"
     try:
         os.killpg(pid, signal.SIGKILL if exited else sig)

@@ -42,6 +42,7 @@ from multilang.messages import ConnectionClosed, Handshake, Message, Pid, TaskId
 
 from .._model.conf import ProcessConf
 from .._observe.ratelog import LineBudget
+from . import scratch
 from .pids import start_time
 
 _STDERR = {"stream": "stderr"}
@@ -301,6 +302,8 @@ class ShellProcess:
             raise self.error(ComponentCrashed, f"could not start {self.argv!r}: {exc}") from None
         if self.conf.sched_batch and isinstance(self.proc, ChildTransport):
             self.proc.batch_scheduling()
+        if isinstance(self.proc, ChildTransport) and self.spawned is not None:  # (for the sweep after a kill -9)
+            scratch.note_child(self.pid_dir, *self.spawned, f"component '{self.component}' task {self.task}")
         task_status.started()
         await self.drain_stderr()
 
@@ -521,6 +524,7 @@ class ShellProcess:
                 os.unlink(os.path.join(self.pid_dir, str(self.pid)))
             except (OSError, TypeError):
                 pass
+            scratch.forget_child(self.pid_dir, proc.pid)
 
     async def _discard_stdout(self) -> None:
         """While a closed child is given its grace: read what it still

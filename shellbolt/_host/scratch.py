@@ -8,6 +8,13 @@ when it ends; one whose owner was killed (kill -9: no ``finally`` runs) is
 removed by the next host process that makes one, so repeated kills do not
 fill the disk.
 
+A pid folder also names the component processes its owner started and has
+not reaped (:func:`note_child`): a host killed with kill -9 leaves them
+running, and one that ignores the end of its input and SIGTERM would run on
+for ever. The sweep ends each such process group with SIGKILL before it
+removes the folder, as Storm's supervisor kills the pids in a dead worker's
+pid folder, and says so.
+
 A folder that holds Unix sockets must keep their paths within the kernel's
 limit (107 bytes on Linux): where the temporary directory's path is too long
 for that (a deep ``TMPDIR``), it is made in ``/tmp`` instead, as Python's
@@ -15,17 +22,22 @@ multiprocessing does for its sockets."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import signal
 import tempfile
 
 from multilang.errors import MultilangError
 
-from .pids import is_running, start_time
+from .pids import cmdline, group, is_running, signal_group, start_time
 
-__all__ = ["make", "owner_tag", "owner_gone"]
+__all__ = ["make", "owner_tag", "owner_gone", "note_child", "forget_child", "leave_the_sweep_to_the_main_process"]
+
+log = logging.getLogger("multilang.shellbolt")
 
 _OWNER = ".multilang-owner"
+_CHILD = ".multilang-child-"  # + the pid of a process group's leader: "START_TIME WHAT"
 _PREFIXES = ("multilang-pids-", "multilang-state-", "multilang-workers-", "multilang-replay-", "multilang-spark-",
              "multilang-ship-")
 _SHORT = ("/tmp", "/var/tmp", "/usr/tmp")
@@ -61,6 +73,15 @@ def make(prefix: str, socket_name_len: int = 0) -> str:
     return path
 
 
+def leave_the_sweep_to_the_main_process() -> None:
+    """In a host worker: :func:`make` sweeps nothing. The main process sweeps
+    as it starts and ends, and ends a dead worker's components itself after
+    their graces (docs/WORKERS.md); a worker started again sweeping the
+    folder of the one before would kill them at once."""
+    global _swept
+    _swept = True
+
+
 def sweep() -> list[str]:
     """Remove this user's scratch folders whose owner is no longer running;
     return their paths. A folder that names no owner (being made, or made
@@ -83,6 +104,7 @@ def sweep() -> list[str]:
         except (OSError, ValueError):
             continue
         if not is_running(pid, started):
+            _end_children(e.path, pid)
             shutil.rmtree(e.path, ignore_errors=True)
             removed.append(e.path)
     return removed
@@ -101,3 +123,56 @@ def owner_gone(tag: str) -> bool:
     if not sep or not pid.isdigit() or not (started.isdigit() or not started):
         return False
     return not is_running(int(pid), started)
+
+
+def note_child(folder: str, pid: int, started: str, what: str) -> None:
+    """Write down in ``folder``, if it is a scratch folder or a folder in
+    one, that its owner started process ``pid`` (at ``started``; the leader
+    of a process group) for ``what`` (a component and task): if the owner is
+    killed before it reaps the process, the sweep ends its group
+    (:func:`forget_child` once reaped)."""
+    if not (os.path.exists(os.path.join(folder, _OWNER))
+            or os.path.exists(os.path.join(os.path.dirname(folder), _OWNER))):
+        return  # (a pid folder the host was given, not one of its own)
+    try:
+        with open(os.path.join(folder, f"{_CHILD}{pid}"), "w", encoding="utf-8") as f:
+            f.write(f"{started} {what}")
+    except OSError:
+        pass
+
+
+def forget_child(folder: str, pid: int) -> None:
+    try:
+        os.unlink(os.path.join(folder, f"{_CHILD}{pid}"))
+    except OSError:
+        pass
+
+
+def _end_children(folder: str, owner: int) -> None:
+    """SIGKILL what is left of the process groups that the dead owner of
+    ``folder`` started and never reaped (:func:`note_child`, in the folder
+    or a folder in it), and say what was left."""
+    records = []
+    for where in [folder] + [e.path for e in _entries(folder) if e.is_dir(follow_symlinks=False)]:
+        records += [os.path.join(where, e.name) for e in _entries(where) if e.name.startswith(_CHILD)]
+    for path in records:
+        try:
+            with open(path, encoding="utf-8") as f:
+                started, _, what = f.read().partition(" ")
+            pid = int(os.path.basename(path)[len(_CHILD):])
+        except (OSError, ValueError):
+            continue
+        left = [f"pid {p} ({(cmdline(p) or '?')[:80]})" for p in group(pid, started)]
+        if left:
+            signal_group(pid, started, signal.SIGKILL)
+            log.warning("%s: %s still ran after its host process (pid %d) had gone without ending %s (killed "
+                        "with kill -9?): killed (SIGKILL to its process group)", what, ", ".join(left), owner,
+                        "it" if len(left) == 1 else "them")
+
+
+def _entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except OSError:
+        return []

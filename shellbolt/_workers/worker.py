@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from .._host import scratch
 from .._model.results import COUNTERS
 from .._model.topology import Topology
 from .._runtime.collector import prepare_gc
@@ -230,6 +231,7 @@ def main(args: list[str] | None = None) -> None:
     directory, worker, workers = args[0], int(args[1]), int(args[2])
     limit = int(args[3]) if len(args) > 3 else None
     name_process(f"multilang-w{worker}")  # (what top and pgrep show; ps shows the command line)
+    scratch.leave_the_sweep_to_the_main_process()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns the signals and says stop
     trio.run(_run, directory, worker, workers, limit)
 

@@ -95,6 +95,43 @@ def test_signal_to_multilang_run_stops_every_process_even_stubborn_or_stopped_on
     assert not left, f"processes survived {sig.name}: {left}"
 
 
+def test_a_host_killed_with_kill_9_leaves_a_stubborn_bolt_that_the_next_run_ends(tmp_path):
+    # kill -9 of the host runs no finally: its components see the end of their
+    # input, but one that ignores it (and SIGTERM) ran on for ever, and so did
+    # its child (the bolt may die writing to the dead host; the child does not).
+    # The next host process ends what the dead one left in its pid folder (as
+    # Storm's supervisor kills the pids in a dead worker's). A TMPDIR of the
+    # test's own: another test's run would sweep the folder first.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(ML + ["run", str(_topology(tmp_path)), "--no-progress", "-o", os.devnull],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    seen = Seen()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(cmdline(p).startswith("sleep 600") for p in seen):
+            assert time.monotonic() < deadline and proc.poll() is None, "the stubborn bolt did not start"
+            seen.add(descendant_pids(proc.pid))
+            time.sleep(0.02)
+        stubborn = [p for p in seen if "--stubborn" in cmdline(p) or cmdline(p).startswith("sleep 600")]
+    finally:
+        proc.kill()
+        proc.wait()
+    child = next(p for p in stubborn if cmdline(p).startswith("sleep 600"))
+    try:
+        assert child in seen.running(), "it outlives a kill -9 of its host"
+        p = subprocess.run(ML + ["pipe", "--", "python", str(ROOT / "examples/python/split_bolt.py")], cwd=ROOT,
+                           input="one more run\n", capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0 and p.stdout == '["one"]\n["more"]\n["run"]\n', p.stderr[-2000:]
+        assert not [pid for pid in stubborn if pid in seen.running()], f"still running: {stubborn}"
+        assert re.search(rf"component 'stubborn' task \d+: (pid \d+ \(.*--stubborn.*\), )?pid {child} \(sleep 600\) "
+                         r"still ran after its host process \(pid \d+\) had gone without ending (it|them) \(killed "
+                         r"with kill -9\?\): killed \(SIGKILL to its process group\)", p.stderr), p.stderr[-2000:]
+    finally:
+        for pid in seen.running():
+            if pid in stubborn:
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_pipe_streams_while_stdin_stays_open_and_sigterm_stops_it_at_once():
     # Issue 18: stdin was read on the host's event loop, so an idle stdin
     # froze everything: no output until EOF, and no reaction to signals.

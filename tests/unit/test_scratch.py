@@ -9,12 +9,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
 from multilang.errors import MultilangError
 from multilang.shellbolt._host import scratch
 from multilang.shellbolt._host.pids import start_time
+from multilang.testing import Seen
 
 
 @pytest.fixture
@@ -76,3 +78,39 @@ def test_no_short_enough_temporary_directory_is_a_named_error(tmp_path, monkeypa
     monkeypatch.setattr(scratch, "_SHORT", (str(tmp_path / "no-such-dir"),))  # a machine without /tmp
     with pytest.raises(MultilangError, match=r"too long a path for the host workers' sockets .* set TMPDIR"):
         scratch.make("multilang-workers-", len("wmain"))
+
+
+def test_the_sweep_ends_what_a_dead_owner_left_of_its_process_groups_and_nothing_else(tmp, caplog):
+    # A host killed with kill -9 reaps nothing: a component (here one that has
+    # exited already) may leave processes of its group running. The sweep of
+    # its folder ends them; a record whose pid is another process's now (this
+    # one's, with another start time) is left alone.
+    leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                               "print(subprocess.Popen(['sleep', '600']).pid, flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    left = int(leader.stdout.readline())
+    started = start_time(leader.pid)
+    leader.stdin.close()
+    leader.wait()  # (gone: its child is what is left of its group)
+    try:
+        dead = _folder(tmp, "multilang-pids-dead", f"{leader.pid} {started}")
+        scratch.note_child(str(dead / "1-1"), leader.pid, started, "component 'split' task 1")
+        scratch.note_child(str(dead), os.getpid(), "1", "component 'count' task 2")
+        assert str(dead) in scratch.sweep()
+        deadline = time.monotonic() + 30  # (SIGKILL is sent; the kernel ends the process soon after)
+        while Seen([left]).running():
+            assert time.monotonic() < deadline, "what was left of the group still runs"
+            time.sleep(0.01)
+        assert "component 'split' task 1: pid %d (sleep 600) still ran after its host process" % left in caplog.text
+        assert "count" not in caplog.text
+    finally:
+        if start_time(left) is not None:
+            os.kill(left, 9)
+
+
+def test_a_folder_the_host_was_given_gets_no_record(tmp):
+    given = tmp / "pids"
+    given.mkdir()
+    scratch.note_child(str(given), os.getpid(), start_time(os.getpid()), "component 'split' task 1")
+    assert list(given.iterdir()) == []
+
