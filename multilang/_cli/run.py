@@ -140,6 +140,7 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
                                     "Spark conf applies; set it where the server starts (docs/DEPLOY.md)")
             if archives is not None:
                 _local_archives_exist(archives)
+            _sizes_spark_takes(spark_conf)
             if workers is not None:
                 raise TopologyError(f"--workers {workers} applies to the embedded engine; on --engine spark the "
                                     "executors run the tasks (--master local[N], or the cluster's)")
@@ -393,18 +394,26 @@ def _unreachable_master(master: str, timeout: float = 5.0) -> str | None:
     """Why no standalone master of ``master`` (spark://HOST:PORT[,HOST:PORT...],
     each with its port, as Spark wants them) can be reached, or None: Spark's
     client tries to register for a minute (3 tries, 20 s apart) before it
-    says so."""
+    says so. The same for the Kubernetes API server of k8s://[https://]HOST:PORT
+    (the port required, as Spark requires it), where Spark printed a Java
+    stack trace of 267 frames."""
+    k8s = master.startswith("k8s://")
+    parts = [re.sub(r"^https?://", "", master.removeprefix("k8s://"))] if k8s else \
+        master.removeprefix("spark://").split(",")
     whys = []
-    for part in master.removeprefix("spark://").split(","):
-        host, _, port = part.rpartition(":")
+    for part in parts:
+        host, _, port = part.rstrip("/").rpartition(":")
         host = host.strip("[]")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            return f"{part!r} is not HOST:PORT (a standalone master listens on port 7077 unless told otherwise)"
+            return f"{part!r} is not HOST:PORT " + ("(Spark wants the API server's port, 443 or 6443 as a rule)" if k8s
+                                                    else "(a standalone master listens on port 7077 unless told "
+                                                    "otherwise)")
         why = _no_connection(host, int(port), timeout)
         if why is None:
             return None
         whys.append(f"{host}:{port} ({why})")
-    return f"cannot reach a Spark master at {', '.join(whys)}; is it running?"
+    what = "the Kubernetes API server" if k8s else "a Spark master"
+    return f"cannot reach {what} at {', '.join(whys)}; is it running?"
 
 
 def _no_connection(host: str, port: int, timeout: float) -> str | None:
@@ -416,6 +425,25 @@ def _no_connection(host: str, port: int, timeout: float) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc) or type(exc).__name__
     return None
+
+# Spark's conf entries that are sizes (bytesConf: Spark's JavaUtils.byteStringAs reads them): a whole
+# number and a unit of b, k(b), m(b), g(b), t(b) or p(b), any case.
+_SPARK_SIZES = ("spark.driver.memory", "spark.executor.memory", "spark.driver.memoryOverhead",
+                "spark.executor.memoryOverhead", "spark.driver.maxResultSize", "spark.executor.pyspark.memory")
+_SPARK_SIZE = re.compile(r"[0-9]+(b|[kmgtp]b?)?")
+
+
+def _sizes_spark_takes(spark_conf: dict[str, str]) -> None:
+    """TopologyError for a -c size that Spark would refuse: a trial's
+    spark.driver.memory=xyz stopped the JVM as it started (exit 1, in the
+    JVM's words: "Invalid maximum heap size"), and a bad
+    spark.driver.maxResultSize failed the SparkContext with a stack trace."""
+    for key in _SPARK_SIZES:
+        value = spark_conf.get(key)
+        if value is not None and not _SPARK_SIZE.fullmatch(value.strip().lower()):
+            raise TopologyError(f"-c {key}={value}: not a size; Spark takes a whole number and a unit: b, k, m, "
+                                "g, t or p (512m, 2g)")
+
 
 def _spark_value(value: Any) -> str:
     """A -c value (read as JSON) as Spark conf text: true, 4, 2g."""
@@ -457,7 +485,7 @@ def _run_on_spark(topology: Any, *, master: str, remote: str | None, checkpoint:
         if unreachable:
             click.echo(f"error: --remote {remote}: {unreachable}", err=True)
             return EXIT_USAGE
-    if master.startswith("spark://"):
+    if master.startswith(("spark://", "k8s://")):
         unreachable = _unreachable_master(master)
         if unreachable:
             click.echo(f"error: --master {master}: {unreachable}", err=True)

@@ -329,15 +329,16 @@ def test_a_spark_run_that_fails_leaves_the_output_file_and_empties_the_dead_lett
     out, letters = tmp_path / "out.jsonl", tmp_path / "dead.jsonl"
     out.write_text('{"an earlier run": 1}\n')
     letters.write_text('{"an earlier letter": 1}\n')
-    proc = _run([str(_wordcount(tmp_path)), "-c", "spark.driver.memory=banana", "-o", str(out),
+    # (2gb is a size to Spark, which checks it first (xyz: exit 2, tests/integration/test_cli.py), not to the JVM)
+    proc = _run([str(_wordcount(tmp_path)), "-c", "spark.driver.memory=2gb", "-o", str(out),
                  "--dead-letter", str(letters)], timeout=120)
     assert proc.returncode == 1 and b"error: Spark's JVM did not start (its own words are above): " in proc.stderr, \
         proc.stderr[-3000:]
     # (Spark's own words do not name the key here: the message says which conf was given)
-    assert b"the Spark conf given: spark.driver.memory=banana" in proc.stderr, proc.stderr[-3000:]
+    assert b"the Spark conf given: spark.driver.memory=2gb" in proc.stderr, proc.stderr[-3000:]
     # With --remote local[N] the JVM's stderr comes through a copy (its token redacted): what it says shows
-    proc = _run([str(_wordcount(tmp_path)), "--remote", "local[1]", "-c", "spark.driver.memory=banana"], timeout=120)
-    assert proc.returncode == 1 and b"Invalid maximum heap size: -Xmxbanana" in proc.stderr, proc.stderr[-3000:]
+    proc = _run([str(_wordcount(tmp_path)), "--remote", "local[1]", "-c", "spark.driver.memory=2gb"], timeout=120)
+    assert proc.returncode == 1 and b"Invalid maximum heap size: -Xmx2gb" in proc.stderr, proc.stderr[-3000:]
     assert out.read_text() == '{"an earlier run": 1}\n'
     assert letters.read_text() == ""
     # A value Spark's SQL conf refuses: a usage error naming the key and the value (a trial: exit 1 and "Error
