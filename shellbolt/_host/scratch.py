@@ -69,7 +69,7 @@ def make(prefix: str, socket_name_len: int = 0) -> str:
             base = short[0]
     path = tempfile.mkdtemp(prefix=prefix, dir=base)
     with open(os.path.join(path, _OWNER), "w", encoding="ascii") as f:
-        f.write(f"{os.getpid()} {start_time(os.getpid()) or ''}")
+        f.write(f"{os.getpid()} {start_time(os.getpid()) or ''} {_pid_namespace()}")
     return path
 
 
@@ -99,10 +99,12 @@ def sweep() -> list[str]:
             if not e.is_dir(follow_symlinks=False) or e.stat(follow_symlinks=False).st_uid != uid:
                 continue
             with open(os.path.join(e.path, _OWNER), encoding="ascii") as f:
-                pid_text, _, started = f.read().partition(" ")
+                pid_text, started, *namespace = f.read().split(" ")
             pid = int(pid_text)
         except (OSError, ValueError):
             continue
+        if namespace and namespace[0] != _pid_namespace():
+            continue  # (a container's, sharing this temporary directory: its pids are not the ones seen here)
         if not is_running(pid, started):
             _end_children(e.path, pid)
             shutil.rmtree(e.path, ignore_errors=True)
@@ -146,6 +148,14 @@ def forget_child(folder: str, pid: int) -> None:
         os.unlink(os.path.join(folder, f"{_CHILD}{pid}"))
     except OSError:
         pass
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace ("pid:[4026531836]"; Linux), or ""."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
 
 
 def _end_children(folder: str, owner: int) -> None:

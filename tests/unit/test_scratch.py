@@ -42,19 +42,22 @@ def test_only_the_folders_of_owners_that_are_gone_are_swept(tmp):
     reused = _folder(tmp, "multilang-state-reused", f"{os.getpid()} 1")  # this pid, another start: a reused pid
     mine = _folder(tmp, "multilang-workers-mine", me)
     unowned = _folder(tmp, "multilang-pids-unowned", None)  # being made, or by an older version
+    # A container's, sharing this temporary directory: its pid is not the one seen here, dead or alive
+    elsewhere = _folder(tmp, "multilang-pids-elsewhere", f"{dead_pid} 1 pid:[1]")
     other = _folder(tmp, "something-else", f"{dead_pid} 1")
     removed = [p for p in scratch.sweep() if p.startswith(str(tmp))]  # (/tmp is swept too: sockets' folders)
     assert sorted(removed) == sorted([str(dead), str(reused)])
     assert not dead.exists() and not reused.exists()
-    assert mine.exists() and unowned.exists() and other.exists()
+    assert mine.exists() and unowned.exists() and other.exists() and elsewhere.exists()
 
 
 def test_a_folder_names_its_owner_and_is_private(tmp):
     path = scratch.make("multilang-pids-")
     assert os.path.dirname(path) == str(tmp)
     assert os.stat(path).st_mode & 0o777 == 0o700
-    pid, started = open(os.path.join(path, ".multilang-owner")).read().split()
+    pid, started, namespace = open(os.path.join(path, ".multilang-owner")).read().split()
     assert int(pid) == os.getpid() and started == start_time(os.getpid())
+    assert namespace == os.readlink("/proc/self/ns/pid")
     assert path not in scratch.sweep() and os.path.isdir(path)
 
 
