@@ -604,11 +604,9 @@ class Seen:
 
 def cmdline(pid: int) -> str:
     """The process's command line, arguments joined by spaces ("" if gone)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
+    from multilang.shellbolt import process_cmdline
+
+    return process_cmdline(pid)
 
 
 def process_name(pid: int) -> str:

@@ -60,6 +60,7 @@ _HOME: dict[str, tuple[str, str]] = {
     "SpoutDriver": ("_host.spout_driver", "SpoutDriver"),
     "scratch_folder": ("_host.scratch", "make"),
     "child_pids": ("_host.pids", "children"),
+    "process_cmdline": ("_host.pids", "cmdline"),
     **{n: ("_runtime.state_store", n) for n in ("Checkpoint", "StateStore", "provider_config")},
     **{n: ("_observe.ratelog", n) for n in ("RateLimitedLog", "kind_of")},
     "setup_logging": ("_observe.logs", "setup_logging"),
