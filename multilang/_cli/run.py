@@ -398,11 +398,11 @@ def _unreachable_master(master: str, timeout: float = 5.0) -> str | None:
     (the port required, as Spark requires it), where Spark printed a Java
     stack trace of 267 frames."""
     k8s = master.startswith("k8s://")
-    parts = [re.sub(r"^https?://", "", master.removeprefix("k8s://"))] if k8s else \
-        master.removeprefix("spark://").split(",")
+    parts = [re.sub(r"^https?://", "", master.removeprefix("k8s://")).split("/", 1)[0]] if k8s else \
+        master.removeprefix("spark://").split(",")  # (an API server's URL may have a path: a proxy's)
     whys = []
     for part in parts:
-        host, _, port = part.rstrip("/").rpartition(":")
+        host, _, port = part.rpartition(":")
         host = host.strip("[]")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             return f"{part!r} is not HOST:PORT " + ("(Spark wants the API server's port, 443 or 6443 as a rule)" if k8s
@@ -425,6 +425,7 @@ def _no_connection(host: str, port: int, timeout: float) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc) or type(exc).__name__
     return None
+
 
 # Spark's conf entries that are sizes (bytesConf: Spark's JavaUtils.byteStringAs reads them): a whole
 # number and a unit of b, k(b), m(b), g(b), t(b) or p(b), any case.

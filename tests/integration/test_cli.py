@@ -240,8 +240,9 @@ def test_run_of_a_python_script_says_what_run_takes(tmp_path):
      "error: -c spark.driver.memory=xyz: not a size; Spark takes a whole number and a unit"),
     (["--engine", "spark", "-c", "spark.executor.memory=1.5g"], "error: -c spark.executor.memory=1.5g: not a size"),
     (["--engine", "spark", "-c", "spark.driver.maxResultSize=abc"], "error: -c spark.driver.maxResultSize=abc: not"),
-    (["--engine", "spark", "--master", "k8s://https://127.0.0.1:1"],
-     "error: --master k8s://https://127.0.0.1:1: cannot reach the Kubernetes API server at 127.0.0.1:1 ("),
+    (["--engine", "spark", "--master", "k8s://https://127.0.0.1:1/k8s/clusters/c-1"],
+     "error: --master k8s://https://127.0.0.1:1/k8s/clusters/c-1: cannot reach the Kubernetes API server at "
+     "127.0.0.1:1 ("),
     (["--engine", "spark", "--master", "k8s://api.example"], "error: --master k8s://api.example: 'api.example' is "
                                                              "not HOST:PORT (Spark wants the API server's port"),
 ], ids=["local0", "local-cluster0", "remote-local0", "master-and-remote", "yarn-without-conf", "spark-conf-embedded",
