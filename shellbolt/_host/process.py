@@ -43,7 +43,7 @@ from multilang.messages import ConnectionClosed, Handshake, Message, Pid, TaskId
 from .._model.conf import ProcessConf
 from .._observe.ratelog import LineBudget
 from . import scratch
-from .pids import start_time
+from .pids import group, start_time
 
 _STDERR = {"stream": "stderr"}
 
@@ -518,6 +518,7 @@ class ShellProcess:
             if proc.returncode is None:
                 proc.signal(signal.SIGKILL)
                 await proc.wait()
+            await self._end_the_rest(grace, hurry)
             for stream in (proc.stdout, proc.stderr):
                 await stream.aclose()
             try:
@@ -525,6 +526,30 @@ class ShellProcess:
             except (OSError, TypeError):
                 pass
             scratch.forget_child(self.pid_dir, proc.pid)
+
+    async def _end_the_rest(self, grace: float, hurry: trio.Event | None) -> None:
+        """What is left of the process's group once it has exited (a
+        wrapper's child in the background: ``sh -c "helper & exec bolt"``):
+        SIGTERM, the grace, SIGKILL, as for the process (§5.4). A trial's
+        wrapper left its child running after every run; the group's id keeps
+        the leader's pid from being given to another process while the group
+        has members (pids.signal_group)."""
+        if self._spawned is None:
+            return  # (not a process of ours, or no start time to tell it by)
+        pid, started = self._spawned
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not group(pid, started):
+                return
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                return
+            waited = 0.0
+            while sig == signal.SIGTERM and waited < grace and not (hurry is not None and hurry.is_set()):
+                await trio.sleep(0.05)
+                waited += 0.05
+                if not group(pid, started):
+                    return
 
     async def _discard_stdout(self) -> None:
         """While a closed child is given its grace: read what it still

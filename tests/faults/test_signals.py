@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import textwrap
@@ -130,6 +131,24 @@ def test_a_host_killed_with_kill_9_leaves_a_stubborn_bolt_that_the_next_run_ends
         for pid in seen.running():
             if pid in stubborn:
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_wrappers_child_in_the_background_ends_with_the_component(tmp_path):
+    # The component (exec'd by its wrapper) exits at the end of its input; the
+    # wrapper's background child, of its process group, ran on after every
+    # run (a trial). The host ends the rest of the group too.
+    pidfile = tmp_path / "child.pid"
+    split = shlex.quote(str(ROOT / "examples/python/split_bolt.py"))
+    wrapper = f"sleep 600 & echo $! > {shlex.quote(str(pidfile))}; exec python {split}"
+    p = subprocess.run(ML + ["pipe", "--", "sh", "-c", wrapper], cwd=ROOT, input="a b\n", capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == '["a"]\n["b"]\n', p.stderr[-2000:]
+    child = int(pidfile.read_text())
+    try:
+        assert not cmdline(child).startswith("sleep 600"), "the wrapper's child outlived the run"
+    finally:
+        if cmdline(child).startswith("sleep 600"):
+            os.kill(child, signal.SIGKILL)
 
 
 def test_pipe_streams_while_stdin_stays_open_and_sigterm_stops_it_at_once():
