@@ -441,9 +441,11 @@ def _sizes_spark_takes(spark_conf: dict[str, str]) -> None:
     spark.driver.maxResultSize failed the SparkContext with a stack trace."""
     for key in _SPARK_SIZES:
         value = spark_conf.get(key)
-        if value is not None and not _SPARK_SIZE.fullmatch(value.strip().lower()):
-            raise TopologyError(f"-c {key}={value}: not a size; Spark takes a whole number and a unit: b, k, m, "
-                                "g, t or p (512m, 2g)")
+        if value is not None:
+            if not _SPARK_SIZE.fullmatch(value.strip().lower()):
+                raise TopologyError(f"-c {key}={value}: not a size; Spark takes a whole number, with a unit of b, "
+                                    "k, m, g, t or p (512m, 2g)")
+            spark_conf[key] = value.strip()  # (as Spark reads it: the JVM's -Xmx would refuse " 2g")
 
 
 def _spark_value(value: Any) -> str:

@@ -237,7 +237,7 @@ def test_run_of_a_python_script_says_what_run_takes(tmp_path):
      "error: spark.archives: with --remote sc://localhost:1 the Connect server's Spark conf applies"),
     (["--engine", "spark", "--archives", " "], "Usage:"),
     (["--engine", "spark", "-c", "spark.driver.memory=xyz"],
-     "error: -c spark.driver.memory=xyz: not a size; Spark takes a whole number and a unit"),
+     "error: -c spark.driver.memory=xyz: not a size; Spark takes a whole number, with a unit of b, k, m, g, t or p"),
     (["--engine", "spark", "-c", "spark.executor.memory=1.5g"], "error: -c spark.executor.memory=1.5g: not a size"),
     (["--engine", "spark", "-c", "spark.driver.maxResultSize=abc"], "error: -c spark.driver.maxResultSize=abc: not"),
     (["--engine", "spark", "--master", "k8s://https://127.0.0.1:1/k8s/clusters/c-1"],
