@@ -411,7 +411,7 @@ def _unreachable_master(master: str, timeout: float = 5.0) -> str | None:
         why = _no_connection(host, int(port), timeout)
         if why is None:
             return None
-        whys.append(f"{host}:{port} ({why})")
+        whys.append(f"{f'[{host}]' if ':' in host else host}:{port} ({why})")
     what = "the Kubernetes API server" if k8s else "a Spark master"
     return f"cannot reach {what} at {', '.join(whys)}; is it running?"
 

@@ -172,12 +172,16 @@ def _end_children(folder: str, owner: int) -> None:
             pid = int(os.path.basename(path)[len(_CHILD):])
         except (OSError, ValueError):
             continue
-        left = [f"pid {p} ({(cmdline(p) or '?')[:80]})" for p in group(pid, started)]
+        left = [f"pid {p} ({_short(cmdline(p) or '?')})" for p in group(pid, started)]
         if left:
             signal_group(pid, started, signal.SIGKILL)
             log.warning("%s: %s still ran after its host process (pid %d) had gone without ending %s (killed "
                         "with kill -9?): killed (SIGKILL to its process group)", what, ", ".join(left), owner,
                         "it" if len(left) == 1 else "them")
+
+
+def _short(text: str, most: int = 80) -> str:
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _entries(folder: str) -> list[os.DirEntry]:
