@@ -515,7 +515,7 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
                spark_conf: dict[str, str] | None) -> int:
     """The query, its signals and its summary, once the options are checked
     (``letters``: --dead-letter's file, open)."""
-    from multilang.adapters.spark import run_topology, spark_error_text
+    from multilang.adapters.spark import kill_spark_jvm, run_topology, spark_error_text
 
     def emit(rec: dict[str, Any]) -> None:
         output.write(orjson.dumps(rec).decode() + "\n")
@@ -570,6 +570,7 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
     # (The output view is written at the end: none of these wrote any, and -o FILE is left as it was.)
     except KeyboardInterrupt:
         signum = stop["signal"] or signal.SIGINT
+        kill_spark_jvm()  # (at once: nothing it says as it dies follows the last line)
         if not stop["running"]:  # (as the embedded engine says it: a signal before the query ran)
             click.echo(f"[summary] interrupted by {signal.Signals(signum).name} before the topology started: "
                        "nothing ran", err=True)
@@ -581,6 +582,7 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - Spark job failures arrive as Py4J/Python exceptions
         if stop["at_once"]:  # cut short inside a call into the JVM, whose connection the next call found broken
+            kill_spark_jvm()
             click.echo("interrupted", err=True)
             raise NoOutput(_signals.exit_status(stop["signal"])) from None
         if stop["signal"] is not None:  # (the JVM died of its own signal: SIGKILL, or the OOM killer's)

@@ -296,6 +296,26 @@ def _jvm_alone(conf: dict[str, str], redact: bool = False) -> None:
     SparkContext._ensure_initialized(gateway=gateway)  # (what SparkContext(gateway=...) does with it first)
 
 
+def kill_spark_jvm() -> None:
+    """End this process's Spark JVM now (SIGKILL to its process group: its
+    Python workers too), if it started one (:func:`_jvm_alone`): what a
+    second signal to ``multilang run --engine spark`` does before it says
+    "interrupted". Left to end when this process's exit closes its stdin,
+    the JVM printed a stack trace of its stream thread (its RPC env stopped
+    under it) after that last line (a CI run). The components see the end of
+    their input and exit, as at a kill of the driver (docs/SPARK.md)."""
+    from pyspark import SparkContext
+
+    proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # (it leads its own session: _jvm_alone)
+    except OSError:
+        return
+    proc.wait()
+
+
 _TOKEN = re.compile(rb"(token=)[^;\s]+")
 
 
