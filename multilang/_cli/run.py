@@ -405,9 +405,9 @@ def _unreachable_master(master: str, timeout: float = 5.0) -> str | None:
         host, _, port = part.rpartition(":")
         host = host.strip("[]")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            return f"{part!r} is not HOST:PORT " + ("(Spark wants the API server's port, 443 or 6443 as a rule)" if k8s
-                                                    else "(a standalone master listens on port 7077 unless told "
-                                                    "otherwise)")
+            hint = "Spark wants the API server's port, 443 or 6443 as a rule" if k8s else \
+                "a standalone master listens on port 7077 unless told otherwise"
+            return f"{part!r} is not HOST:PORT ({hint})"
         why = _no_connection(host, int(port), timeout)
         if why is None:
             return None

@@ -28,15 +28,22 @@ def _stat(pid: int) -> tuple[str, str] | None:
     return None if fields is None else (fields[0].decode(), fields[19].decode())
 
 
-def children(pid: int) -> list[int]:
-    """The pids whose parent is ``pid``, zombies included, sorted (Linux's
-    /proc; elsewhere none)."""
+def _where(index: int, pid: int) -> list[tuple[int, list[bytes]]]:
+    """Each process whose stat field ``index`` (after the name: 1 the
+    parent, 2 the process group) is ``pid``, with its fields, sorted by pid
+    (Linux's /proc; elsewhere none)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return []
     wanted = str(pid).encode()
-    return sorted(int(e) for e in entries if e.isdigit() and (f := _fields(e)) is not None and f[1] == wanted)
+    return sorted((int(e), f) for e in entries if e.isdigit() and (f := _fields(e)) is not None and f[index] == wanted)
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid``, zombies included, sorted (Linux's
+    /proc; elsewhere none)."""
+    return [p for p, _ in _where(1, pid)]
 
 
 def group(pid: int, started: str) -> list[int]:
@@ -48,13 +55,12 @@ def group(pid: int, started: str) -> list[int]:
     stat = _stat(pid)
     if not started or (stat is not None and stat[1] != started):
         return []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    wanted = str(pid).encode()
-    return sorted(int(e) for e in entries
-                  if e.isdigit() and (f := _fields(e)) is not None and f[2] == wanted and f[0] != b"Z")
+    if stat is None:
+        try:
+            os.killpg(pid, 0)  # (one call, where most groups are gone with their leader: no /proc walk)
+        except OSError:
+            return []
+    return [p for p, f in _where(2, pid) if f[0] != b"Z"]
 
 
 def cmdline(pid: int) -> str:
