@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["start_time", "is_running", "signal_group", "children", "group", "cmdline"]
+__all__ = ["start_time", "is_running", "signal_group", "children", "group", "cmdline", "with_environ"]
 
 
 def _fields(pid: int | str) -> list[bytes] | None:
@@ -61,6 +61,30 @@ def group(pid: int, started: str) -> list[int]:
         except OSError:
             return []
     return [p for p, f in _where(2, pid) if f[0] != b"Z"]
+
+
+def with_environ(entry: str) -> list[int]:
+    """The live processes (zombies not counted) whose environment, as they
+    started, holds ``entry`` ("NAME=VALUE"), sorted (Linux's /proc, this
+    user's processes; elsewhere none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    wanted, found = b"\0" + entry.encode() + b"\0", []
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/environ", "rb") as f:
+                if wanted not in b"\0" + f.read():
+                    continue
+        except OSError:  # gone, or another user's
+            continue
+        fields = _fields(e)
+        if fields is not None and fields[0] != b"Z":
+            found.append(int(e))
+    return sorted(found)
 
 
 def cmdline(pid: int) -> str:

@@ -296,14 +296,22 @@ class ShellProcess:
 
     async def _run_stderr(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the child; ready once it exists; then drain its stderr to EOF."""
+        # (written down for the sweep after a kill -9: by a mark in its environment while it starts, then by its pid)
+        what = f"component '{self.component}' task {self.task}"
+        mark = scratch.note_spawning(self.pid_dir, what)
+        env = self.env if mark is None else {**self.env, scratch.CHILD_ENV: mark}
         try:
-            self.proc = await self._spawn(self.argv, self.cwd, self.env)
+            self.proc = await self._spawn(self.argv, self.cwd, env)
         except OSError as exc:
+            if mark is not None:
+                scratch.forget_spawning(self.pid_dir, mark)
             raise self.error(ComponentCrashed, f"could not start {self.argv!r}: {exc}") from None
         if self.conf.sched_batch and isinstance(self.proc, ChildTransport):
             self.proc.batch_scheduling()
-        if isinstance(self.proc, ChildTransport) and self.spawned is not None:  # (for the sweep after a kill -9)
-            scratch.note_child(self.pid_dir, *self.spawned, f"component '{self.component}' task {self.task}")
+        if isinstance(self.proc, ChildTransport) and self.spawned is not None:
+            scratch.note_child(self.pid_dir, *self.spawned, what)
+        if mark is not None:
+            scratch.forget_spawning(self.pid_dir, mark)
         task_status.started()
         await self.drain_stderr()
 

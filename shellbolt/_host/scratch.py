@@ -13,7 +13,9 @@ not reaped (:func:`note_child`): a host killed with kill -9 leaves them
 running, and one that ignores the end of its input and SIGTERM would run on
 for ever. The sweep ends each such process group with SIGKILL before it
 removes the folder, as Storm's supervisor kills the pids in a dead worker's
-pid folder, and says so.
+pid folder, and says so. A process being started has no pid to write down
+yet: it is written down first by a mark in its environment
+(:func:`note_spawning`), which the sweep looks for in /proc.
 
 A folder that holds Unix sockets must keep their paths within the kernel's
 limit (107 bytes on Linux): where the temporary directory's path is too long
@@ -30,14 +32,19 @@ import tempfile
 
 from multilang.errors import MultilangError
 
-from .pids import cmdline, group, is_running, signal_group, start_time
+from .pids import cmdline, group, is_running, signal_group, start_time, with_environ
 
-__all__ = ["make", "owner_tag", "owner_gone", "note_child", "forget_child", "leave_the_sweep_to_the_main_process"]
+__all__ = ["make", "owner_tag", "owner_gone", "note_spawning", "forget_spawning", "note_child", "forget_child",
+           "leave_the_sweep_to_the_main_process", "CHILD_ENV"]
 
 log = logging.getLogger("multilang.shellbolt")
 
 _OWNER = ".multilang-owner"
 _CHILD = ".multilang-child-"  # + the pid of a process group's leader: "START_TIME WHAT"
+_SPAWNING = ".multilang-spawning-"  # + a mark (CHILD_ENV's value) of a process being started: "WHAT"
+#: in a component's environment: which start of which host process started it ("PID-START.N")
+CHILD_ENV = "MULTILANG_CHILD_OF"
+_marks = 0
 _PREFIXES = ("multilang-pids-", "multilang-state-", "multilang-workers-", "multilang-replay-", "multilang-spark-",
              "multilang-ship-")
 _SHORT = ("/tmp", "/var/tmp", "/usr/tmp")
@@ -127,20 +134,54 @@ def owner_gone(tag: str) -> bool:
     return not is_running(int(pid), started)
 
 
+def _ours(folder: str) -> bool:
+    """Whether ``folder`` is a scratch folder or a folder in one (not a pid
+    folder the host was given)."""
+    return (os.path.exists(os.path.join(folder, _OWNER))
+            or os.path.exists(os.path.join(os.path.dirname(folder), _OWNER)))
+
+
+def _write(path: str, text: str) -> bool:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def note_spawning(folder: str, what: str) -> str | None:
+    """Before the owner of ``folder`` starts a process for ``what`` (a
+    component and task): a mark to put in its environment as
+    :data:`CHILD_ENV`, written down in ``folder`` (None where the folder is
+    not ours). If the owner is killed before :func:`note_child`, the sweep
+    finds the process, and its children, by the mark (a trial killed hosts
+    in the milliseconds between a spawn and its record, and 2 of 6 such
+    kills left a component running for ever)."""
+    global _marks
+    if not _ours(folder):
+        return None
+    _marks += 1
+    mark = f"{owner_tag()}.{_marks}"
+    return mark if _write(os.path.join(folder, f"{_SPAWNING}{mark}"), what) else None
+
+
+def forget_spawning(folder: str, mark: str) -> None:
+    """The process of ``mark`` is written down by its pid, or did not start."""
+    try:
+        os.unlink(os.path.join(folder, f"{_SPAWNING}{mark}"))
+    except OSError:
+        pass
+
+
 def note_child(folder: str, pid: int, started: str, what: str) -> None:
     """Write down in ``folder``, if it is a scratch folder or a folder in
     one, that its owner started process ``pid`` (at ``started``; the leader
     of a process group) for ``what`` (a component and task): if the owner is
     killed before it reaps the process, the sweep ends its group
     (:func:`forget_child` once reaped)."""
-    if not (os.path.exists(os.path.join(folder, _OWNER))
-            or os.path.exists(os.path.join(os.path.dirname(folder), _OWNER))):
-        return  # (a pid folder the host was given, not one of its own)
-    try:
-        with open(os.path.join(folder, f"{_CHILD}{pid}"), "w", encoding="utf-8") as f:
-            f.write(f"{started} {what}")
-    except OSError:
-        pass
+    if _ours(folder):
+        _write(os.path.join(folder, f"{_CHILD}{pid}"), f"{started} {what}")
 
 
 def forget_child(folder: str, pid: int) -> None:
@@ -164,20 +205,37 @@ def _end_children(folder: str, owner: int) -> None:
     or a folder in it), and say what was left."""
     records = []
     for where in [folder] + [e.path for e in _entries(folder) if e.is_dir(follow_symlinks=False)]:
-        records += [os.path.join(where, e.name) for e in _entries(where) if e.name.startswith(_CHILD)]
+        records += [os.path.join(where, e.name) for e in _entries(where) if e.name.startswith((_CHILD, _SPAWNING))]
+    records.sort(key=lambda path: _SPAWNING in path)  # (a process written down both ways: said once, by its pid)
+    ended: set[int] = set()
     for path in records:
+        name = os.path.basename(path)
         try:
             with open(path, encoding="utf-8") as f:
-                started, _, what = f.read().partition(" ")
-            pid = int(os.path.basename(path)[len(_CHILD):])
+                text = f.read()
+            if name.startswith(_CHILD):
+                started, _, what = text.partition(" ")
+                pid = int(name[len(_CHILD):])
+                found = group(pid, started)
+            else:  # (started as its owner died: found by its mark, with what it started in turn)
+                what, pid, started = text, 0, ""
+                found = [p for p in with_environ(f"{CHILD_ENV}={name[len(_SPAWNING):]}") if p not in ended]
         except (OSError, ValueError):
             continue
-        left = [f"pid {p} ({_short(cmdline(p) or '?')})" for p in group(pid, started)]
-        if left:
+        ended.update(found)
+        left = [f"pid {p} ({_short(cmdline(p) or '?')})" for p in found]
+        if not left:
+            continue
+        if pid:
             signal_group(pid, started, signal.SIGKILL)
-            log.warning("%s: %s still ran after its host process (pid %d) had gone without ending %s (killed "
-                        "with kill -9?): killed (SIGKILL to its process group)", what, ", ".join(left), owner,
-                        "it" if len(left) == 1 else "them")
+        for p in [] if pid else found:
+            try:
+                os.killpg(p, signal.SIGKILL) if os.getpgid(p) == p else os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass  # (gone meanwhile: with its group, say)
+        log.warning("%s: %s still ran after its host process (pid %d) had gone without ending %s (killed "
+                    "with kill -9?): killed (SIGKILL to its process group)", what, ", ".join(left), owner,
+                    "it" if len(left) == 1 else "them")
 
 
 def _short(text: str, most: int = 80) -> str:

@@ -5,6 +5,7 @@ a folder for sockets keeps their paths within the kernel's limit."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,51 @@ def test_the_sweep_ends_what_a_dead_owner_left_of_its_process_groups_and_nothing
     finally:
         if start_time(left) is not None:
             os.kill(left, 9)
+
+
+def test_a_process_started_as_its_owner_was_killed_is_found_by_the_mark_in_its_environment(tmp, caplog):
+    # A trial killed hosts in the milliseconds between a spawn and the record of
+    # its pid: 2 of 6 such kills left a stubborn component running. The mark is
+    # written down before the spawn, and the process (and what it started in
+    # turn, which inherits its environment) carries it; another mark's process
+    # is left alone.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = _folder(tmp, "multilang-pids-dead", f"{int(gone.stdout)} 1")
+    mark = scratch.note_spawning(str(dead / "1-1"), "component 'count' task 3")
+    assert mark is not None
+    started = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                                "print(subprocess.Popen(['sleep', '600']).pid, flush=True); sys.stdin.read()"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, scratch.CHILD_ENV: mark})
+    other = subprocess.Popen(["sleep", "600"], env={**os.environ, scratch.CHILD_ENV: mark + "0"},
+                             start_new_session=True)
+    child = int(started.stdout.readline())
+    try:
+        assert str(dead) in scratch.sweep()
+        started.wait(timeout=30)
+        deadline = time.monotonic() + 30  # (SIGKILL is sent; the kernel ends the process soon after)
+        while Seen([child]).running():
+            assert time.monotonic() < deadline, "the process it started in turn still runs"
+            time.sleep(0.01)
+        assert started.returncode == -9
+        assert re.search(rf"component 'count' task 3: pid {started.pid} \(.*python.*\), pid {child} \(sleep 600\) "
+                         r"still ran after its host process \(pid \d+\) had gone without ending them", caplog.text)
+        assert other.poll() is None
+    finally:
+        for proc in (started, other):
+            proc.kill()
+            proc.wait()
+        if start_time(child) is not None:
+            os.kill(child, 9)
+
+
+def test_a_mark_is_forgotten_once_the_process_is_written_down_by_its_pid(tmp):
+    folder = scratch.make("multilang-pids-")
+    mark = scratch.note_spawning(folder, "component 'split' task 1")
+    assert mark is not None and os.listdir(folder) != [".multilang-owner"]
+    scratch.forget_spawning(folder, mark)
+    assert os.listdir(folder) == [".multilang-owner"]
+    assert scratch.note_spawning(str(tmp), "component 'split' task 1") is None  # (a folder not ours: no mark)
 
 
 def test_a_folder_the_host_was_given_gets_no_record(tmp):
