@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -89,6 +90,10 @@ class Runtime:
                         "(RunResult.outputs holds the last tuple per key of an output with a key); pass "
                         "on_output= to get each one", out.component or out.stream)
         self.outputs_by_key: dict[Any, dict[str, Any]] = {}
+        #: on host workers: key -> when (the system's monotonic clock, the same in every worker) its record in
+        #: the view came; the main process keeps each key's latest over the workers (a key's records may come
+        #: from tasks of several workers: a shuffle into the output component)
+        self.output_stamps: dict[Any, int] | None = None if placement is None else {}
         self.router = Router()
         self.tasks: dict[int, Task] = {}
         self.gave_up: list[ComponentError] = []
@@ -441,6 +446,8 @@ class Runtime:
                 cp.outputs(keys, records, roots)
             else:
                 self.outputs_by_key.update(zip(keys, records))
+            if self.output_stamps is not None:
+                self.output_stamps.update(dict.fromkeys(keys, time.monotonic_ns()))
         elif self.on_output is not None:
             for record in records:
                 self.on_output(record)

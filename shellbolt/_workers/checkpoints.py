@@ -267,8 +267,9 @@ class WorkerCheckpointer(Checkpointer):
             if h is not None:
                 values[(spout.name, spout.index, key)] = h
         key_fields = rt.topology.output.key or []
-        outputs = {orjson.dumps([record.get(k) for k in key_fields]).decode(): record
-                   for record, _ in self.view.values()}
+        stamps = rt.output_stamps or {}
+        outputs = {orjson.dumps([record.get(k) for k in key_fields]).decode(): (stamps.get(key, 0), record)
+                   for key, (record, _) in self.view.items()}
         changes = {(self.tasks[t].name, self.tasks[t].index): answer for t, answer in self._answers.items()}
         parallelism = {self.tasks[t].name: len(self.tasks[t].comp.tasks) for t in self._answers}
         return {"changes": changes, "completed": completed, "values": values, "outputs": outputs,

@@ -335,8 +335,12 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     ck.rollbacks += 1
                     ck.state = "idle"
                     await broadcast(("rollback", cause, ck.epoch))
-                    log.warning("state rolled back to %s on every host worker: %s",  # (once: the workers are quiet)
-                                rolled_back_to(ck.store.txid), cause)
+                    if any(w.stateful for w in ws) or ck.store.txid is not None:  # (once: the workers are quiet)
+                        log.warning("state rolled back to %s on every host worker: %s", rolled_back_to(ck.store.txid),
+                                    cause)
+                    else:  # (a topology without stateful bolts: a trial's warning spoke of state it does not have)
+                        log.warning("the trees in flight failed on every host worker (their spouts replay them): %s",
+                                    cause)
 
             async def end_orphans(w: _Worker, processes: dict[int, str]) -> None:
                 """A worker died: its component processes (§5.4's end, their
@@ -593,8 +597,14 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     if view._key_index is not None:  # the committed view (a resumed run's earlier part, a dead worker's keys) ...
         for record in ck.committed_outputs:
             view.outputs_by_key[view._view_key(record)] = record
-    for w in ws:  # ... and what each worker emitted since, committed or not
-        view.outputs_by_key.update((w.result or {}).get("view", {}))
+    stamps: dict[Any, int] = {}
+    for w in ws:  # ... and what each worker emitted since, committed or not: a key's latest over the workers
+        r = w.result or {}
+        got = r.get("stamps", {})
+        for key, record in r.get("view", {}).items():
+            stamp = got.get(key, 0)
+            if stamp >= stamps.get(key, -1):
+                stamps[key], view.outputs_by_key[key] = stamp, record
     result = view.result()
     component = {t: c.name for c in topology.components.values() for t in c.tasks}
     for w in ws:
@@ -886,11 +896,14 @@ class _Checkpoints:
 
         cp = Checkpoint(self.txid)
         parallelism: dict[str, int] = {}
+        stamps: dict[str, int] = {}
         for a in answers:
             cp.changes.update(a["changes"])
             cp.completed.extend(a["completed"])
             cp.values.update(a["values"])
-            cp.outputs.update(a["outputs"])
+            for key, (stamp, record) in a["outputs"].items():  # (a key's latest record over the workers)
+                if stamp >= stamps.get(key, -1):
+                    stamps[key], cp.outputs[key] = stamp, record
             parallelism.update(a["parallelism"])
         self.store.commit(cp, parallelism)
 

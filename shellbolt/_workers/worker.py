@@ -217,7 +217,7 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
             "stats": mine, "completed": result.completed, "failed": result.failed, "timed_out": result.timed_out,
             "pending": result.pending, "gave_up": [str(e) for e in result.gave_up],
             "dead_letters": result.dead_letters, "stopped_by": result.stopped_by, "cpu": _cpu(),
-            "view": rt.view_so_far(), "extensions": result.extensions, "stateful": result.stateful,
+            "view": rt.view_so_far(), "stamps": rt.output_stamps, "extensions": result.extensions, "stateful": result.stateful,
             "repeated_failures": result.repeated_failures, "not_replayed": result.not_replayed,
             "reused_ids": result.reused_ids, "recorded": sorted(rt.recorder.tasks) if rt.recorder else [],
             "part": view.part(rt, worker, where)}))  # (the run's last snapshot, if it ended before the others)

@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -684,3 +686,132 @@ def test_a_worker_that_finds_its_main_process_gone_ends_without_a_traceback(tmp_
     r = subprocess.run([sys.executable, "-m", "multilang.shellbolt._workers.worker", str(tmp_path), "1", "2"],
                        capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+_LAST_SPOUT = """\
+from multilang import Spout
+
+class Numbers(Spout):
+    def initialize(self, conf, context):
+        self.left = list(range(200))[::-1]
+
+    def next_tuple(self):
+        if self.left:
+            n = self.left.pop()
+            self.emit([n % 5, n], msg_id=n)
+
+    def fail(self, msg_id):
+        raise SystemExit(f"tuple {msg_id} failed")
+
+Numbers().run()
+"""
+
+_LAST_BOLT = """\
+from multilang import Bolt
+
+class Through(Bolt):
+    def process(self, tup):
+        self.emit(tup.values, anchors=[tup])
+        self.ack(tup)
+
+Through().run()
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_a_keyed_outputs_last_record_is_the_last_emitted_when_its_key_comes_from_tasks_of_several_workers(
+        tmp_path, workers):
+    # A trial: with a shuffle into the output component, one key's records come from tasks on several workers,
+    # and the view kept each worker's last in worker order (2 workers: 191 194 195 197 198 for 195..199).
+    (tmp_path / "spout.py").write_text(_LAST_SPOUT)
+    (tmp_path / "bolt.py").write_text(_LAST_BOLT)
+    topo = tmp_path / "last.toml"
+    topo.write_text(textwrap.dedent(f"""\
+        [topology.conf]
+        "topology.max.spout.pending" = 1
+        [spouts.src]
+        command = ["{sys.executable}", "spout.py"]
+        fields = ["k", "n"]
+        [bolts.sink]
+        command = ["{sys.executable}", "bolt.py"]
+        fields = ["k", "n"]
+        parallelism = 3
+        inputs = [{{ source = "src", grouping = "shuffle" }}]
+        [output]
+        component = "sink"
+        key = ["k"]
+    """))
+    r = subprocess.run([*ML, "run", str(topo), "--no-progress", "--workers", str(workers)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # (one tuple pending at a time: each key's records came in order, and its last is 195 + k)
+    assert [orjson.loads(line) for line in r.stdout.splitlines()] == [{"k": k, "n": 195 + k} for k in range(5)]
+
+
+_REPLAYING_SPOUT = """\
+import sys
+from multilang import Spout
+
+class Numbers(Spout):
+    def initialize(self, conf, context):
+        self.left = list(range(int(sys.argv[1])))[::-1]
+
+    def next_tuple(self):
+        if self.left:
+            n = self.left.pop()
+            self.emit([n, n], msg_id=n)
+
+    def fail(self, msg_id):
+        self.left.append(msg_id)
+
+Numbers().run()
+"""
+
+
+def test_a_killed_worker_of_a_topology_without_state_says_its_trees_replay_not_that_state_rolled_back(tmp_path):
+    # A trial: "state rolled back to the start (no checkpoint committed yet) on every host worker" for a
+    # topology that has no stateful bolt.
+    (tmp_path / "spout.py").write_text(_REPLAYING_SPOUT)
+    (tmp_path / "bolt.py").write_text(_LAST_BOLT)
+    topo = tmp_path / "plain.toml"
+    topo.write_text(textwrap.dedent(f"""\
+        [topology.conf]
+        "topology.max.spout.pending" = 50
+        [spouts.src]
+        command = ["{sys.executable}", "spout.py", "1000000"]
+        fields = ["k", "n"]
+        [bolts.sink]
+        command = ["{sys.executable}", "bolt.py"]
+        fields = ["k", "n"]
+        parallelism = 2
+        inputs = [{{ source = "src", grouping = "shuffle" }}]
+    """))
+    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", "2", "--max-tuples", "1000000",
+                             "-o", os.devnull], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        worker = None
+        while worker is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            for p in Path("/proc").iterdir():
+                try:
+                    if p.name.isdigit() and (p / "comm").read_text().strip() == "multilang-w1" and \
+                            str(tmp_path) in os.readlink(p / "cwd"):
+                        worker = int(p.name)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(worker, signal.SIGKILL)
+        seen = ""
+        for line in proc.stderr:
+            lines.append(line)
+            if "on every host worker" in line:
+                seen = line
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "the trees in flight failed on every host worker (their spouts replay them): host worker 1" in seen, \
+        "".join(lines)[-3000:]
