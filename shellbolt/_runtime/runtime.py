@@ -12,6 +12,7 @@ import math
 import shutil
 import time
 from collections import deque
+from itertools import repeat
 from typing import Any, Callable
 
 import trio
@@ -94,6 +95,9 @@ class Runtime:
         #: the view came; the main process keeps each key's latest over the workers (a key's records may come
         #: from tasks of several workers: a shuffle into the output component)
         self.output_stamps: dict[Any, int] | None = None if placement is None else {}
+        #: on host workers: key -> (stamp, record) of a view without state, since the link last sent them to the
+        #: main process (a worker killed with kill -9 would take them with it)
+        self.view_changes: dict[Any, tuple[int, dict[str, Any]]] = {}
         self.router = Router()
         self.tasks: dict[int, Task] = {}
         self.gave_up: list[ComponentError] = []
@@ -442,15 +446,24 @@ class Runtime:
             else:
                 keys = [tuple(hashable(v[i]) for i in key_index) for v in values_list]
             cp = self.checkpoints
+            stamps = self.output_stamps
             if cp is not None and cp.tasks:  # durable with the state: kept until its checkpoint commits
                 cp.outputs(keys, records, roots)
+                if stamps is not None:
+                    stamps.update(dict.fromkeys(keys, time.monotonic_ns()))
             else:
                 self.outputs_by_key.update(zip(keys, records))
-            if self.output_stamps is not None:
-                self.output_stamps.update(dict.fromkeys(keys, time.monotonic_ns()))
+                if stamps is not None:
+                    now = time.monotonic_ns()
+                    stamps.update(dict.fromkeys(keys, now))
+                    self.view_changes.update(zip(keys, zip(repeat(now), records)))
+                    self.on_view_change()
         elif self.on_output is not None:
             for record in records:
                 self.on_output(record)
+
+    def on_view_change(self) -> None:
+        """The keyed view of a component without state changed (on host workers: the link sends it)."""
 
     def _view_key(self, record: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(hashable(record.get(k)) for k in self.topology.output.key or [])

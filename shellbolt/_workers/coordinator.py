@@ -206,6 +206,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     from .._runtime.runtime import Runtime
 
     view = Runtime(topology, on_output=on_output, checkpointing=False)  # the output view and the summary's shape
+    live_view: dict[Any, tuple[int, dict[str, Any]]] = {}  # key -> (stamp, record): the workers' views without state
     try:
         ck = _Checkpoints(topology, view)  # the one writer of the state store; its folder goes to the workers
     except TopologyError as exc:  # (a named state store refused)
@@ -283,6 +284,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             if on_output is not None:
                                 for record in msg[1]:
                                     on_output(record)
+                        elif kind == "view":  # (a keyed view without state, as it changes: a worker may die)
+                            for key, (stamp, record) in msg[1].items():
+                                if stamp >= live_view.get(key, (-1,))[0]:
+                                    live_view[key] = (stamp, record)
                         elif kind == "dead":
                             if len(dead_sample) < DEAD_LETTER_SAMPLE:
                                 dead_sample.append(msg[1])
@@ -597,7 +602,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     if view._key_index is not None:  # the committed view (a resumed run's earlier part, a dead worker's keys) ...
         for record in ck.committed_outputs:
             view.outputs_by_key[view._view_key(record)] = record
-    stamps: dict[Any, int] = {}
+    stamps = {key: stamp for key, (stamp, _) in live_view.items()}  # ... what the workers sent as it came ...
+    view.outputs_by_key.update((key, record) for key, (_, record) in live_view.items())
     for w in ws:  # ... and what each worker emitted since, committed or not: a key's latest over the workers
         r = w.result or {}
         got = r.get("stamps", {})

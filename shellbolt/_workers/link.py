@@ -229,6 +229,9 @@ class Link:
                 rt.checkpoints.tell()  # (held acks of other workers' roots, to their owners: checkpoints.py)
             remote = rt.acker.take_remote()
             failed_roots, rt.acker.failed_out = rt.acker.failed_out, []
+            # The outputs first, every one emitted by now: the acks just taken may complete their trees at
+            # their owners, and a worker killed between the two lost outputs whose trees completed (a trial).
+            await self.flush_main()
             for peer in list(self._out):
                 batch = self._out[peer]  # (now: a peer lost while an earlier one was sent to has a new one)
                 acks, fails = remote.pop(peer, ({}, []))
@@ -254,7 +257,6 @@ class Link:
                 space.set()
             done, self._flush_done = self._flush_done, trio.Event()
             done.set()
-            await self.flush_main()
 
     async def flush_main(self) -> None:
         """Send the outputs and the messages waiting for the main process
@@ -264,6 +266,10 @@ class Link:
         if self.outputs:
             outs, self.outputs = self.outputs, []
             await self.send_main(("out", outs))
+        rt = self.runtime
+        if rt is not None and rt.view_changes:  # (a keyed view without state: kept by the main process too)
+            changes, rt.view_changes = rt.view_changes, {}
+            await self.send_main(("view", changes))
         while self._to_main:
             await self.send_main(self._to_main.pop(0))
 

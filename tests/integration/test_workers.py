@@ -815,3 +815,83 @@ def test_a_killed_worker_of_a_topology_without_state_says_its_trees_replay_not_t
         proc.wait()
     assert "the trees in flight failed on every host worker (their spouts replay them): host worker 1" in seen, \
         "".join(lines)[-3000:]
+
+
+_COUNTING_BOLT = """\
+import os, sys
+from multilang import Bolt
+
+class Through(Bolt):
+    def initialize(self, conf, context):
+        self.n, self.mark = 0, os.path.join(sys.argv[1], f"{context.component_id}-{context.task_id}")
+
+    def process(self, tup):
+        self.emit(tup.values, anchors=[tup])
+        self.ack(tup)
+        self.n += 1
+        if self.n == 300:
+            open(self.mark, "w").close()
+
+Through().run()
+"""
+
+
+def _pid_named(name: str, cwd: Path) -> int | None:
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "comm").read_text().strip() == name and str(cwd) in os.readlink(p / "cwd"):
+                return int(p.name)
+        except OSError:
+            pass
+    return None
+
+
+@pytest.mark.parametrize("key", [True, False])
+def test_a_worker_killed_with_its_output_tasks_loses_no_output_of_a_completed_tree(tmp_path, key):
+    # A trial, 3 workers, the one without spout tasks killed mid-run: a keyed view without state was kept in
+    # the worker until the run ended (about 2,000 of 20,000 keys gone in 3 of 3 runs); an unkeyed output went
+    # to the main process after the acks that completed its tree (12 and 15 of 40,000 lost in 2 of 14 runs).
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "spout.py").write_text(_REPLAYING_SPOUT)
+    (tmp_path / "bolt.py").write_text(_COUNTING_BOLT)
+    n = 5000
+    topo = tmp_path / "out.toml"
+    topo.write_text(textwrap.dedent(f"""\
+        [topology.conf]
+        "topology.max.spout.pending" = 50
+        [spouts.src]
+        command = ["{sys.executable}", "spout.py", "{n}"]
+        fields = ["k", "n"]
+        parallelism = 2
+        [bolts.mid]
+        command = ["{sys.executable}", "bolt.py", "{marks}"]
+        fields = ["k", "n"]
+        parallelism = 3
+        inputs = [{{ source = "src", grouping = "fields", fields = ["k"] }}]
+        [bolts.sink]
+        command = ["{sys.executable}", "bolt.py", "{marks}"]
+        fields = ["k", "n"]
+        parallelism = 4
+        inputs = [{{ source = "mid", grouping = "fields", fields = ["k"] }}]
+        [output]
+        component = "sink"
+    """) + ('key = ["k"]\n' if key else ""))
+    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", "3"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(marks.glob("sink-*"))) < 4 or (worker := _pid_named("multilang-w0", tmp_path)) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "the sink tasks did not get going"
+            time.sleep(0.01)
+        os.kill(worker, signal.SIGKILL)  # (worker 0: no spout task, sink tasks; by now outputs of it were made)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert "host worker 0" in err.decode(), err.decode()[-3000:]  # (the kill landed before the run ended)
+    got = Counter(orjson.loads(line)["k"] for line in out.decode().splitlines())
+    assert set(got) == set(range(n)), f"{len(set(range(n)) - set(got))} keys missing: {err.decode()[-2000:]}"
+    if not key:  # (each tree at least once: one per spout task, more where a tree replayed)
+        assert min(got.values()) >= 2, [k for k, c in got.items() if c < 2][:20]
