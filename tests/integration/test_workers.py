@@ -771,38 +771,31 @@ Numbers().run()
 def test_a_killed_worker_of_a_topology_without_state_says_its_trees_replay_not_that_state_rolled_back(tmp_path):
     # A trial: "state rolled back to the start (no checkpoint committed yet) on every host worker" for a
     # topology that has no stateful bolt.
+    marks = tmp_path / "marks"
+    marks.mkdir()
     (tmp_path / "spout.py").write_text(_REPLAYING_SPOUT)
-    (tmp_path / "bolt.py").write_text(_LAST_BOLT)
+    (tmp_path / "bolt.py").write_text(_COUNTING_BOLT)
     topo = tmp_path / "plain.toml"
     topo.write_text(textwrap.dedent(f"""\
         [topology.conf]
         "topology.max.spout.pending" = 50
         [spouts.src]
-        command = ["{sys.executable}", "spout.py", "1000000"]
+        command = ["{sys.executable}", "spout.py", "100000"]
         fields = ["k", "n"]
         [bolts.sink]
-        command = ["{sys.executable}", "bolt.py"]
+        command = ["{sys.executable}", "bolt.py", "{marks}"]
         fields = ["k", "n"]
         parallelism = 2
         inputs = [{{ source = "src", grouping = "shuffle" }}]
     """))
-    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", "2", "--max-tuples", "1000000",
-                             "-o", os.devnull], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", "2", "-o", os.devnull],
+                            cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     try:
         deadline = time.monotonic() + 60
-        worker = None
-        while worker is None:
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            for p in Path("/proc").iterdir():
-                try:
-                    if p.name.isdigit() and (p / "comm").read_text().strip() == "multilang-w1" and \
-                            str(tmp_path) in os.readlink(p / "cwd"):
-                        worker = int(p.name)
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        time.sleep(0.5)
+        while len(list(marks.glob("sink-*"))) < 2 or (worker := _pid_named("multilang-w1", tmp_path)) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "the sink tasks did not get going"
+            time.sleep(0.01)
         os.kill(worker, signal.SIGKILL)
         seen = ""
         for line in proc.stderr:
