@@ -447,15 +447,14 @@ class Runtime:
                 keys = [tuple(hashable(v[i]) for i in key_index) for v in values_list]
             cp = self.checkpoints
             stamps = self.output_stamps
+            if stamps is not None:
+                now = time.monotonic_ns()
+                stamps.update(dict.fromkeys(keys, now))
             if cp is not None and cp.tasks:  # durable with the state: kept until its checkpoint commits
                 cp.outputs(keys, records, roots)
-                if stamps is not None:
-                    stamps.update(dict.fromkeys(keys, time.monotonic_ns()))
             else:
                 self.outputs_by_key.update(zip(keys, records))
                 if stamps is not None:
-                    now = time.monotonic_ns()
-                    stamps.update(dict.fromkeys(keys, now))
                     self.view_changes.update(zip(keys, zip(repeat(now), records)))
                     self.on_view_change()
         elif self.on_output is not None:

@@ -162,6 +162,16 @@ class _Worker:
         return False
 
 
+def _keep_latest(view: dict[Any, tuple[int, Any]], items: Any) -> None:
+    """Into ``view`` (key -> (stamp, record)), each of ``items`` (key,
+    (stamp, record)) that came no earlier than the record it has of the key:
+    a key's records may come from tasks of several workers, each stamped with
+    the system's monotonic clock as it came (Runtime.output_stamps)."""
+    for key, entry in items:
+        if entry[0] >= view.get(key, (-1,))[0]:
+            view[key] = entry
+
+
 async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[dict[str, Any]], None] | None = None,
                       duration: float | None = None, until_done: bool = True,
                       control: WorkersControl | None = None,
@@ -285,9 +295,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                 for record in msg[1]:
                                     on_output(record)
                         elif kind == "view":  # (a keyed view without state, as it changes: a worker may die)
-                            for key, (stamp, record) in msg[1].items():
-                                if stamp >= live_view.get(key, (-1,))[0]:
-                                    live_view[key] = (stamp, record)
+                            _keep_latest(live_view, msg[1].items())
                         elif kind == "dead":
                             if len(dead_sample) < DEAD_LETTER_SAMPLE:
                                 dead_sample.append(msg[1])
@@ -602,15 +610,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     if view._key_index is not None:  # the committed view (a resumed run's earlier part, a dead worker's keys) ...
         for record in ck.committed_outputs:
             view.outputs_by_key[view._view_key(record)] = record
-    stamps = {key: stamp for key, (stamp, _) in live_view.items()}  # ... what the workers sent as it came ...
-    view.outputs_by_key.update((key, record) for key, (_, record) in live_view.items())
-    for w in ws:  # ... and what each worker emitted since, committed or not: a key's latest over the workers
+    for w in ws:  # ... what the workers sent as it came, and what each emitted since: a key's latest over them
         r = w.result or {}
         got = r.get("stamps", {})
-        for key, record in r.get("view", {}).items():
-            stamp = got.get(key, 0)
-            if stamp >= stamps.get(key, -1):
-                stamps[key], view.outputs_by_key[key] = stamp, record
+        _keep_latest(live_view, ((key, (got.get(key, 0), record)) for key, record in r.get("view", {}).items()))
+    view.outputs_by_key.update((key, record) for key, (_, record) in live_view.items())
     result = view.result()
     component = {t: c.name for c in topology.components.values() for t in c.tasks}
     for w in ws:
@@ -902,15 +906,14 @@ class _Checkpoints:
 
         cp = Checkpoint(self.txid)
         parallelism: dict[str, int] = {}
-        stamps: dict[str, int] = {}
+        outputs: dict[str, tuple[int, dict[str, Any]]] = {}
         for a in answers:
             cp.changes.update(a["changes"])
             cp.completed.extend(a["completed"])
             cp.values.update(a["values"])
-            for key, (stamp, record) in a["outputs"].items():  # (a key's latest record over the workers)
-                if stamp >= stamps.get(key, -1):
-                    stamps[key], cp.outputs[key] = stamp, record
+            _keep_latest(outputs, a["outputs"].items())  # (a key's latest record over the workers)
             parallelism.update(a["parallelism"])
+        cp.outputs.update((key, record) for key, (_, record) in outputs.items())
         self.store.commit(cp, parallelism)
 
     def close(self) -> None:
