@@ -98,6 +98,13 @@ class Runtime:
         #: on host workers: key -> (stamp, record) of a view without state, since the link last sent them to the
         #: main process (a worker killed with kill -9 would take them with it)
         self.view_changes: dict[Any, tuple[int, dict[str, Any]]] = {}
+        #: on host workers (set by the link): the output batch that a tree completing now waits for (the
+        #: outputs not yet sent to the main process may be its), or None where none is on its way
+        self.outputs_unsent: Callable[[], int | None] | None = None
+        #: (that batch, the (spout task, msg id) of the trees that completed): their spouts are told once the
+        #: batch is sent (release_completions). A spout told first may make its ack durable (a committed
+        #: offset) and never emit the tree again, and a worker killed before the send takes the outputs with it.
+        self.held_completions: list[tuple[int, list[tuple[int, Any]]]] = []
         self.router = Router()
         self.tasks: dict[int, Task] = {}
         self.gave_up: list[ComponentError] = []
@@ -505,36 +512,59 @@ class Runtime:
         if self.acker.watch_failed is not None:  # a tree that touched a stateful bolt failed: §9.7 rollback
             self.checkpoints.rollback(self.acker.watch_failed)  # type: ignore[union-attr]
         acked, failed, causes = self.acker.drain_with_causes()
+        if acked and self.outputs_unsent is not None:
+            batch = self.outputs_unsent()
+            if batch is not None:
+                self.held_completions.append((batch, acked))
+                acked = []
         if not acked and not failed:
             return
         self.nudge()
-        tasks = self.tasks
         if acked:
-            now = trio.current_time()
-            self.observer.last_completion = now
-            self.observer.failing_since = None
-            done = self.acker.last_done  # its age stands for the trees completed with it (observe.py)
-            by_spout: dict[int, list[Any]] = {}
-            for task_id, msg_id in acked:
-                ids = by_spout.get(task_id)
-                if ids is None:
-                    ids = by_spout[task_id] = []
-                ids.append(msg_id)
-            for task_id, ids in by_spout.items():
-                t = tasks[task_id]
-                t.pending_roots -= len(ids)  # type: ignore[attr-defined]
-                t.stats.acked += len(ids)
-                if done is not None and done.spout_task == task_id:
-                    t.obs.completed(now, now - done.deadline + self.acker.timeout, len(ids))
-                t.acked(ids)  # type: ignore[attr-defined]
+            self._tell_acked(acked)
         # (the live view's stall counts from the first failure since the last completion too)
         if failed and self.observer.failing_since is None:
             self.observer.failing_since = trio.current_time()
+        tasks = self.tasks
         for (task_id, msg_id), cause in zip(failed, causes):
             t = tasks[task_id]
             t.pending_roots -= 1  # type: ignore[attr-defined]
             t.stats.failed += 1
             t.notify("fail", msg_id, cause)  # type: ignore[attr-defined]
+
+    def release_completions(self, sent: int) -> None:
+        """The outputs up to batch ``sent`` are with the main process: tell
+        the spouts of the trees that waited for them (:attr:`held_completions`)."""
+        held = self.held_completions
+        n = 0
+        while n < len(held) and held[n][0] <= sent:
+            n += 1
+        if n:
+            acked = [a for _, batch in held[:n] for a in batch]
+            del held[:n]
+            self.nudge()
+            self._tell_acked(acked)
+
+    def _tell_acked(self, acked: list[tuple[int, Any]]) -> None:
+        """Tell spouts about trees that completed: ``(spout task, msg id)``."""
+        tasks = self.tasks
+        now = trio.current_time()
+        self.observer.last_completion = now
+        self.observer.failing_since = None
+        done = self.acker.last_done  # its age stands for the trees completed with it (observe.py)
+        by_spout: dict[int, list[Any]] = {}
+        for task_id, msg_id in acked:
+            ids = by_spout.get(task_id)
+            if ids is None:
+                ids = by_spout[task_id] = []
+            ids.append(msg_id)
+        for task_id, ids in by_spout.items():
+            t = tasks[task_id]
+            t.pending_roots -= len(ids)  # type: ignore[attr-defined]
+            t.stats.acked += len(ids)
+            if done is not None and done.spout_task == task_id:
+                t.obs.completed(now, now - done.deadline + self.acker.timeout, len(ids))
+            t.acked(ids)  # type: ignore[attr-defined]
 
     def may_emit(self, spout: Task, replay: bool = False) -> bool:
         """Whether a spout may emit now. A replay may go past ``max_tuples``
@@ -623,7 +653,7 @@ class Runtime:
                     return False
             elif t.busy:
                 return False
-        return self.acker.pending == 0
+        return self.acker.pending == 0 and not self.held_completions
 
     async def run(
         self, *, duration: float | None = None, max_tuples: int | None = None, until_done: bool = False,
@@ -741,7 +771,7 @@ class Runtime:
                     return False
             elif t.busy:
                 return False
-        return self.acker.pending == 0
+        return self.acker.pending == 0 and not self.held_completions
 
     async def _drain(self) -> None:
         """Deactivate spouts, let in-flight trees finish and hand the spouts

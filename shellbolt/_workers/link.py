@@ -104,6 +104,10 @@ class Link:
         #: peers that died and are not back: what goes to them waits (bounded: producers wait for space)
         self.down: set[int] = set()
         self.outputs: list[dict[str, Any]] = []
+        #: batches of outputs (and of a keyed view's changes) taken for the main process, and of them sent:
+        #: a tree that completes while some are on their way waits for them (Runtime.held_completions)
+        self._taken = self._sent_out = 0
+        self._outputs_lock = trio.Lock()
         #: peer -> [(root, xor)] of its roots whose acks a stateful task here holds (WorkerCheckpointer)
         self._held: dict[int, list[tuple[int, int]]] = {}
         self._to_main: list[Any] = []
@@ -185,6 +189,16 @@ class Link:
         self._to_main.append(msg)
         self.wake()
 
+    def outputs_unsent(self) -> int | None:
+        """The batch of outputs that a tree completing now waits for: the
+        next one taken where outputs wait to be taken, else the last one
+        taken, if not yet sent; None where every output is with the main
+        process."""
+        if self.outputs or self.runtime.view_changes:
+            self.wake()
+            return self._taken + 1
+        return self._taken if self._sent_out < self._taken else None
+
     def output(self, record: dict[str, Any]) -> None:
         """An output record of a topology without a keyed view: the main process writes it."""
         self.outputs.append(record)
@@ -263,13 +277,19 @@ class Link:
         (each flush, and once more before the worker's result)."""
         if self.main is None:
             return
-        if self.outputs:
-            outs, self.outputs = self.outputs, []
-            await self.send_main(("out", outs))
         rt = self.runtime
-        if rt is not None and rt.view_changes:  # (a keyed view without state: kept by the main process too)
-            changes, rt.view_changes = rt.view_changes, {}
-            await self.send_main(("view", changes))
+        if self.outputs or rt is not None and rt.view_changes:
+            async with self._outputs_lock:  # (one batch at a time: each sent means every one before it is)
+                self._taken += 1
+                if self.outputs:
+                    outs, self.outputs = self.outputs, []
+                    await self.send_main(("out", outs))
+                if rt is not None and rt.view_changes:  # (a keyed view without state: the main process keeps it)
+                    changes, rt.view_changes = rt.view_changes, {}
+                    await self.send_main(("view", changes))
+                self._sent_out = self._taken
+            if rt is not None:
+                rt.release_completions(self._sent_out)
         while self._to_main:
             await self.send_main(self._to_main.pop(0))
 

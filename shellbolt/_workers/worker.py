@@ -124,6 +124,7 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
         rt.recorder = Recorder(run_args["record"])  # (its part: no recording.json)
     rt.acker.on_remote = link.wake
     rt.on_view_change = link.wake  # type: ignore[method-assign]
+    rt.outputs_unsent = link.outputs_unsent
     try:
         main = await trio.open_unix_socket(socket_path(directory, "main"))
     except OSError:  # the main process is gone (killed while this one started): nothing to run for

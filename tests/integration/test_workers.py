@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -888,3 +889,94 @@ def test_a_worker_killed_with_its_output_tasks_loses_no_output_of_a_completed_tr
     assert set(got) == set(range(n)), f"{len(set(range(n)) - set(got))} keys missing: {err.decode()[-2000:]}"
     if not key:  # (each tree at least once: one per spout task, more where a tree replayed)
         assert min(got.values()) >= 2, [k for k, c in got.items() if c < 2][:20]
+
+
+_DURABLE_SPOUT = """\
+import os, signal, sys
+from multilang import Spout
+
+class Durable(Spout):
+    # Makes each ack durable (a line in a file, as a committed offset), emits only ids not acked, and kills
+    # its own host worker (its parent) once, at its ``kill_at``-th ack.
+    def initialize(self, conf, context):
+        self.n, self.acked_path, self.killed_path, self.kill_at = int(sys.argv[1]), *sys.argv[2:4], int(sys.argv[4])
+        done = set()
+        if os.path.exists(self.acked_path):
+            with open(self.acked_path) as f:
+                done = {int(line) for line in f if line.strip()}
+        self.left = [i for i in range(self.n - 1, -1, -1) if i not in done]
+        self.acks, self.got = open(self.acked_path, "a"), 0
+
+    def next_tuple(self):
+        if self.left:
+            i = self.left.pop()
+            self.emit([i, "x" * 1000], msg_id=i)
+
+    def fail(self, msg_id):
+        self.left.append(msg_id)
+
+    def ack(self, msg_id):
+        self.acks.write(f"{msg_id}\\n")
+        self.acks.flush()
+        self.got += 1
+        if self.got == self.kill_at and not os.path.exists(self.killed_path):
+            with open(f"/proc/{os.getppid()}/comm") as f:
+                assert f.read().startswith("multilang-w"), "not on a host worker"
+            open(self.killed_path, "w").close()
+            os.kill(os.getppid(), signal.SIGKILL)
+
+Durable().run()
+"""
+
+
+def test_a_spout_that_makes_its_acks_durable_loses_no_output_when_its_worker_is_killed(tmp_path):
+    # The window left by the outputs-first flush: a tree whose output task ran in its spout's worker completed
+    # there, and its spout got its ack, before the record was sent to the main process. A spout that makes the
+    # ack durable (a committed offset) never emits the tree again, and a worker killed then took the record
+    # with it. The records wait longest where the main process writes slowly (here a reader that takes 64 KiB
+    # every 50 ms until the kill); the spout's acks then wait for them, so nothing it acked is lost.
+    acked, killed = tmp_path / "acked", tmp_path / "killed"
+    (tmp_path / "spout.py").write_text(_DURABLE_SPOUT)
+    (tmp_path / "bolt.py").write_text(_COUNTING_BOLT)
+    n = 3000
+    topo = tmp_path / "durable.toml"
+    topo.write_text(textwrap.dedent(f"""\
+        [topology.conf]
+        "topology.max.spout.pending" = 100
+        [spouts.src]
+        command = ["{sys.executable}", "spout.py", "{n}", "{acked}", "{killed}", "1000"]
+        fields = ["k", "pad"]
+        [bolts.sink]
+        command = ["{sys.executable}", "bolt.py", "{tmp_path}"]
+        fields = ["k", "pad"]
+        parallelism = 2
+        inputs = [{{ source = "src", grouping = "local_or_shuffle" }}]
+        [output]
+        component = "sink"
+    """))
+    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", "2"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    chunks: list[bytes] = []
+
+    def read_out() -> None:
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            chunks.append(chunk)
+            if not killed.exists():
+                time.sleep(0.05)
+
+    reader = threading.Thread(target=read_out, daemon=True)
+    reader.start()
+    try:
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=120)
+        reader.join(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert killed.exists() and "host worker 0" in err, err[-3000:]  # (the spout's worker was killed)
+    got = Counter(orjson.loads(line)["k"] for line in b"".join(chunks).decode().splitlines())
+    durable = {int(line) for line in acked.read_text().split()}
+    assert durable == set(range(n)), f"{n - len(durable)} ids never acked: {err[-2000:]}"
+    lost = sorted(durable - set(got))
+    assert not lost, f"{len(lost)} acked trees have no output (the first: {lost[:10]}): {err[-2000:]}"
