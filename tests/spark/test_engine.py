@@ -82,6 +82,21 @@ def test_fields_global_all_groupings_match_the_local_engine(spark, tmp_path):
     assert result.ok
 
 
+def test_max_tuples_reads_that_many_from_a_spout_and_a_spout_that_runs_dry_first_ends_the_run(spark, tmp_path):
+    # A trial: --max-tuples 50 read a whole first micro-batch (1,080 sentences) and printed its counts; and
+    # with more than the spout has (--max-tuples 100000, 1,080 sentences) the query ran for ever.
+    rt = Runtime(load_topology(EXAMPLES / "wordcount.toml"))
+    local = trio.run(lambda: rt.run(max_tuples=50))
+    result = run_topology(load_topology(EXAMPLES / "wordcount.toml"), spark=spark, max_tuples=50)
+    assert (result.spout_tuples, result.stopped_by) == ({"sentences": 50}, "max_tuples")
+    by_word = lambda records: sorted(records, key=lambda r: r["word"])  # noqa: E731
+    assert by_word(result.outputs) == by_word(local.outputs) and sum(r["count"] for r in local.outputs) > 50
+    everything = run_topology(load_topology(EXAMPLES / "wordcount.toml"), spark=spark, max_tuples=100_000)
+    sentences = [line for line in (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+    assert (everything.spout_tuples, everything.stopped_by) == ({"sentences": len(sentences)}, "done")
+
+
 def test_direct_grouping_is_rejected(spark, tmp_path):
     toml = tmp_path / "direct.toml"
     toml.write_text(textwrap.dedent(f"""\

@@ -92,6 +92,8 @@ class _Options:
     conf: dict[str, Any]
     max_batch_size: int
     max_pending: int | None
+    #: the most tuples one run of the query reads (from its start or restart); None: no limit
+    max_tuples: int | None
     max_batch_duration: float
     replay_log: str | None
     dedupe: str
@@ -171,6 +173,7 @@ class _Options:
             conf=_json_option(options, "conf", dict, {}),
             max_batch_size=_int_option(options, "maxBatchSize", 1000),
             max_pending=_int_option(options, "maxPending", None),
+            max_tuples=_int_option(options, "maxTuples", None),
             max_batch_duration=_int_option(options, "maxBatchDurationMs", 500) / 1000.0,
             replay_log=options.get("replayLog"),
             dedupe=dedupe,

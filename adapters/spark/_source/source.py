@@ -99,6 +99,7 @@ class MultilangStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._fields = opts.fields if opts.fields is not None else [f.name for f in schema.fields if f.name != MSG_ID_COLUMN]
         self._convert = _RowConverter(schema, self._fields, opts.values_format, opts.include_msg_id)
         self._state: _SourceState | None = None
+        self._run_start: int | None = None  # the offset this run of the query read from first (maxTuples)
 
     # -- driver side --------------------------------------------------------------
 
@@ -124,6 +125,11 @@ class MultilangStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # is in its commit log (it runs one batch at a time): ack them (in the background).
         st.commit(pos)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if self._opts.max_tuples is not None:  # this run's last rows: then no more data (availableNow ends)
+            if self._run_start is None:
+                self._run_start = pos
+            left = max(0, self._run_start + self._opts.max_tuples - pos)
+            max_rows = left if max_rows is None else min(max_rows, left)
         st.pull(pos, max_rows)
         end = st.log.end if max_rows is None else min(st.log.end, pos + max_rows)
         return st.offset(end)

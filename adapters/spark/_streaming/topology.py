@@ -389,7 +389,7 @@ def _claim(ck: Location, topo: Topology) -> None:
 
 
 def _source(spark: Any, topo: Topology, name: str, task: int, ck: Location, batch: int,
-            delay_ms: int, shipped: str) -> Any:
+            delay_ms: int, shipped: str, max_tuples: int | None) -> Any:
     from pyspark.sql import functions as F
 
     c = topo.components[name]
@@ -409,6 +409,7 @@ def _source(spark: Any, topo: Topology, name: str, task: int, ck: Location, batc
               .option("parallelism", str(c.parallelism))
               .option("valuesFormat", "json")
               .option("maxBatchSize", str(batch))
+              .option("maxTuples", "" if max_tuples is None else str(max_tuples))
               .option("maxBatchDurationMs", str(delay_ms))
               .option("replayLog", ck.spark_path("spouts", name, f"task-{task}")))
     if impl.env:
@@ -652,10 +653,11 @@ def run_topology(
 ) -> SparkRunResult:
     """Run a topology (from ``load_topology``, or its file's path) as a Structured Streaming query.
 
-    Bounded spouts run until drained (``trigger(availableNow=True)``); with
-    ``duration`` or ``max_tuples`` the query runs micro-batch after
-    micro-batch and stops after that many seconds, or after the batch that
-    brought the spouts' tuples to ``max_tuples``. ``checkpoint``: a directory
+    Without ``duration`` the spouts run until drained
+    (``trigger(availableNow=True)``), each spout task reading at most
+    ``max_tuples`` (the run stops after the batch that brought the spouts'
+    tuples to ``max_tuples``); with ``duration`` the query runs micro-batch
+    after micro-batch and stops after that many seconds. ``checkpoint``: a directory
     that makes the run resumable (the same call after a crash continues from
     the last committed micro-batch; the output view covers every committed
     batch); default a temporary one, removed at the end. ``master`` /
@@ -696,7 +698,7 @@ def run_topology(
             spec.use_archive(shipped)
         plan.spread = {name: _spread(spark, len(ids)) for name, ids in plan.task_ids.items()
                        if name in plan.keyed or len(ids) > 1}
-        sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped)
+        sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped, max_tuples)
                    for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
         df = sources[0]
         for s in sources[1:]:
@@ -704,7 +706,10 @@ def run_topology(
         writer = (df.writeStream.foreachBatch(_BatchWriter(plan, order, ck))
                   .option("checkpointLocation", ck.spark_path("query"))
                   .queryName(f"multilang_{re.sub(r'[^A-Za-z0-9_]', '_', topology.name or 'topology')}"))
-        bounded = duration is None and max_tuples is None
+        # Without --duration the query ends when every spout has drained, as one engine's run ends when its
+        # spouts are done, --max-tuples or not (a trial's finite spout with a larger --max-tuples ran for
+        # ever); each source reads at most max_tuples in this run, the driver stops at max_tuples in all.
+        bounded = duration is None
         writer = writer.trigger(availableNow=True) if bounded else writer.trigger(processingTime="0 seconds")
         progress = _Progress(ck, on_progress)
         progress.poll([])  # batches an earlier run committed
@@ -724,6 +729,8 @@ def run_topology(
                 if on_snapshot is not None:
                     on_snapshot(progress.snapshot(topology))
                 if ended:
+                    if max_tuples is not None and progress.run_tuples >= max_tuples:
+                        stopped_by = "max_tuples"  # (its sources read no more: the query ended)
                     break
                 if duration is not None and time.monotonic() - start >= duration:
                     stopped_by = "duration"
