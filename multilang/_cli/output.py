@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import stat
 import sys
 import tempfile
@@ -72,7 +73,7 @@ class Output:
             data = b"\n".join(lines) + b"\n"
             try:
                 if self._raw is not None:
-                    self._raw.write(data)
+                    _write_all(self._raw, data)
                 else:
                     self.stream.write(data.decode())
             except BrokenPipeError:
@@ -103,6 +104,24 @@ class Output:
         print("the output's reader went away; stopping", file=sys.stderr)
         if self.runtime is not None:
             self.runtime.request_stop("output closed")
+
+
+def _write_all(raw: Any, data: bytes) -> None:
+    """Write all of ``data`` to a byte stream. Where the stream is a raw
+    file (``PYTHONUNBUFFERED=1``, ``python -u``: common in containers) one
+    write may take part of it (a signal that comes while a pipe is full:
+    a trial's SIGTERM lost the rest of a 66 KB burst, 62 records and half
+    of one) or none (a descriptor another process made non-blocking)."""
+    view = memoryview(data)
+    while view:
+        try:
+            n = raw.write(view)
+        except BlockingIOError as exc:  # (a buffered layer over a non-blocking descriptor)
+            n = exc.characters_written
+        if n:
+            view = view[n:]
+        else:  # it takes nothing now: wait until it can
+            select.select([], [raw.fileno()], [])
 
 
 class NoOutput(SystemExit):
