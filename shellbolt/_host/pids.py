@@ -28,16 +28,20 @@ def _stat(pid: int) -> tuple[str, str] | None:
     return None if fields is None else (fields[0].decode(), fields[19].decode())
 
 
+def _pids() -> list[str]:
+    """Every process's pid, as /proc names it (Linux; elsewhere none)."""
+    try:
+        return [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+
+
 def _where(index: int, pid: int) -> list[tuple[int, list[bytes]]]:
     """Each process whose stat field ``index`` (after the name: 1 the
     parent, 2 the process group) is ``pid``, with its fields, sorted by pid
     (Linux's /proc; elsewhere none)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
     wanted = str(pid).encode()
-    return sorted((int(e), f) for e in entries if e.isdigit() and (f := _fields(e)) is not None and f[index] == wanted)
+    return sorted((int(e), f) for e in _pids() if (f := _fields(e)) is not None and f[index] == wanted)
 
 
 def children(pid: int) -> list[int]:
@@ -67,14 +71,8 @@ def with_environ(entry: str) -> list[int]:
     """The live processes (zombies not counted) whose environment, as they
     started, holds ``entry`` ("NAME=VALUE"), sorted (Linux's /proc, this
     user's processes; elsewhere none)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
     wanted, found = b"\0" + entry.encode() + b"\0", []
-    for e in entries:
-        if not e.isdigit():
-            continue
+    for e in _pids():
         try:
             with open(f"/proc/{e}/environ", "rb") as f:
                 if wanted not in b"\0" + f.read():

@@ -194,8 +194,7 @@ class Link:
         next one taken where outputs wait to be taken, else the last one
         taken, if not yet sent; None where every output is with the main
         process."""
-        if self.outputs or self.runtime.view_changes:
-            self.wake()
+        if self.outputs or self.runtime.view_changes:  # (their coming woke the flusher: output, on_view_change)
             return self._taken + 1
         return self._taken if self._sent_out < self._taken else None
 

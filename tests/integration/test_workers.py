@@ -929,36 +929,35 @@ Durable().run()
 """
 
 
-def test_a_spout_that_makes_its_acks_durable_loses_no_output_when_its_worker_is_killed(tmp_path):
-    # The window left by the outputs-first flush: a tree whose output task ran in its spout's worker completed
-    # there, and its spout got its ack, before the record was sent to the main process. A spout that makes the
-    # ack durable (a committed offset) never emits the tree again, and a worker killed then took the record
-    # with it. The records wait longest where the main process writes slowly (here a reader that takes 64 KiB
-    # every 50 ms until the kill); the spout's acks then wait for them, so nothing it acked is lost.
+def _durable_run(tmp_path: Path, n: int, kill_at: int, grouping: str, workers: int,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, Path, list[bytes], threading.Thread]:
+    """A run of _DURABLE_SPOUT (``n`` ids; its worker killed at its
+    ``kill_at``-th ack, never for 0) into 2 sink tasks, the output read 64
+    KiB every 50 ms until the kill: the process, the acked ids' file, the
+    kill mark, the output's chunks as they come and their reader."""
     acked, killed = tmp_path / "acked", tmp_path / "killed"
     (tmp_path / "spout.py").write_text(_DURABLE_SPOUT)
     (tmp_path / "bolt.py").write_text(_COUNTING_BOLT)
-    n = 3000
     topo = tmp_path / "durable.toml"
     topo.write_text(textwrap.dedent(f"""\
         [topology.conf]
         "topology.max.spout.pending" = 100
         [spouts.src]
-        command = ["{sys.executable}", "spout.py", "{n}", "{acked}", "{killed}", "1000"]
+        command = ["{sys.executable}", "spout.py", "{n}", "{acked}", "{killed}", "{kill_at}"]
         fields = ["k", "pad"]
         [bolts.sink]
         command = ["{sys.executable}", "bolt.py", "{tmp_path}"]
         fields = ["k", "pad"]
         parallelism = 2
-        inputs = [{{ source = "src", grouping = "local_or_shuffle" }}]
+        inputs = [{{ source = "src", grouping = "{grouping}" }}]
         [output]
         component = "sink"
     """))
-    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", "2"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", str(workers)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     chunks: list[bytes] = []
 
-    def read_out() -> None:
+    def read_out() -> None:  # (the main process's writes wait on a full pipe)
         while chunk := os.read(proc.stdout.fileno(), 65536):
             chunks.append(chunk)
             if not killed.exists():
@@ -966,6 +965,23 @@ def test_a_spout_that_makes_its_acks_durable_loses_no_output_when_its_worker_is_
 
     reader = threading.Thread(target=read_out, daemon=True)
     reader.start()
+    return proc, acked, killed, chunks, reader
+
+
+def _lost(acked: Path, chunks: list[bytes]) -> list[int]:
+    """The acked ids without an output record (a line cut short fails here)."""
+    got = {orjson.loads(line)["k"] for line in b"".join(chunks).decode().splitlines()}
+    return sorted({int(line) for line in acked.read_text().split()} - got)
+
+
+def test_a_spout_that_makes_its_acks_durable_loses_no_output_when_its_worker_is_killed(tmp_path):
+    # The window left by the outputs-first flush: a tree whose output task ran in its spout's worker completed
+    # there, and its spout got its ack, before the record was sent to the main process. A spout that makes the
+    # ack durable (a committed offset) never emits the tree again, and a worker killed then took the record
+    # with it. The records wait longest where the main process writes slowly (here a reader that takes 64 KiB
+    # every 50 ms until the kill); the spout's acks then wait for them, so nothing it acked is lost.
+    n = 3000
+    proc, acked, killed, chunks, reader = _durable_run(tmp_path, n, 1000, "local_or_shuffle", 2)
     try:
         err = proc.stderr.read().decode()
         proc.wait(timeout=120)
@@ -975,10 +991,9 @@ def test_a_spout_that_makes_its_acks_durable_loses_no_output_when_its_worker_is_
         proc.wait()
     assert proc.returncode == 0, err[-3000:]
     assert killed.exists() and "host worker 0" in err, err[-3000:]  # (the spout's worker was killed)
-    got = Counter(orjson.loads(line)["k"] for line in b"".join(chunks).decode().splitlines())
     durable = {int(line) for line in acked.read_text().split()}
     assert durable == set(range(n)), f"{n - len(durable)} ids never acked: {err[-2000:]}"
-    lost = sorted(durable - set(got))
+    lost = _lost(acked, chunks)
     assert not lost, f"{len(lost)} acked trees have no output (the first: {lost[:10]}): {err[-2000:]}"
 
 
@@ -987,35 +1002,8 @@ def test_a_signal_while_a_slow_reader_takes_the_output_loses_none_of_it_under_py
     # A trial: with PYTHONUNBUFFERED=1 (common in containers) the output's byte layer is a raw file, and a
     # SIGTERM that came while the main process wrote a 64 KiB burst to a full pipe cut the write short: the
     # rest of the burst was lost (62 of 2,963 acked records, and half a line), on one worker as on two.
-    acked = tmp_path / "acked"
-    (tmp_path / "spout.py").write_text(_DURABLE_SPOUT)
-    (tmp_path / "bolt.py").write_text(_COUNTING_BOLT)
-    topo = tmp_path / "slow.toml"
-    topo.write_text(textwrap.dedent(f"""\
-        [topology.conf]
-        "topology.max.spout.pending" = 100
-        [spouts.src]
-        command = ["{sys.executable}", "spout.py", "200000", "{acked}", "{tmp_path / 'no-kill'}", "0"]
-        fields = ["k", "pad"]
-        [bolts.sink]
-        command = ["{sys.executable}", "bolt.py", "{tmp_path}"]
-        fields = ["k", "pad"]
-        parallelism = 2
-        inputs = [{{ source = "src", grouping = "shuffle" }}]
-        [output]
-        component = "sink"
-    """))
-    proc = subprocess.Popen([*ML, "run", str(topo), "--no-progress", "--workers", str(workers)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    chunks: list[bytes] = []
-
-    def read_out() -> None:  # 64 KiB every 50 ms: the main process's writes wait on a full pipe
-        while chunk := os.read(proc.stdout.fileno(), 65536):
-            chunks.append(chunk)
-            time.sleep(0.05)
-
-    reader = threading.Thread(target=read_out, daemon=True)
-    reader.start()
+    proc, acked, _, chunks, reader = _durable_run(tmp_path, 200_000, 0, "shuffle", workers,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 120
         while not acked.exists() or acked.stat().st_size < 5000:  # (about a thousand trees completed)
@@ -1029,7 +1017,5 @@ def test_a_signal_while_a_slow_reader_takes_the_output_loses_none_of_it_under_py
         proc.kill()
         proc.wait()
     assert proc.returncode == 143 and "interrupted by SIGTERM" in err, err[-3000:]
-    lines = b"".join(chunks).decode().splitlines()
-    got = {orjson.loads(line)["k"] for line in lines}  # (a line cut short fails here)
-    lost = sorted({int(line) for line in acked.read_text().split()} - got)
+    lost = _lost(acked, chunks)
     assert not lost, f"{len(lost)} acked trees have no output (the first: {lost[:10]}): {err[-2000:]}"
