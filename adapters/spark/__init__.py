@@ -55,7 +55,7 @@ from ._partitions.rdd import group_by_fields, shell_bolt_partition
 from ._source.source import FORMAT as SOURCE_FORMAT
 from ._source.source import MSG_ID_COLUMN, VALUES_COLUMN, MultilangDataSource, MultilangStreamReader
 from ._source.source import register as register_source
-from ._streaming.topology import SparkRunResult, kill_spark_jvm, run_topology
+from ._streaming.topology import SparkRunResult, kill_spark_jvm, run_topology, task_attempts
 
 __all__ = [
     "INPUT",
@@ -71,6 +71,7 @@ __all__ = [
     "OutputSchemaError",
     "StatefulBoltCrashed",
     "SparkRunResult",
+    "task_attempts",
     "spark_error_text",
     "kill_spark_jvm",
     "register_source",

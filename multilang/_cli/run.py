@@ -141,6 +141,9 @@ def run(topology_file: str, engine: str, duration: float | None, max_tuples: int
             if archives is not None:
                 _local_archives_exist(archives)
             _sizes_spark_takes(spark_conf)
+            from multilang.adapters.spark import task_attempts
+
+            task_attempts(spark_conf)  # (a local master would ignore spark.task.maxFailures: it sets local[N,F])
             if workers is not None:
                 raise TopologyError(f"--workers {workers} applies to the embedded engine; on --engine spark the "
                                     "executors run the tasks (--master local[N], or the cluster's)")

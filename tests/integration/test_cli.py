@@ -240,6 +240,9 @@ def test_run_of_a_python_script_says_what_run_takes(tmp_path):
      "error: -c spark.driver.memory=xyz: not a size; Spark takes a whole number, with a unit of b, k, m, g, t or p"),
     (["--engine", "spark", "-c", "spark.executor.memory=1.5g"], "error: -c spark.executor.memory=1.5g: not a size"),
     (["--engine", "spark", "-c", "spark.driver.maxResultSize=abc"], "error: -c spark.driver.maxResultSize=abc: not"),
+    (["--engine", "spark", "-c", "spark.task.maxFailures=abc"],
+     "error: -c spark.task.maxFailures=abc: not a number of attempts; Spark takes a whole number of at least 1"),
+    (["--engine", "spark", "-c", "spark.task.maxFailures=0"], "error: -c spark.task.maxFailures=0: not a number"),
     (["--engine", "spark", "--master", "k8s://https://127.0.0.1:1/k8s/clusters/c-1"],
      "error: --master k8s://https://127.0.0.1:1/k8s/clusters/c-1: cannot reach the Kubernetes API server at "
      "127.0.0.1:1 ("),
@@ -247,7 +250,7 @@ def test_run_of_a_python_script_says_what_run_takes(tmp_path):
                                                              "not HOST:PORT (Spark wants the API server's port"),
 ], ids=["local0", "local-cluster0", "remote-local0", "master-and-remote", "yarn-without-conf", "spark-conf-embedded",
         "archives-embedded", "spark-conf-remote", "archives-empty", "driver-memory", "executor-memory-fraction",
-        "max-result-size", "k8s-unreachable", "k8s-without-port"])
+        "max-result-size", "max-failures-text", "max-failures-zero", "k8s-unreachable", "k8s-without-port"])
 def test_run_spark_mistakes_are_one_line_before_any_jvm(args, message):
     # Before: a Java stack trace and exit 1 (local[0], yarn), or --master silently ignored (with --remote).
     env_clean = {k: v for k, v in __import__("os").environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}

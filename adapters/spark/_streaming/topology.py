@@ -166,13 +166,34 @@ def _in_flight(keyed: bool) -> int:
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)\])?$")
 
 
-def with_task_retries(master: str, retries: int = 4) -> str:
+def with_task_retries(master: str, spark_conf: dict[str, str] | None = None) -> str:
     """``local`` / ``local[N]`` / ``local[*]`` with Spark's task retries, as a
-    cluster has them (``spark.task.maxFailures`` = 4); other masters as given."""
+    cluster has them (:func:`task_attempts`); other masters as given
+    (``local[N,F]`` says its own)."""
+    retries = task_attempts(spark_conf)
     m = _LOCAL.match(master.strip())
     if m is None:
         return master
     return f"local[{m.group(1) or 1},{retries}]"
+
+
+_MAX_FAILURES = "spark.task.maxFailures"
+
+
+def task_attempts(spark_conf: dict[str, str] | None) -> int:
+    """The attempts a task gets: ``spark.task.maxFailures`` of ``spark_conf``
+    (-c), by default 4 as on a cluster. A local master reads no
+    ``spark.task.maxFailures`` (its attempts are the F of ``local[N,F]``):
+    given with -c, it was ignored (a trial's ``abc`` ran with 4 attempts, and
+    so did an ``8``). TopologyError for a value Spark would not take."""
+    given = (spark_conf or {}).get(_MAX_FAILURES)
+    if given is None:
+        return 4
+    text = str(given).strip()
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:  # (Spark's Integer.parseInt, and at least one attempt)
+        raise TopologyError(f"-c {_MAX_FAILURES}={given}: not a number of attempts; Spark takes a whole number "
+                            "of at least 1 (the default is 4)")
+    return int(text)
 
 
 _LOG4J = """\
@@ -256,7 +277,7 @@ def _new_session(SparkSession: Any, master: str, name: str, remote: str | None,
             "spark.sql.streaming.stopTimeout": "30s",
             "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_conf}", **(spark_conf or {})}
     if remote is not None and remote.startswith("local"):
-        return _local_connect(with_task_retries(remote), name, conf)
+        return _local_connect(with_task_retries(remote, spark_conf), name, conf)
     if remote is not None:  # the server's own settings are not ours to change
         return SparkSession.builder.appName(name).remote(remote).getOrCreate()
     _jvm_alone({"spark.master": master, "spark.app.name": name, **conf})
@@ -685,7 +706,7 @@ def run_topology(
     delay_ms = int(topology.conf.get(_DELAY_KEY) or 2000)
     own = spark is None
     if own:
-        spark = _local_session(SparkSession, with_task_retries(master), f"multilang:{topology.name}", remote,
+        spark = _local_session(SparkSession, with_task_retries(master, spark_conf), f"multilang:{topology.name}", remote,
                                spark_conf)
     try:
         from .._source.source import register
