@@ -1,11 +1,17 @@
 """A worker's links: to the other workers (the tuples routed to their tasks,
 the acks and fails of their trees) and to the main process (outputs,
 status, stop). Tuples for another worker's task are kept by its
-:class:`RemoteTask` and sent as one batch per peer per flush; a flush runs
-when a producer is done routing (a kick) or the acker queues a message for
-another worker, and every ``_TICK`` seconds (a backstop). Backpressure: a peer that reads slowly leaves its
-batches unsent, and the producers that route to it wait for space, as they
-wait for a full inbox (Task.full / wait_for_space)."""
+:class:`RemoteTask` and sent as one batch per peer per flush. A flush runs
+once whatever queued something for it yields: a delivery to another
+worker's task, an ack or fail of another worker's tree, an output, a
+message for the main process, each wakes the flusher as a delivery to a
+local inbox wakes its task. Every ``_TICK`` seconds it runs anyway, a
+backstop that no flow of the tests needs: a trial's spout that waited for
+each tree's ack got one tree per 50 ms tick on 2 workers (2 ms on one),
+its emits queued for the peer with nothing to wake the flusher; the tick
+is long now so that a wake left out shows. Backpressure: a peer that reads
+slowly leaves its batches unsent, and the producers that route to it wait
+for space, as they wait for a full inbox (Task.full / wait_for_space)."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from .wire import Frames, encode, pack, unpack
 
 __all__ = ["Link", "RemoteTask", "socket_path"]
 
-_TICK = 0.05
+_TICK = 0.25
 #: deliveries kept for one peer before its producers wait
 _CAPACITY = 4096
 
@@ -118,9 +124,12 @@ class Link:
     # -- what the runtime calls ------------------------------------------------------
 
     def put(self, task_id: int, ds: list[Delivery]) -> None:
+        """Deliveries for another worker's task: sent by the flush that runs
+        once the producer yields (as a local inbox wakes its consumer)."""
         peer = self.placement[task_id]
         pack(self._out[peer].setdefault(task_id, []), ds)
         self._count[peer] += len(ds)
+        self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
