@@ -428,7 +428,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             for w in ws:
                 await start(w)
                 nursery.start_soon(watch, w)
-            next_snapshot = began + snapshot_every
+            # The first as soon as every worker answers (a scrape had zeros until the first interval: 2 s, a trial),
+            # then on the interval's grid from the start.
+            next_snapshot = began
 
             silent_secs = float(topology.conf.get("supervisor.worker.timeout.secs") or 30)
 

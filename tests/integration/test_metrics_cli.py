@@ -208,6 +208,26 @@ def test_a_prometheus_scrape_of_a_running_word_count(tmp_path):
     assert f"trees completed {lines[-1]['trees']['completed']}, failed 0" in stderr
 
 
+@needs_ruby_node
+def test_a_scrape_on_workers_reads_the_runs_series_before_the_first_interval_is_over(tmp_path):
+    """On host workers a scrape reads the run's last snapshot merged from
+    the workers' parts. The first is taken as soon as every worker answers;
+    a trial's scrapes read an uptime of 0 and no task's series for the
+    first interval (2 s). With a 120 s interval (the metrics file's), only
+    that first snapshot can be read here."""
+    run = Run("run", "examples/wordcount.toml", "--workers", "2", "--no-progress", "--duration", "600",
+              "--metrics-port", "0", "--metrics-file", str(tmp_path / "metrics.jsonl"),
+              "-c", "topology.builtin.metrics.bucket.size.secs=120")
+    try:
+        url = run.wait_for(r"\[metrics\] serving (http://127\.0\.0\.1:\d+/metrics)").group(1)
+        last = scrape_until(url, lambda f: total(f, "multilang_uptime_seconds") > 0)[-1]
+    finally:
+        code, stderr = run.stop()
+    assert code == 143, stderr
+    for comp, n in {"sentences": 1, "split": 2, "count": 2}.items():
+        assert len([ls for ls in last["multilang_tuples_emitted_total"] if ("component", comp) in ls]) == n, last
+
+
 def test_metrics_frames_of_a_component_and_consumers_from_the_conf(tmp_path):
     """A bolt's `metrics` commands become multilang_component_metric series
     per task (numbers and flattened dicts; strings only in the JSON lines),
