@@ -706,8 +706,8 @@ def run_topology(
     delay_ms = int(topology.conf.get(_DELAY_KEY) or 2000)
     own = spark is None
     if own:
-        spark = _local_session(SparkSession, with_task_retries(master, spark_conf), f"multilang:{topology.name}", remote,
-                               spark_conf)
+        spark = _local_session(SparkSession, with_task_retries(master, spark_conf), f"multilang:{topology.name}",
+                               remote, spark_conf)
     try:
         from .._source.source import register
 
