@@ -16,7 +16,7 @@ import pytest
 
 from multilang.errors import MultilangError
 from multilang.shellbolt._host import scratch
-from multilang.shellbolt._host.pids import start_time
+from multilang.shellbolt._host.pids import cmdline, start_time
 from multilang.testing import Seen
 
 
@@ -130,6 +130,12 @@ def test_a_process_started_as_its_owner_was_killed_is_found_by_the_mark_in_its_e
                              start_new_session=True)
     child = int(started.stdout.readline())
     try:
+        # Popen returns once the exec has begun; the kernel gives /proc the new program's arguments and
+        # environment a little later (a busy machine's sweep found the child with none, 1 run in 10)
+        deadline = time.monotonic() + 30
+        while cmdline(child) != "sleep 600":
+            assert time.monotonic() < deadline, "the process it started in turn never showed its command line"
+            time.sleep(0.001)
         assert str(dead) in scratch.sweep()
         started.wait(timeout=30)
         deadline = time.monotonic() + 30  # (SIGKILL is sent; the kernel ends the process soon after)
