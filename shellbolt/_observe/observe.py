@@ -353,7 +353,7 @@ def _remaining(runtime: Any) -> int | None:
     """Spout tuples still to emit, when that can be known: ``max_tuples``,
     or every spout an in-process one over a sized source (a list)."""
     if runtime.max_tuples is not None:
-        return max(0, runtime.max_tuples - runtime.emitted_by_spouts)
+        return max(0, runtime.max_tuples - runtime.fresh_by_spouts)
     total = 0
     for t in runtime.tasks.values():
         if t.comp.kind != "spout":

@@ -115,6 +115,12 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         self.runtime.dead_letter(self, msg_id, values, cause, attempts)
         self.notify("ack", msg_id)
 
+    def took_replays(self, msg_ids: list[Any]) -> int:
+        awaiting = self._awaiting_replay
+        if not awaiting:
+            return 0
+        return sum(awaiting.pop(id_key(m), None) is not None for m in msg_ids if m is not None)
+
     def not_replayed(self) -> list[Any]:
         return [msg_id for msg_id, _ in self._awaiting_replay.values()]
 
@@ -277,30 +283,25 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         for ev in events:
             t = type(ev)
             if t is Emit:
-                if rt.max_tuples is not None and self._past_limit(ev.id, rt.emitted_by_spouts):
+                if rt.max_tuples is not None and self._past_limit(ev.id, rt.fresh_by_spouts):
                     if ev.wants_task_ids and (reply := proc.task_ids_reply([])):
                         replies.append(reply)
                     continue
-                if self._awaiting_replay and ev.id is not None:
-                    self._awaiting_replay.pop(id_key(ev.id), None)
-                ids = rt.route(self, ev, None, touched)
+                ids = rt.route(self, ev, None, touched)  # (a replay it forgets as failed: took_replays)
                 if ev.wants_task_ids and (reply := proc.task_ids_reply(ids)):
                     replies.append(reply)  # §4.3: answered before the spout's next frame is read
             elif t is Batch:  # §9.5: a spout's emits carry message ids; routed as one burst where they can be
                 emits = ev.emits
                 if rt.max_tuples is not None:
-                    emitted, kept = rt.emitted_by_spouts, []
+                    fresh, kept, awaiting = rt.fresh_by_spouts, [], self._awaiting_replay
                     for e in emits:
-                        if not self._past_limit(e[1], emitted):
+                        if not self._past_limit(e[1], fresh):
                             kept.append(e)
-                            emitted += 1  # (as routing it counts it)
+                            # (as routing it counts it: a replay of a failed input not)
+                            fresh += not (awaiting and e[1] is not None and id_key(e[1]) in awaiting)
                     if not kept:
                         continue
                     emits = kept
-                if self._awaiting_replay:
-                    for _values, msg_id, _stream in emits:
-                        if msg_id is not None:
-                            self._awaiting_replay.pop(id_key(msg_id), None)
                 now = trio.current_time()
                 if all(e[2] == DEFAULT_STREAM and e[1] is not None for e in emits):
                     rt.route_spout_burst(self, [e[0] for e in emits], [e[1] for e in emits], touched, now)
@@ -353,6 +354,7 @@ class PythonSpoutTask(SpoutTask):
         #: multilang.max.replays times is a dead letter, not replayed again
         self._fails: dict[int, int] = {}
         self._crashes: dict[int, int] = {}  # msg id -> times its tuple was alone in a process that died
+        self._replaying: set[int] = set()  # the replays of the burst being routed (took_replays)
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id, cause))
@@ -390,6 +392,14 @@ class PythonSpoutTask(SpoutTask):
             rt.dead_letter(self, self._seq, values, cause, 0)
             self._seq += 1
         self._exhausted = True
+
+    def took_replays(self, msg_ids: list[Any]) -> int:
+        replaying = self._replaying
+        if not replaying:
+            return 0
+        n = len(replaying.intersection(msg_ids))
+        replaying.difference_update(msg_ids)
+        return n
 
     def acked(self, msg_ids: list[Any]) -> None:
         # Done with these inputs at once: an ack needs no decision, so it
@@ -469,8 +479,8 @@ class PythonSpoutTask(SpoutTask):
             self.idle = False
             touched: set[Task] = set()
             # A burst of at most 64 emits, within max spout pending; replays
-            # first, and they may go past max_tuples (the limit counts what
-            # the spouts emitted; a failed tree of those is still replayed).
+            # first, and they may go past max_tuples (the limit counts the
+            # fresh inputs; a failed tree of those is still replayed).
             room = 64
             if rt.max_spout_pending is not None:
                 room = min(room, rt.max_spout_pending - self.pending_roots)
@@ -478,9 +488,10 @@ class PythonSpoutTask(SpoutTask):
             replay = self._replay
             while replay and len(ids) < room:
                 ids.append(replay.popleft())
+            self._replaying.update(ids)
             fresh = room - len(ids)
             if rt.max_tuples is not None:
-                fresh = min(fresh, rt.max_tuples - rt.emitted_by_spouts - len(ids))
+                fresh = min(fresh, rt.max_tuples - rt.fresh_by_spouts)
             items, values_of = self._items, self._values
             if self._take is not None:  # the burst in one call; fewer than asked: nothing more now
                 got = self._take(fresh) if fresh > 0 else []

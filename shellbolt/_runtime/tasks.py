@@ -95,8 +95,10 @@ class RuntimeSeam(Protocol):
     stopping: bool
     #: set (a trio.Event) when a stop wants the drains cut short
     hurry: Any
-    #: tuples the spouts emitted, on any stream (what ``max_tuples`` counts)
+    #: tuples the spouts emitted, on any stream, replays included
     emitted_by_spouts: int
+    #: what ``max_tuples`` counts: :attr:`emitted_by_spouts` less the replays of failed inputs
+    fresh_by_spouts: int
     #: `next`s out to shell spouts within ``max_tuples`` (the room they may fill)
     nexts_out: int
     #: ``--max-tuples``, or None
@@ -335,6 +337,12 @@ class SpoutTask(Task):
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         """A tree of this spout completed (``"ack"``) or failed (``"fail"``, with its cause)."""
         raise NotImplementedError
+
+    def took_replays(self, msg_ids: list[Any]) -> int:
+        """How many of these emits, routed now, replay an input of this
+        spout that failed (by message id): ``--max-tuples`` does not count
+        them. A spout that tracks failed ids forgets those answered."""
+        return 0
 
     async def rest(self, timeout: float | None = None) -> None:
         """Wait for a kick (work, a notice, room under max spout pending), or

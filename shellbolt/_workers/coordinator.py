@@ -515,7 +515,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                                          if max_tuples is None else list):
                             return "replays"
                         if max_tuples is not None and watch.past_limit(
-                                now, sum(s["emitted"] for s in st) + sum(w.completed_before for w in ws),  # type: ignore[index]
+                                now, sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws),  # type: ignore[index]
                                 max_tuples, failed, sum(s["pending"] for s in st)):  # type: ignore[index]
                             return "max_tuples"
                     if stopping_run:

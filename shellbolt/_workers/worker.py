@@ -85,6 +85,7 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
     part = {"part": view.part(rt, link.worker, link.placement)} if snapshot else {}
     return {**part, "done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent,
             "received": link.received, "pending": rt.acker.pending, "emitted": rt.emitted_by_spouts,
+            "fresh": rt.fresh_by_spouts,  # (what --max-tuples counts)
             "completed": rt.acker.stats["completed"], "failed": rt.acker.stats["failed"],
             "forever": rt.replayed_past_max(),  # (the main process's ReplayWatch: its trees are counted here)
             "processes": _processes(rt),
