@@ -694,6 +694,21 @@ def test_max_tuples_stops_after_that_many_spout_tuples_python_spout():
     assert_no_orphans(run)
 
 
+def test_max_tuples_counts_inputs_not_the_replays_of_one_that_fails():
+    # An input that fails is replayed (multilang.max.replays, 3), then given up on; its replays are not
+    # new inputs: --max-tuples 25 takes the first 25 (one input in flight at a time, the replays come
+    # before the limit: they took three of the inputs' places before).
+    b = TopologyBuilder()
+    b.set_spout("spout", PythonSpout([[f"w{i}"] for i in range(1000)], fields=["w"]))
+    b.set_bolt("bolt", tag_bolt("--fail-on", "w3")).shuffle_grouping("spout")
+    run = run_topology(build(b, **{"topology.max.spout.pending": 1}), max_tuples=25, limit=120)
+    got = Counter(r["values"][0] for r in run.records("bolt"))
+    assert sorted(got, key=lambda w: int(w[1:])) == [f"w{i}" for i in range(25)]
+    assert got["w3"] == 4 and run.result.dead_letters == 1
+    assert run.result.stats["spout"].emitted == 28 and run.result.completed == 24
+    assert_no_orphans(run)
+
+
 # --- ticks ---------------------------------------------------------------------------------------------
 
 
