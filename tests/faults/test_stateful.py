@@ -253,8 +253,8 @@ def _wait(what: str, proc: subprocess.Popen, pred, timeout: float = 120):
 
 #: the processes a kill test kills (only this run's: its descendants), by their names and command lines: a
 #: host worker's name is multilang-wN (forked by the fork server, its command line is the main process's)
-VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "spout": r"sentence_spout", "worker-0": r"^multilang-w0 ", "worker-1": r"^multilang-w1 ",
-           "fork-server": r"^multilang-fork "}
+VICTIMS = {"count": r"count_bolt", "split": r"split_bolt", "spout": r"sentence_spout",
+           "worker-0": r"^multilang-w0 ", "worker-1": r"^multilang-w1 ", "fork-server": r"^multilang-fork "}
 
 
 def _processes(run: subprocess.Popen, victim: str) -> list[int]:
