@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -10,7 +11,7 @@ import signal
 import sys
 import time
 import urllib.parse
-from typing import IO, Any, NoReturn
+from typing import IO, Any, Iterator, NoReturn
 
 import click
 import orjson
@@ -209,16 +210,28 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
     runtime, dead_file = embedded_runtime(topology, out, dead_letter, on_output=emit)
     runtime.recorder = recorder
     start = time.monotonic()
-    try:
-        async def go(nursery: Any) -> Any:
-            nursery.start_soon(flush_every, out)
-            return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
-                                     progress=live_view(progress_tasks) if progress else None, metrics=metrics)
 
+    async def go(nursery: Any) -> Any:
+        nursery.start_soon(flush_every, out)
+        return await runtime.run(duration=duration, max_tuples=max_tuples, until_done=until_done,
+                                 progress=live_view(progress_tasks) if progress else None, metrics=metrics)
+
+    with _run_ending(dead_file, recorder):
         result, signum = run_trio(go, runtime)
-        if result is None:  # stopped at once by a second signal: what it had
-            result = runtime.result()
-        signum = signum or _signals.first  # one that came as the run ended: it ends as interrupted too
+    if result is None:  # stopped at once by a second signal: what it had
+        result = runtime.result()
+    signum = signum or _signals.first  # one that came as the run ended: it ends as interrupted too
+    _ended(topology, out, result, signum, start, dead_letter)
+
+
+@contextlib.contextmanager
+def _run_ending(dead_file: IO[str] | None, recorder: Any) -> Iterator[None]:
+    """Around a run's event loop, on either engine: Ctrl-C that reached
+    Python (exit 130) and a run's error (exit 1) told in one line, never a
+    traceback; the dead-letter file closed and the recording's line written
+    however it ended."""
+    try:
+        yield
     except KeyboardInterrupt:
         click.echo("interrupted; all component processes were stopped", err=True)
         raise SystemExit(EXIT_SIGINT) from None
@@ -229,7 +242,6 @@ def _run_local(topology: Any, output: IO[str], *, duration: float | None, max_tu
             dead_file.close()
         if recorder is not None:
             _recorded(recorder)
-    _ended(topology, out, result, signum, start, dead_letter)
 
 
 def _failed(exc: MultilangError) -> NoReturn:
@@ -305,17 +317,9 @@ def _run_workers(topology: Any, output: IO[str], workers: int, *, duration: floa
 
     server = _fork_server()
     try:
-        result, signum = run_trio(go, control)
-    except KeyboardInterrupt:
-        click.echo("interrupted; all component processes were stopped", err=True)
-        raise SystemExit(EXIT_SIGINT) from None
-    except (TopologyError, MultilangError) as exc:
-        _failed(exc)
+        with _run_ending(dead_file, recorder):
+            result, signum = run_trio(go, control)
     finally:
-        if dead_file is not None:
-            dead_file.close()
-        if recorder is not None:
-            _recorded(recorder)
         if progress is not None:
             progress.close()
         if metrics is not None:
