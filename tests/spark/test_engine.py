@@ -97,6 +97,23 @@ def test_max_tuples_reads_that_many_from_a_spout_and_a_spout_that_runs_dry_first
     assert (everything.spout_tuples, everything.stopped_by) == ({"sentences": len(sentences)}, "done")
 
 
+def test_max_tuples_is_shared_by_the_spout_tasks_and_read_no_further(spark, tmp_path):
+    # Each spout task's source read up to all of --max-tuples, the driver stopping once the committed
+    # batches held it: two spout tasks read a whole first batch each, past the limit. Now each reads
+    # its share (26 and 25 of 51), as host workers' spouts do. Both tasks read the file from its start.
+    toml = tmp_path / "two.toml"
+    toml.write_text((EXAMPLES / "wordcount.toml").read_text().replace('"data/alice.txt"', f'"{EXAMPLES}/data/alice.txt"')
+                    .replace("[spouts.sentences]", "[spouts.sentences]\nparallelism = 2", 1)
+                    .replace('"python/', f'"{EXAMPLES}/python/').replace('"ruby/', f'"{EXAMPLES}/ruby/')
+                    .replace('"node/', f'"{EXAMPLES}/node/'))
+    result = run_topology(load_topology(toml), spark=spark, max_tuples=51)
+    assert (result.spout_tuples, result.stopped_by) == ({"sentences": 51}, "max_tuples")
+    sentences = [line.strip() for line in (EXAMPLES / "data" / "alice.txt").read_text(encoding="utf-8").split("\n")
+                 if line.strip()]
+    expected = Counter(w for s in sentences[:26] + sentences[:25] for w in words(s))
+    assert {r["word"]: r["count"] for r in result.outputs} == dict(expected)
+
+
 def test_direct_grouping_is_rejected(spark, tmp_path):
     toml = tmp_path / "direct.toml"
     toml.write_text(textwrap.dedent(f"""\

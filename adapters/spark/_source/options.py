@@ -173,7 +173,7 @@ class _Options:
             conf=_json_option(options, "conf", dict, {}),
             max_batch_size=_int_option(options, "maxBatchSize", 1000),
             max_pending=_int_option(options, "maxPending", None),
-            max_tuples=_int_option(options, "maxTuples", None),
+            max_tuples=_int_option(options, "maxTuples", None, minimum=0),
             max_batch_duration=_int_option(options, "maxBatchDurationMs", 500) / 1000.0,
             replay_log=options.get("replayLog"),
             dedupe=dedupe,

@@ -409,6 +409,17 @@ def _claim(ck: Location, topo: Topology) -> None:
         raise TopologyError(f"--checkpoint {ck}: {exc.strerror or exc}") from None
 
 
+def _shares(max_tuples: int | None, tasks: int) -> list[int | None]:
+    """Each spout task's share of ``max_tuples`` (its source's ``maxTuples``),
+    in the order of the sources: as even as integers allow, adding up to
+    ``max_tuples``, so that the sources read at most that many in all, as
+    host workers' spouts do (docs/WORKERS.md). Each source reading up to all
+    of it, two spout tasks read 102 sentences for ``--max-tuples 51``."""
+    if max_tuples is None:
+        return [None] * tasks
+    return [max_tuples // tasks + (i < max_tuples % tasks) for i in range(tasks)]
+
+
 def _source(spark: Any, topo: Topology, name: str, task: int, ck: Location, batch: int,
             delay_ms: int, shipped: str, max_tuples: int | None) -> Any:
     from pyspark.sql import functions as F
@@ -675,9 +686,9 @@ def run_topology(
     """Run a topology (from ``load_topology``, or its file's path) as a Structured Streaming query.
 
     Without ``duration`` the spouts run until drained
-    (``trigger(availableNow=True)``), each spout task reading at most
-    ``max_tuples`` (the run stops after the batch that brought the spouts'
-    tuples to ``max_tuples``); with ``duration`` the query runs micro-batch
+    (``trigger(availableNow=True)``), the spout tasks reading at most
+    ``max_tuples`` in all, each its share (as even as integers allow; one
+    that runs dry leaves the rest of its share unread); with ``duration`` the query runs micro-batch
     after micro-batch and stops after that many seconds. ``checkpoint``: a directory
     that makes the run resumable (the same call after a crash continues from
     the last committed micro-batch; the output view covers every committed
@@ -719,8 +730,9 @@ def run_topology(
             spec.use_archive(shipped)
         plan.spread = {name: _spread(spark, len(ids)) for name, ids in plan.task_ids.items()
                        if name in plan.keyed or len(ids) > 1}
-        sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped, max_tuples)
-                   for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
+        tasks = [(n, t) for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
+        sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped, share)
+                   for (n, t), share in zip(tasks, _shares(max_tuples, len(tasks)))]
         df = sources[0]
         for s in sources[1:]:
             df = df.unionByName(s)
@@ -729,7 +741,8 @@ def run_topology(
                   .queryName(f"multilang_{re.sub(r'[^A-Za-z0-9_]', '_', topology.name or 'topology')}"))
         # Without --duration the query ends when every spout has drained, as one engine's run ends when its
         # spouts are done, --max-tuples or not (a trial's finite spout with a larger --max-tuples ran for
-        # ever); each source reads at most max_tuples in this run, the driver stops at max_tuples in all.
+        # ever); each source reads at most its share of max_tuples in this run, the driver stops at
+        # max_tuples in all.
         bounded = duration is None
         writer = writer.trigger(availableNow=True) if bounded else writer.trigger(processingTime="0 seconds")
         progress = _Progress(ck, on_progress)
