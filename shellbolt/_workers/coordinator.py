@@ -192,7 +192,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
     ``--record``'s :class:`Recorder`; each worker records its own tasks in its
     directory, and they are added to its :meth:`~Recorder.task_ids`.
     ``max_tuples``: as ``Runtime.run``'s, each worker's spouts stopping at
-    their share (:func:`max_tuples_shares`). ``log_level``:
+    their share (:func:`max_tuples_shares`), and what dry spouts leave of
+    theirs going on to the others. ``log_level``:
     the workers log at it as :func:`setup_logging` does (the caller's own
     setup; None: they leave logging as Python leaves it). ``fork_server``:
     the workers' processes are forked from it (:class:`ForkServer`, started
@@ -474,6 +475,35 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     next_snapshot = next_due(next_snapshot, snapshot_every, trio.current_time())
                 return st
 
+            async def share_out(st: list[Any]) -> bool:
+                """--max-tuples, every worker quiet: what the workers whose
+                spouts ran dry left of their shares goes to those whose spouts
+                stopped at theirs with more to emit, as one engine's other
+                spout tasks emit what a dry one leaves. The dry ones are capped
+                at what they emitted first (a capped worker's status is read
+                after it: one socket, in order), so the limits never add up to
+                more than ``max_tuples``. Whether a worker was given more."""
+                assert max_tuples is not None
+                more = [i for i in shares if st[i]["more"]]
+                if not more or sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws) >= max_tuples:
+                    return False
+                for i in shares:
+                    if i not in more:
+                        await ws[i].send(("cap",))
+                st = await poll()
+                if any(st[i] is None for i in shares):  # (a worker that did not answer: at the next quiet)
+                    return True
+                for i in shares:
+                    shares[i] = st[i]["limit"] + ws[i].completed_before  # (a worker started again gets it)
+                left = max_tuples - sum(shares.values())
+                if left <= 0:
+                    return False
+                for k, i in enumerate(more):
+                    shares[i] += left // len(more) + (k < left % len(more))
+                    await ws[i].send(("limit", shares[i] - ws[i].completed_before))
+                log.debug("--max-tuples: %d that dry spouts left go to host worker(s) %s", left, more)
+                return True
+
             def snapshot(parts: list[dict[str, Any]], last: bool) -> None:
                 assert on_snapshot is not None
                 on_snapshot(merge(topology, parts, trio.current_time() - began, carried(),
@@ -534,6 +564,9 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                             ck.last = -math.inf
                             with trio.CancelScope(shield=True):
                                 await ck.step(broadcast, workers, rollback)
+                            seen = None
+                            continue
+                        if max_tuples is not None and not stopping_run and await share_out(st):
                             seen = None
                             continue
                         return "done"
@@ -711,9 +744,10 @@ def max_tuples_shares(topology: Topology, workers: int, max_tuples: int) -> dict
     """--max-tuples on workers: each worker that runs spout tasks gets a
     share of the limit in proportion to its spout tasks (the first ones one
     more, until the shares add up), and its spouts stop at it, as one
-    engine's stop at the limit; worker -> share. A worker whose spouts run
-    dry before their share leaves the rest unused (one engine's other spout
-    tasks could have emitted it): at most ``max_tuples`` in all."""
+    engine's stop at the limit; worker -> share. What a worker whose spouts
+    run dry leaves of its share goes to the others once every worker is
+    quiet (``share_out`` in :func:`run_workers`): at most ``max_tuples`` in
+    all, and that many unless every spout runs dry."""
     where = placement(topology, workers)
     tasks = [where[t] for c in topology.components.values() if c.kind == "spout" for t in c.tasks]
     per = {w: tasks.count(w) for w in sorted(set(tasks))}

@@ -86,6 +86,8 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
     return {**part, "done": rt.drained() if rt.spouts_stopped else rt.done(), "sent": link.sent,
             "received": link.received, "pending": rt.acker.pending, "emitted": rt.emitted_by_spouts,
             "fresh": rt.fresh_by_spouts,  # (what --max-tuples counts)
+            # (--max-tuples: its limit now, and whether its spouts stopped at it with more to emit)
+            "limit": rt.max_tuples, "more": _more(rt, link),
             "completed": rt.acker.stats["completed"], "failed": rt.acker.stats["failed"],
             "forever": rt.replayed_past_max(),  # (the main process's ReplayWatch: its trees are counted here)
             "processes": _processes(rt),
@@ -98,6 +100,16 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
                            if link.placement[t] == link.worker and task.comp.is_shell},
             # (and its stateful components, for the summary's state line if it dies before its result)
             **({**cp.status(), "stateful": sorted({t.name for t in cp.tasks.values()})} if cp is not None else {})}
+
+
+def _more(rt: Any, link: Link) -> bool:
+    """Whether this worker's spouts stopped at its share of --max-tuples
+    with more to emit: one of its spout tasks is not idle (a shell spout
+    that answered `next` with nothing, a Python spout whose source ran out)."""
+    from .._runtime.spouts import SpoutTask
+
+    return rt.max_tuples is not None and rt.fresh_by_spouts >= rt.max_tuples and any(
+        isinstance(t, SpoutTask) and not t.idle for i, t in rt.tasks.items() if link.placement[i] == link.worker)
 
 
 async def _run(directory: str, worker: int, workers: int, limit: int | None) -> None:
@@ -164,6 +176,12 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                         await link.send_main(("reset", worker, msg[1]))
                     elif msg[0] == "peer_up":
                         link.peer_up(msg[1])
+                    elif msg[0] == "cap":  # --max-tuples: its spouts are dry; what they left goes to another worker
+                        if rt.max_tuples is not None:
+                            rt.max_tuples = min(rt.max_tuples, rt.fresh_by_spouts + rt.nexts_out)
+                    elif msg[0] == "limit":  # --max-tuples: more of it, that a worker whose spouts ran dry left
+                        rt.max_tuples = msg[1]
+                        rt.kick_spouts()
                     elif rt.checkpoints is not None:
                         await _checkpoint(msg)
                     if msg[0] == "epoch":

@@ -288,6 +288,53 @@ def test_max_tuples_with_several_spout_tasks_emits_the_limit_on_one_worker_or_se
         re.search(r"split: emitted (\d+),", r.stderr)[1])  # every word of what was emitted, counted once
 
 
+_ITEMS_SPOUT = """\
+import sys
+from multilang import Spout
+
+class Items(Spout):
+    def initialize(self, conf, context):
+        self.left = [f"{sys.argv[1]}{i}" for i in range(int(sys.argv[2]))][::-1]
+
+    def next_tuple(self):
+        if self.left:
+            item = self.left.pop()
+            self.emit([item], msg_id=item)
+
+Items().run()
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_tuples_goes_on_where_a_spout_on_another_worker_runs_dry(tmp_path, workers):
+    # Two spouts, dealt to two workers with 50 of --max-tuples 100 each: the one with 10 items ran dry,
+    # and the other stopped at its 50, where one engine's other spout emits the rest: 60 in all, not 100.
+    (tmp_path / "spout.py").write_text(_ITEMS_SPOUT)
+    (tmp_path / "bolt.py").write_text(_LAST_BOLT)
+    topo = tmp_path / "dry.toml"
+    topo.write_text(textwrap.dedent(f"""\
+        [spouts.few]
+        command = ["{sys.executable}", "spout.py", "f", "10"]
+        fields = ["item"]
+        [spouts.many]
+        command = ["{sys.executable}", "spout.py", "m", "1000"]
+        fields = ["item"]
+        [bolts.sink]
+        command = ["{sys.executable}", "bolt.py"]
+        fields = ["item"]
+        inputs = [{{ source = "few" }}, {{ source = "many" }}]
+    """))
+    assert max_tuples_shares(load_topology(str(topo)), 2, 100) == {0: 50, 1: 50}
+    r = subprocess.run([*ML, "run", str(topo), "--no-progress", "--max-tuples", "100", "--workers", str(workers)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    items = [orjson.loads(line)["item"] for line in r.stdout.splitlines()]
+    assert len(items) == 100 and len(set(items)) == 100, items
+    if workers == 2:  # (one engine's spouts share the 100 as they come: the few may get none of it)
+        assert {i for i in items if i.startswith("f")} == {f"f{i}" for i in range(10)}, items
+    assert "trees completed 100, failed 0" in r.stderr, r.stderr[-3000:]
+
+
 def test_what_host_workers_do_not_support_is_refused_naming_the_option(tmp_path):
     for args, said in ((["-c", "topology.workers=two"],
                         "conf key 'topology.workers' must be a positive integer, got 'two'"),

@@ -413,8 +413,8 @@ def _shares(max_tuples: int | None, tasks: int) -> list[int | None]:
     """Each spout task's share of ``max_tuples`` (its source's ``maxTuples``),
     in the order of the sources: as even as integers allow, adding up to
     ``max_tuples``, so that the sources read at most that many in all, as
-    host workers' spouts do (docs/WORKERS.md). Each source reading up to all
-    of it, two spout tasks read 102 sentences for ``--max-tuples 51``."""
+    host workers' spouts start (docs/WORKERS.md). Each source reading up to
+    all of it, two spout tasks read 102 sentences for ``--max-tuples 51``."""
     if max_tuples is None:
         return [None] * tasks
     return [max_tuples // tasks + (i < max_tuples % tasks) for i in range(tasks)]
