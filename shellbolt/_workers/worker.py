@@ -104,12 +104,19 @@ def _status(rt: Any, link: Link, snapshot: bool) -> dict[str, Any]:
 
 def _more(rt: Any, link: Link) -> bool:
     """Whether this worker's spouts stopped at its share of --max-tuples
-    with more to emit: one of its spout tasks is not idle (a shell spout
-    that answered `next` with nothing, a Python spout whose source ran out)."""
+    with more to emit, and may be given more: one of its spout tasks is not
+    idle (idle: a shell spout that answered `next` with nothing, a Python
+    spout whose source ran out), and none dropped a fresh emit past the
+    limit (a shell spout asked for its replays emits its fresh inputs
+    first: ``ShellSpoutTask._past_limit``). Those it dropped it counts as
+    pending and never emits again; given more, it would go on past them,
+    and this run would have a gap where they were."""
     from .._runtime.spouts import SpoutTask
 
-    return rt.max_tuples is not None and rt.fresh_by_spouts >= rt.max_tuples and any(
-        isinstance(t, SpoutTask) and not t.idle for i, t in rt.tasks.items() if link.placement[i] == link.worker)
+    if rt.max_tuples is None or rt.fresh_by_spouts < rt.max_tuples:
+        return False
+    spouts = [t for i, t in rt.tasks.items() if link.placement[i] == link.worker and isinstance(t, SpoutTask)]
+    return any(not t.idle for t in spouts) and not any(getattr(t, "held_past_limit", 0) for t in spouts)
 
 
 async def _run(directory: str, worker: int, workers: int, limit: int | None) -> None:
