@@ -102,7 +102,8 @@ def test_max_tuples_is_shared_by_the_spout_tasks_and_read_no_further(spark, tmp_
     # batches held it: two spout tasks read a whole first batch each, past the limit. Now each reads
     # its share (26 and 25 of 51), as host workers' spouts do. Both tasks read the file from its start.
     toml = tmp_path / "two.toml"
-    toml.write_text((EXAMPLES / "wordcount.toml").read_text().replace('"data/alice.txt"', f'"{EXAMPLES}/data/alice.txt"')
+    toml.write_text((EXAMPLES / "wordcount.toml").read_text()
+                    .replace('"data/alice.txt"', f'"{EXAMPLES}/data/alice.txt"')
                     .replace("[spouts.sentences]", "[spouts.sentences]\nparallelism = 2", 1)
                     .replace('"python/', f'"{EXAMPLES}/python/').replace('"ruby/', f'"{EXAMPLES}/ruby/')
                     .replace('"node/', f'"{EXAMPLES}/node/'))

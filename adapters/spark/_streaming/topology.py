@@ -730,7 +730,8 @@ def run_topology(
             spec.use_archive(shipped)
         plan.spread = {name: _spread(spark, len(ids)) for name, ids in plan.task_ids.items()
                        if name in plan.keyed or len(ids) > 1}
-        tasks = [(n, t) for n, c in sorted(topology.components.items()) if c.kind == "spout" for t in range(c.parallelism)]
+        tasks = [(n, t) for n, c in sorted(topology.components.items()) if c.kind == "spout"
+                 for t in range(c.parallelism)]
         sources = [_source(spark, topology, n, t, ck, batch, delay_ms, shipped, share)
                    for (n, t), share in zip(tasks, _shares(max_tuples, len(tasks)))]
         df = sources[0]
