@@ -120,6 +120,9 @@ class Runtime:
         #: spout task asks for the room left, and two asking at once must not both be given all of it)
         self.nexts_out = 0
         self.max_tuples: int | None = None
+        #: max_tuples held at the fresh inputs taken and the `next`s out, and lowered as those come back
+        #: (cap_fresh)
+        self.fresh_capped = False
         self.pid_dir = ""
         self._stop: trio.Event | None = None  # made by run(), inside trio
         #: set by nudge() when something changed that may end a wait of run()
@@ -580,6 +583,17 @@ class Runtime:
         with the rest of its source, and --max-tuples 5600 with such kills
         committed 5,400 or 5,200 inputs, not 5,600."""
         return self.emitted_by_spouts - self.replays_by_spouts
+
+    def cap_fresh(self) -> None:
+        """No fresh input beyond those taken and what the `next`s out may
+        still bring, now and as those come back (``max_tuples`` follows them
+        down). Host workers: a worker whose spouts ran dry leaves the rest of
+        its share of --max-tuples to the others (coordinator.py, share_out);
+        capped at the `next`s out only once, the room a dry spout's `next`
+        did not fill was asked for again, and never handed on."""
+        self.fresh_capped = True
+        if self.max_tuples is not None:
+            self.max_tuples = min(self.max_tuples, self.fresh_by_spouts + self.nexts_out)
 
     def may_emit(self, spout: Task, replay: bool = False) -> bool:
         """Whether a spout may emit now. A replay may go past ``max_tuples``

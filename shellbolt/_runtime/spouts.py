@@ -216,6 +216,13 @@ class ShellSpoutTask(ShellTask, SpoutTask):
             # gets `next`: that is where a shell spout replays them.
             replaying = bool(self.fail_counts)
             room = rt.emit_room(self, replay=replaying)
+            awaiting = len(self._awaiting_replay)
+            if replaying and rt.max_tuples is not None and not self.held_past_limit and awaiting < _MAX_FAIL_IDS:
+                # As many as the replays owed and the fresh room: past the limit a `next` more could only
+                # bring a fresh emit that is not delivered, which the spout would keep as pending. (A spout
+                # that emits its fresh inputs before its replays, once one was not delivered, gets its
+                # bursts again: it goes through its input to its replays a burst at a time, not one by one.)
+                room = min(room, awaiting + max(0, rt.max_tuples - rt.fresh_by_spouts - rt.nexts_out))
             if room:
                 # an emit the host refused (an error) was not nothing: no back-off for it
                 stats = self.stats
@@ -231,6 +238,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self.asking = False
                     if out:
                         rt.nexts_out -= out
+                        if rt.fresh_capped:  # (the room these nexts did not fill is not asked for again)
+                            rt.cap_fresh()
                         rt.kick_spouts(but=self)  # (room they did not fill: another spout may take it)
                 brought = stats.emitted - emitted
                 now_skipped = stats.skipped + self.held_past_limit

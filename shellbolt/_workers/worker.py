@@ -184,10 +184,9 @@ async def _run(directory: str, worker: int, workers: int, limit: int | None) -> 
                     elif msg[0] == "peer_up":
                         link.peer_up(msg[1])
                     elif msg[0] == "cap":  # --max-tuples: its spouts are dry; what they left goes to another worker
-                        if rt.max_tuples is not None:
-                            rt.max_tuples = min(rt.max_tuples, rt.fresh_by_spouts + rt.nexts_out)
+                        rt.cap_fresh()
                     elif msg[0] == "limit":  # --max-tuples: more of it, that a worker whose spouts ran dry left
-                        rt.max_tuples = msg[1]
+                        rt.max_tuples, rt.fresh_capped = msg[1], False
                         rt.kick_spouts()
                     elif rt.checkpoints is not None:
                         await _checkpoint(msg)
