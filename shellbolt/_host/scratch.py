@@ -223,7 +223,7 @@ def _end_children(folder: str, owner: int) -> None:
         except (OSError, ValueError):
             continue
         ended.update(found)
-        left = [f"pid {p} ({_short(cmdline(p) or '?')})" for p in found]
+        left = [f"pid {p} ({_short(cmdline(p)) or '?'})" for p in found]
         if not left:
             continue
         if pid:
@@ -238,8 +238,16 @@ def _end_children(folder: str, owner: int) -> None:
                     "it" if len(left) == 1 else "them")
 
 
-def _short(text: str, most: int = 80) -> str:
-    return text if len(text) <= most else text[:most - 3] + "..."
+def _short(command: str, most: int = 80) -> str:
+    """``command`` in at most ``most`` characters: its program by its name
+    (``python3``, not the folders it is in), then, where it is still too
+    long, its middle left out (its end, the script and flags, names it)."""
+    program, space, args = command.partition(" ")
+    text = os.path.basename(program) + space + args
+    if len(text) <= most:
+        return text
+    head = (most - 3) // 2
+    return text[:head] + "..." + text[-(most - 3 - head):]
 
 
 def _entries(folder: str) -> list[os.DirEntry]:

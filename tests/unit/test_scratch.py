@@ -84,13 +84,19 @@ def test_no_short_enough_temporary_directory_is_a_named_error(tmp_path, monkeypa
         scratch.make("multilang-workers-", len("wmain"))
 
 
-def test_the_sweep_ends_what_a_dead_owner_left_of_its_process_groups_and_nothing_else(tmp, caplog):
+_LONG = [sys.executable, "-c", "import time; time.sleep(600)", "/a/long/path" * 9, "--the-flags-at-the-end"]
+
+
+@pytest.mark.parametrize("argv, said", [(["sleep", "600"], r"\(sleep 600\)"),
+                                        # (a long command by its program's name and its end: script and flags)
+                                        (_LONG, r"\(python[\d.]* -c import time.*\.\.\..* --the-flags-at-the-end\)")])
+def test_the_sweep_ends_what_a_dead_owner_left_of_its_process_groups_and_nothing_else(tmp, caplog, argv, said):
     # A host killed with kill -9 reaps nothing: a component (here one that has
     # exited already) may leave processes of its group running. The sweep of
     # its folder ends them; a record whose pid is another process's now (this
     # one's, with another start time) is left alone.
     leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
-                               "print(subprocess.Popen(['sleep', '600']).pid, flush=True); sys.stdin.read()"],
+                               f"print(subprocess.Popen({argv!r}).pid, flush=True); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     left = int(leader.stdout.readline())
     started = start_time(leader.pid)
@@ -105,7 +111,7 @@ def test_the_sweep_ends_what_a_dead_owner_left_of_its_process_groups_and_nothing
         while Seen([left]).running():
             assert time.monotonic() < deadline, "what was left of the group still runs"
             time.sleep(0.01)
-        assert "component 'split' task 1: pid %d (sleep 600) still ran after its host process" % left in caplog.text
+        assert re.search(rf"component 'split' task 1: pid {left} {said} still ran after its host process", caplog.text)
         assert "count" not in caplog.text
     finally:
         if start_time(left) is not None:
