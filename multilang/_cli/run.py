@@ -26,7 +26,7 @@ from .common import (
     run_trio, stopped_before_start,
 )
 from .output import NoOutput, Output, flush_every, output_file
-from .summary import print_summary
+from .summary import emitted_nothing_line, print_summary
 
 
 @click.command(short_help="Run a topology (TOML or Storm Flux YAML), embedded or on Spark.")
@@ -627,6 +627,10 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
                    f"acked {c.get('acked', 0)}, failed {c.get('failed', 0)}, retried {c.get('retried', 0)}, "
                    f"restarts {c.get('restarts', 0)}"
                    + (f", Spark task retries {c['task_retries']}" if c.get("task_retries") else ""), err=True)
+    if result.stopped_by == "done":
+        for name in sorted(n for n, c in topology.components.items() if c.kind == "spout"):
+            if not result.spout_tuples.get(name):
+                click.echo(emitted_nothing_line(name), err=True)
     if result.dead_letters:
         click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after their retries"
                    + (f", written to {dead_letter}" if dead_letter else "; --dead-letter FILE keeps them"), err=True)

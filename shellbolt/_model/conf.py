@@ -215,6 +215,10 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.progress.stall.secs", _POS_SECS, _number(positive=True), 5,
             "The live view of multilang run marks the run STALLED when trees are in flight and none has completed "
             "for this long (docs/OBSERVE.md).", scope="topology"),
+    ConfKey("multilang.spout.start.secs", "a number >= 0 (seconds)", _number(positive=False), 5,
+            "How long a run that ends with its spouts (no --duration) waits for a shell spout task's first "
+            "emit while its nexts bring nothing (a spout still connecting to its source); after it, two empty "
+            "nexts in a row with its trees done are its end. --engine spark: each spout task's source."),
     ConfKey("multilang.sched.batch", "true or false", _bool, False,
             "Linux: start the component's processes under the SCHED_BATCH policy, so that one handed tuples does "
             "not preempt the host on its core: for components that only compute, with host workers on a busy "

@@ -51,6 +51,10 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         self._awaiting_replay: dict[Any, tuple[Any, float]] = {}
         self._warned_not_replaying = False
         self.held_past_limit = 0  # emits not delivered: --max-tuples reached, and not replays (_past_limit)
+        #: how long a run to the end waits for the task's first emit (_dry)
+        self.start_secs = float(self.conf.get("multilang.spout.start.secs", 5.0))
+        self._activated_at: float | None = None  # its first process's activation
+        self._brought = False  # a `next` brought something in this run (to any of its processes)
 
     def notify(self, kind: str, msg_id: Any, cause: str | None = None) -> None:
         self.notices.append((kind, msg_id))
@@ -182,6 +186,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         rt = self.runtime
         proc = driver.proc
         await self._command(driver, Activate())  # §4.1: always first
+        if self._activated_at is None:
+            self._activated_at = trio.current_time()
         idle_sleep = 0.001
         # `next` commands per write: 1, or, to a spout that takes pipelined
         # commands (§9.5), twice as many (up to topology.producer.batch.size
@@ -251,17 +257,32 @@ class ShellSpoutTask(ShellTask, SpoutTask):
                     self._empty_nexts += 1
                     if self._empty_nexts == 2:
                         self.dry_since = trio.current_time()
-                    self.idle = self._empty_nexts >= 2 and self.pending_roots == 0
+                    self.idle = self._dry()
                     # Storm's spout wait strategy: back off while there is nothing to emit.
                     await self.rest(idle_sleep)
                     idle_sleep = min(idle_sleep * 2, 0.05)
                 else:
                     self._empty_nexts = 0
+                    self._brought = True
                     self.idle = False
                     idle_sleep = 0.001
             else:
-                self.idle = self.pending_roots == 0 and self._empty_nexts >= 2
-                await self.rest()
+                self.idle = self._dry()
+                left = (self._activated_at or 0.0) + self.start_secs - trio.current_time()
+                await self.rest(left if not self.idle and not self._brought and left > 0 else None)
+
+    def _dry(self) -> bool:
+        """Nothing more to emit, as far as a run to the end can tell (a shell
+        spout's input never ends, as in Storm): two empty `next`s in a row
+        and none of its trees in flight; and, before the task's first emit
+        in this run, ``multilang.spout.start.secs`` since its first process
+        was activated: a spout still connecting to its source answers `next`
+        with nothing too (a trial's run ended at once with nothing done, and
+        exit 0). A process restarted after the task's first emit is not
+        waited for: one with nothing more to emit would cost every run that
+        time."""
+        return (self._empty_nexts >= 2 and self.pending_roots == 0
+                and (self._brought or trio.current_time() - (self._activated_at or 0.0) >= self.start_secs))
 
     def _past_limit(self, msg_id: Any, emitted: int) -> bool:
         """``--max-tuples`` reached: an emit that is not the replay of a

@@ -115,6 +115,28 @@ def test_max_tuples_is_shared_by_the_spout_tasks_and_read_no_further(spark, tmp_
     assert {r["word"]: r["count"] for r in result.outputs} == dict(expected)
 
 
+def test_a_spout_slower_to_start_than_availablenowidlems_is_waited_for(spark, tmp_path):
+    # The source took a spout for drained after 200 ms of empty nexts: a spout quiet for its first half
+    # second read nothing. Before its first tuple it now gets multilang.spout.start.secs (here 3 s).
+    toml = tmp_path / "slow.toml"
+    toml.write_text(textwrap.dedent(f"""\
+        [topology.conf]
+        "multilang.spout.start.secs" = 20
+        [spouts.items]
+        command = ["python", "{ROOT}/tests/integration/components/slow_spout.py", "0.5", "6"]
+        fields = ["item"]
+        [bolts.echo]
+        command = ["python", "{EXAMPLES}/python/split_bolt.py"]
+        fields = ["item"]
+        inputs = [{{ source = "items", grouping = "shuffle" }}]
+        [output]
+        component = "echo"
+    """))
+    result = run_topology(load_topology(toml), spark=spark)
+    assert (result.spout_tuples, result.stopped_by) == ({"items": 6}, "done")
+    assert sorted(r["item"] for r in result.outputs) == [f"item{i}" for i in range(6)]
+
+
 def test_direct_grouping_is_rejected(spark, tmp_path):
     toml = tmp_path / "direct.toml"
     toml.write_text(textwrap.dedent(f"""\

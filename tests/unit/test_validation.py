@@ -166,6 +166,7 @@ BAD_GOOD: dict[str, tuple[list, list]] = {
     "multilang.shutdown.grace.secs": ([-1, "5", None, True, math.inf], [0, 0.2, 5]),
     "multilang.kill.grace.secs": ([-0.1, "2", None, False], [0, 0.5, 2]),
     "multilang.progress.stall.secs": ([0, -1, "5", None, True, math.inf], [5, 0.5]),
+    "multilang.spout.start.secs": ([-1, "1", None, True, math.inf, math.nan], [0, 0.2, 5, 30]),
     "multilang.hold.emits.until.ack": ([1, 0, "true", None], [True, False]),
     "multilang.sched.batch": ([1, 0, "false", None], [True, False]),
     "multilang.extensions": (["batch", ["zip"], ["batch", "batch"], [1], None, {"batch": True}],

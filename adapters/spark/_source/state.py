@@ -428,7 +428,7 @@ class _SourceState:
                         pass
                     elif not self.available_now:
                         break  # Spark polls again soon: that is the spout wait strategy (§4.6)
-                    elif not self._busy and self._last_empty_at - self._idle_since >= opts.available_now_idle:  # type: ignore[operator]
+                    elif not self._busy and self._last_empty_at - self._idle_since >= self._idle_enough:  # type: ignore[operator]
                         self._drained = True
                         log.info("multilang source: spout drained after %d tuples (availableNow)", self.log.end)
                         break
@@ -436,6 +436,19 @@ class _SourceState:
         finally:
             self._gather_want = None
         return self._take(want)
+
+    @property
+    def _idle_enough(self) -> float:
+        """How long the spout's nexts must bring nothing before its data counts
+        as drained (availableNow): ``availableNowIdleMs``, and before its first
+        emit to the query ``multilang.spout.start.secs`` of its conf (a spout
+        still connecting to its source answers `next` with nothing too; as
+        the embedded engine waits for it, shellbolt/_runtime/spouts.py)."""
+        if self._received or self.log.end:  # (or an earlier run of the query read from it)
+            return self.opts.available_now_idle
+        start = self.opts.conf.get("multilang.spout.start.secs")
+        return max(self.opts.available_now_idle,
+                   float(SCHEMA["multilang.spout.start.secs"].default if start is None else start))
 
     def _take(self, want: int | None) -> tuple[list, list]:
         """Loop thread: the first ``want`` buffered tuples (all if None), out of the buffer."""
