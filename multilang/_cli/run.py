@@ -256,7 +256,7 @@ def _ended(topology: Any, out: Output, result: Any, signum: int | None, start: f
     for record in result.outputs:
         out.line(orjson.dumps(record))
     out.flush()
-    print_summary(result, time.monotonic() - start, dead_letter)
+    print_summary(result, time.monotonic() - start, dead_letter, topology)
     signum = signum or _signals.first  # (one that came while the output and the summary were written)
     if signum is not None:
         interrupted(signum, bool(topology.output.key))
@@ -630,7 +630,7 @@ def _spark_run(topology: Any, *, master: str, remote: str | None, checkpoint: st
     if result.stopped_by == "done":
         for name in sorted(n for n, c in topology.components.items() if c.kind == "spout"):
             if not result.spout_tuples.get(name):
-                click.echo(emitted_nothing_line(name), err=True)
+                click.echo(emitted_nothing_line(name, topology), err=True)
     if result.dead_letters:
         click.echo(f"[summary] {len(result.dead_letters)} input(s) given up on after their retries"
                    + (f", written to {dead_letter}" if dead_letter else "; --dead-letter FILE keeps them"), err=True)

@@ -8,6 +8,7 @@ import click
 import orjson
 
 from multilang.errors import last_stderr_line
+from multilang.shellbolt import SCHEMA
 
 from .common import clip, json_text
 
@@ -19,15 +20,24 @@ def _negotiated(extensions: list[str] | None) -> str:
     return "+".join(extensions) if extensions else "standard"
 
 
-def emitted_nothing_line(name: str) -> str:
-    """The summary's line for a shell spout that emitted nothing in a run to
-    the end: it may have been still starting (both engines)."""
-    return (f"[summary] spout {name!r} emitted nothing: its `next`s brought nothing for multilang.spout.start.secs "
-            "(5 s by default), so the run took it for done; a spout slower to start needs more "
-            "(-c multilang.spout.start.secs=30), or --duration")
+_START = "multilang.spout.start.secs"
 
 
-def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = None) -> None:
+def emitted_nothing_line(name: str, topology: Any) -> str:
+    """The summary's line for a shell spout that emitted nothing in a run that
+    ended by itself: it may have been still starting (both engines). It says
+    the value in effect and where it came from (a component's conf wins over
+    the topology's and over ``-c``, so the advice follows it)."""
+    own = topology.components[name].conf.get(_START)
+    secs = own if own is not None else topology.conf.get(_START)
+    where = " in its conf" if own is not None else " in the topology conf" if secs is not None else ", by default"
+    secs = SCHEMA[_START].default if secs is None else secs
+    advice = f"raise {_START} in its conf" if own is not None else f"-c {_START}={max(30, 6 * secs):g}"
+    return (f"[summary] spout {name!r} emitted nothing: its `next`s brought nothing for {secs:g} s ({_START}"
+            f"{where}), so the run took it for done; a spout slower to start needs more ({advice}), or --duration")
+
+
+def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = None, topology: Any = None) -> None:
     line = (f"[summary] {elapsed:.1f}s; trees completed {result.completed}, failed {result.failed} "
             f"(timed out {result.timed_out})")
     if result.pending:
@@ -61,11 +71,11 @@ def print_summary(result: Any, elapsed: float, dead_letter_file: str | None = No
     if result.stopped_by == "replays":
         click.echo("[summary] stopped: trees kept failing and none completed while a shell spout replayed message "
                    "ids failed past multilang.max.replays; it would have replayed them for ever", err=True)
-    if result.stopped_by == "done":  # (a shell spout that never emitted: still starting, or an empty source?)
+    if result.stopped_by == "done" and topology is not None:  # (a shell spout that never emitted: still starting?)
         for name in sorted(spouts & set(exts)):
             s = result.stats.get(name)
             if s is not None and not (s.emitted or s.skipped or s.errors):
-                click.echo(emitted_nothing_line(name), err=True)
+                click.echo(emitted_nothing_line(name, topology), err=True)
     for name, n in getattr(result, "reused_ids", {}).items():
         click.echo(f"[summary] spout {name!r} reused {n} message id(s) for inputs other than those a checkpoint "
                    "holds under them: delivered as new inputs (at least once); a spout must give each input one id "

@@ -218,7 +218,8 @@ SCHEMA: dict[str, ConfKey] = {k.name: k for k in [
     ConfKey("multilang.spout.start.secs", "a number >= 0 (seconds)", _number(positive=False), 5,
             "How long a run that ends with its spouts (no --duration) waits for a shell spout task's first "
             "emit while its nexts bring nothing (a spout still connecting to its source); after it, two empty "
-            "nexts in a row with its trees done are its end. --engine spark: each spout task's source."),
+            "nexts in a row with its trees done are its end (a process restarted after it is not waited for). "
+            "--engine spark: each spout task's source."),
     ConfKey("multilang.sched.batch", "true or false", _bool, False,
             "Linux: start the component's processes under the SCHED_BATCH policy, so that one handed tuples does "
             "not preempt the host on its core: for components that only compute, with host workers on a busy "

@@ -137,7 +137,8 @@ class RunResult:
     dead letter). Trees still in flight when a run is stopped (``duration``,
     a signal) are *abandoned at stop*: counted in ``pending``, neither acked
     nor failed, and not a failure (spec §5.4). ``stopped_by`` says why the
-    run ended: ``"done"``, ``"duration"``, ``"max_tuples"``, ``"gave_up"``,
+    run ended: ``"done"`` (every spout done, before ``max_tuples`` if one was
+    given), ``"duration"``, ``"max_tuples"`` (reached), ``"gave_up"``,
     ``"signal"``, ``"request"`` or ``"replays"`` (a run to the end found only
     a shell spout replaying ids failed past ``multilang.max.replays``: not ok)."""
 

@@ -724,8 +724,9 @@ class Runtime:
                     # is done, from every worker's counts; a worker's max_tuples only stops its spouts)
                     await self._wait_for_stop((until_done or max_tuples is not None) and self.placement is None)
                 if self._stopped_by is None:
-                    self._stopped_by = ("duration" if timer.cancelled_caught else
-                                        "max_tuples" if max_tuples is not None else "done")
+                    # ("max_tuples" where the limit was reached; "done" where the spouts were done first, as on Spark)
+                    self._stopped_by = ("duration" if timer.cancelled_caught else "max_tuples"
+                                        if max_tuples is not None and self.fresh_by_spouts >= max_tuples else "done")
                 await self._drain()
                 self.stopping = True
                 nursery.cancel_scope.cancel()

@@ -513,6 +513,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             def carried() -> dict[int, list[int]]:
                 return {t: c for w in ws for t, c in w.carried.items()}
 
+            fresh = [0]  # the spouts' fresh inputs when the workers were last quiet (until_quiet's "done")
+
             async def until_quiet(stopping_run: bool) -> str:
                 """Poll the workers; step the checkpoints. Return why the run
                 stops: "done" once every worker is drained and idle and every
@@ -569,6 +571,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         if max_tuples is not None and not stopping_run and await share_out(st):
                             seen = None
                             continue
+                        fresh[0] = sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws)  # type: ignore[index]
                         return "done"
                     seen = now if quiet else None
 
@@ -583,8 +586,10 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
             # the shutdown grace; only then does a worker end (one that ended first would drop what the others
             # still send it, and a checkpoint is taken of every worker or of none).
             stopping.set()  # (a worker that dies from now on is not started again)
-            # (done with --max-tuples: the spouts stopped at the limit, as the embedded engine says)
-            reason = "max_tuples" if stopped_by == "done" and max_tuples is not None else stopped_by
+            # (done with --max-tuples: the spouts stopped at the limit, as the embedded engine says; or done
+            # before it, every spout having nothing more)
+            reason = ("max_tuples" if stopped_by == "done" and max_tuples is not None and fresh[0] >= max_tuples
+                      else stopped_by)
             log.debug("the run stops (%s): every worker's spouts stop, and a worker that dies is not started "
                       "again", reason)
             said.append(("stop", reason))

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SPOUT = Path(__file__).resolve().parent / "components" / "slow_spout.py"
 _SCRIPT = Path(sys.executable).parent / "multilang"
 ML = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c", "from multilang._cli.entry import main; main()"]
-SAID = ("[summary] spout 'items' emitted nothing: its `next`s brought nothing for multilang.spout.start.secs "
-        "(5 s by default), so the run took it for done; a spout slower to start needs more "
+SAID = ("[summary] spout 'items' emitted nothing: its `next`s brought nothing for 0 s (multilang.spout.start.secs "
+        "in the topology conf), so the run took it for done; a spout slower to start needs more "
         "(-c multilang.spout.start.secs=30), or --duration")
 
 
@@ -58,12 +58,28 @@ def test_a_spout_slow_to_start_is_waited_for(tmp_path, workers):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_spout_that_never_emits_ends_the_run_with_a_line_that_says_so(tmp_path, workers):
+@pytest.mark.parametrize("limit", [[], ["--max-tuples", "100"]])
+def test_a_spout_that_never_emits_ends_the_run_with_a_line_that_says_so(tmp_path, workers, limit):
     # Quiet for ten minutes: taken for done at once with multilang.spout.start.secs = 0 (two empty
-    # nexts), and the summary says that it emitted nothing and what to set for a spout slower to start.
-    p, items = _run(_topology(tmp_path, 600, 10), "--workers", str(workers), "-c", "multilang.spout.start.secs=0")
+    # nexts), and the summary says that it emitted nothing, for how long, and what to set for a spout
+    # slower to start. With --max-tuples too: the run ended short of it (a trial's had no line).
+    p, items = _run(_topology(tmp_path, 600, 10), "--workers", str(workers), "-c", "multilang.spout.start.secs=0",
+                    *limit)
     assert items == []
     assert SAID in p.stderr.splitlines()
+
+
+def test_the_line_names_the_spouts_own_setting_which_wins_over_the_topology_conf(tmp_path):
+    # A spout's own conf wins over -c: the line says so, and advises raising it there (a trial's line
+    # advised -c, which would have changed nothing).
+    topo = _topology(tmp_path, 600, 10)
+    topo.write_text(topo.read_text().replace('fields = ["item"]\n', 'fields = ["item"]\n'
+                                             'conf = { "multilang.spout.start.secs" = 0.1 }\n', 1))
+    p, items = _run(topo, "-c", "multilang.spout.start.secs=30")
+    assert items == []
+    assert ("[summary] spout 'items' emitted nothing: its `next`s brought nothing for 0.1 s (multilang.spout.start.secs"
+            " in its conf), so the run took it for done; a spout slower to start needs more (raise "
+            "multilang.spout.start.secs in its conf), or --duration") in p.stderr.splitlines()
 
 
 def test_after_its_first_emit_a_spout_is_done_when_two_nexts_bring_nothing(tmp_path):
