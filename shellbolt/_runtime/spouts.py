@@ -17,6 +17,7 @@ from multilang.messages import DEFAULT_STREAM, Ack, Activate, Batch, Deactivate,
 
 from .._host.process import ShellProcess
 from .._host.spout_driver import SpoutDriver
+from .._model.conf import SCHEMA
 from .._model.results import brief, id_key, short_repr
 from .._model.topology import ComponentDef, PythonSpout
 from .shell_task import ShellTask
@@ -52,7 +53,8 @@ class ShellSpoutTask(ShellTask, SpoutTask):
         self._warned_not_replaying = False
         self.held_past_limit = 0  # emits not delivered: --max-tuples reached, and not replays (_past_limit)
         #: how long a run to the end waits for the task's first emit (_dry)
-        self.start_secs = float(self.conf.get("multilang.spout.start.secs", 5.0))
+        start = self.conf.get("multilang.spout.start.secs")
+        self.start_secs = float(SCHEMA["multilang.spout.start.secs"].default if start is None else start)
         self._activated_at: float | None = None  # its first process's activation
         self._brought = False  # a `next` brought something in this run (to any of its processes)
 

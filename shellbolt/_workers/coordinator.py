@@ -475,6 +475,11 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                     next_snapshot = next_due(next_snapshot, snapshot_every, trio.current_time())
                 return st
 
+            def fresh_in_all(st: list[Any]) -> int:
+                """The spouts' fresh inputs (what --max-tuples counts) on every
+                worker, with those of the workers' earlier processes."""
+                return sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws)
+
             async def share_out(st: list[Any]) -> bool:
                 """--max-tuples, every worker quiet: what the workers whose
                 spouts ran dry left of their shares goes to those whose spouts
@@ -485,7 +490,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                 more than ``max_tuples``. Whether a worker was given more."""
                 assert max_tuples is not None
                 more = [i for i in shares if st[i]["more"]]
-                if not more or sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws) >= max_tuples:
+                if not more or fresh_in_all(st) >= max_tuples:
                     return False
                 for i in shares:
                     if i not in more:
@@ -546,9 +551,8 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         elif watch.check(now, done, failed, (lambda: [r for s in st for r in s["forever"]])  # type: ignore[index]
                                          if max_tuples is None else list):
                             return "replays"
-                        if max_tuples is not None and watch.past_limit(
-                                now, sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws),  # type: ignore[index]
-                                max_tuples, failed, sum(s["pending"] for s in st)):  # type: ignore[index]
+                        pending = sum(s["pending"] for s in st)  # type: ignore[index]
+                        if max_tuples is not None and watch.past_limit(now, fresh_in_all(st), max_tuples, failed, pending):
                             return "max_tuples"
                     if stopping_run:
                         ck.last = -math.inf
@@ -571,7 +575,7 @@ async def run_workers(topology: Topology, workers: int, *, on_output: Callable[[
                         if max_tuples is not None and not stopping_run and await share_out(st):
                             seen = None
                             continue
-                        fresh[0] = sum(s["fresh"] for s in st) + sum(w.completed_before for w in ws)  # type: ignore[index]
+                        fresh[0] = fresh_in_all(st)
                         return "done"
                     seen = now if quiet else None
 
